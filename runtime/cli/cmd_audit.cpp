@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// `metrale audit`: run every kernel selector of design.md section 7 against the selected backend
+// and print the rows their lookups left. A refusal still prints the rows gathered before it.
+#include "commands.hpp"
+
+#include <layers/selectors.hpp>
+#include <metrale/levers.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+namespace metrale::cli {
+
+namespace {
+
+struct AuditOptions {
+  std::string backend;
+  std::string model_type;
+};
+
+void print_rows(const CliContext& ctx, const Backend& backend, uint32_t min_k, const std::string& error) {
+  auto rows = backend.audit_ptr()->snapshot();
+  if (ctx.json) {
+    nlohmann::json out{{"backend", backend.name()},
+                       {"target", backend.target()},
+                       {"w4a16_k64_min_k", min_k},
+                       {"rows", nlohmann::json::parse(render_audit_json(rows))},
+                       {"error", error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error)}};
+    std::cout << out.dump(2) << '\n';
+    return;
+  }
+  std::cout << "backend " << backend.name() << " (" << backend.target() << "), w4a16_k64_min_k = " << min_k << "\n";
+  std::cout << render_audit_table(rows);
+}
+
+void run_audit(CliContext& ctx, const AuditOptions& options) {
+  auto backend = ctx.registry().select(options.backend.empty() ? std::nullopt : std::optional(options.backend));
+  backend->audit().clear();  // the audit shows this command's lookups only
+  uint32_t min_k = layers::w4a16_k64_min_k();
+  std::string error;
+  try {
+    layers::w4a16_v2_kernel(*backend);
+    layers::w4a16_v3_kernel(*backend);
+    if (layers::tgemm_probe_ok(options.model_type)) layers::tgemm_kernel(*backend);
+    try {
+      layers::k64_kernel(*backend);
+    } catch (const Refusal&) {
+      throw;
+    } catch (const Error& e) {
+      // A required kernel that is missing is an error of this configuration, not of the command:
+      // the row says so, and the exit code too.
+      error = e.what();
+      ctx.exit_code = kExitError;
+    }
+    layers::k64_n64_kernel(*backend);
+  } catch (const Refusal&) {
+    print_rows(ctx, *backend, min_k, {});
+    throw;
+  }
+  print_rows(ctx, *backend, min_k, error);
+}
+
+}  // namespace
+
+void register_audit(CLI::App& app, CliContext& ctx) {
+  auto* cmd = app.add_subcommand("audit", "Run every kernel selector against the selected backend; print the lookups");
+  auto options = std::make_shared<AuditOptions>();
+  cmd->add_option("--backend", options->backend, "Backend to audit (default: METRALE_BACKEND or highest priority)");
+  cmd->add_option("--model-type", options->model_type,
+                  "HF model_type; kimi_k3 and kimi_linear skip the tgemm lookup as their builders do");
+  cmd->callback([&ctx, options] { run_audit(ctx, *options); });
+}
+
+}  // namespace metrale::cli

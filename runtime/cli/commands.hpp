@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The `metrale` CLI: each subcommand lives in its own cmd_*.cpp and registers itself on the app.
+// A command's callback stores its exit code in CliContext::exit_code; exceptions are mapped in
+// main(): metrale::Refusal -> 3, CLI11 parse errors -> 2, anything else -> 1.
+#pragma once
+
+#include <metrale/registry.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+namespace metrale::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitRefusal = 3;
+
+struct CliContext {
+  bool json = false;      // --json: JSON alone on stdout
+  int exit_code = kExitOk;
+  // Discovers on first call and keeps the result for the rest of the process.
+  Registry& registry();
+
+ private:
+  std::unique_ptr<Registry> registry_;
+};
+
+void register_list(CLI::App& app, CliContext& ctx);
+void register_kernels(CLI::App& app, CliContext& ctx);
+void register_levers(CLI::App& app, CliContext& ctx);
+void register_audit(CLI::App& app, CliContext& ctx);
+void register_check_manifest(CLI::App& app, CliContext& ctx);
+void register_run(CLI::App& app, CliContext& ctx);      // layers issue (cmd_run.cpp)
+void register_compile(CLI::App& app, CliContext& ctx);  // CUDA issue (cmd_compile.cpp)
+
+}  // namespace metrale::cli

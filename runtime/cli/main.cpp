@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// metrale: the command-line face of the runtime. Exit codes: 0 ok, 1 other errors, 2 usage,
+// 3 refusal (an explicit request that cannot be honoured). Command output goes to stdout (JSON
+// alone with --json); logs, warnings and errors go to stderr.
+#include "commands.hpp"
+
+#include <metrale/levers.hpp>
+#include <metrale/log.hpp>
+
+#include <iostream>
+
+namespace metrale::cli {
+
+Registry& CliContext::registry() {
+  if (!registry_) registry_ = std::make_unique<Registry>(Registry::discover());
+  return *registry_;
+}
+
+}  // namespace metrale::cli
+
+int main(int argc, char** argv) {
+  using namespace metrale;
+  using namespace metrale::cli;
+  CLI::App app{"metrale: a kernel runtime whose backends are plugins.\n"
+               "Without a subcommand it runs the default job: `metrale run --check` on the small preset."};
+  app.set_version_flag("--version", METRALE_VERSION);
+  CliContext ctx;
+  app.add_flag("--json", ctx.json, "Machine-readable JSON on stdout (logs stay on stderr)");
+  register_list(app, ctx);
+  register_kernels(app, ctx);
+  register_levers(app, ctx);
+  register_audit(app, ctx);
+  register_check_manifest(app, ctx);
+  register_run(app, ctx);
+  register_compile(app, ctx);
+  app.require_subcommand(0, 1);
+  app.footer("Exit codes: 0 ok, 1 error, 2 usage, 3 refusal. Levers: `metrale levers`.");
+
+  try {
+    // Bad lever values are refusals before anything else runs; unknown METRALE_* are warnings.
+    validate_levers();
+    configure_logging();
+    for (const auto& unknown : unknown_levers())
+      logger()->warn("unknown lever {} (did you mean {}?)", unknown.name, unknown.nearest);
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      // The default job: the run command on its default model with --check.
+      std::vector<std::string> args{"run", "--check"};
+      if (ctx.json) args.insert(args.begin(), "--json");
+      std::reverse(args.begin(), args.end());  // CLI11 consumes vectors from the back
+      app.parse(args);
+    }
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  } catch (const Refusal& e) {
+    logger()->error("refusing to start: {}", e.what());
+    return kExitRefusal;
+  } catch (const Error& e) {
+    logger()->error("{} ({})", e.what(), status_name(e.status()));
+    return kExitError;
+  } catch (const std::exception& e) {
+    logger()->error("{}", e.what());
+    return kExitError;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The boot audit: one row per kernel lookup — who asked, for what, what came back and why.
+// Thread-safe: rows may be appended from several threads; snapshot() copies under the lock.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <vector>
+
+namespace metrale {
+
+enum class LookupKind { try_lookup, require };
+enum class LookupOutcome { resolved, null_handle, refused, error };
+
+const char* lookup_kind_name(LookupKind kind) noexcept;        // "try" / "require"
+const char* lookup_outcome_name(LookupOutcome outcome) noexcept;  // "resolved" / "null" / ...
+
+// Where a lookup was asked for: file:line:function of the caller.
+struct Site {
+  std::string file;
+  uint32_t line = 0;
+  std::string function;
+  static Site from(const std::source_location& location);
+  std::string to_string() const;  // "layers/selectors.cpp:42 tgemm_kernel"
+};
+
+struct AuditRow {
+  uint64_t sequence = 0;
+  Site site;
+  std::string backend;
+  std::string target;
+  std::string module;
+  std::string kernel;
+  LookupKind kind = LookupKind::try_lookup;
+  LookupOutcome outcome = LookupOutcome::null_handle;
+  std::string reason;       // why this outcome: "provided", "not in manifest", ...
+  std::string lever;        // "METRALE_NO_TGEMM_PIPELINE3=0" when a lever steered it, else ""
+  uint64_t handle = 0;
+};
+
+class AuditLog {
+ public:
+  // Appends a row, assigning its sequence number; returns that number.
+  uint64_t append(AuditRow row);
+  // Attaches a lever note to an existing row (selectors learn the lever after the lookup).
+  void note_lever(uint64_t sequence, const std::string& lever);
+  std::vector<AuditRow> snapshot() const;
+  void clear();
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<AuditRow> rows_;
+  uint64_t next_sequence_ = 1;
+};
+
+// Human table and JSON (an array of objects with the AuditRow field names).
+std::string render_audit_table(const std::vector<AuditRow>& rows);
+std::string render_audit_json(const std::vector<AuditRow>& rows);
+
+}  // namespace metrale

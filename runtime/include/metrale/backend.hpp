@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Backend: the C++ face of one plugin instance bound to one device. Memory, streams, kernel
+// lookup with audit rows, and a typed launch that packs arguments in cuLaunchKernel's convention
+// and checks them against the manifest's declared parameters.
+//
+// Ownership: a Backend keeps its plugin library loaded (shared) until the last Backend and every
+// handle user are gone. Thread-safety: lookups, memory, streams and launches may be called from
+// several threads at once; the plugin serialises internally where it must.
+#pragma once
+
+#include <metrale/audit.hpp>
+#include <metrale/manifest.hpp>
+#include <metrale/plugin_abi.h>
+#include <metrale/status.hpp>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace metrale {
+
+class PluginLibrary;
+
+// A resolved kernel; value 0 is the null handle (what try_kernel returns for "absent").
+struct KernelHandle {
+  uint64_t value = 0;
+  explicit operator bool() const noexcept { return value != 0; }
+  friend bool operator==(KernelHandle, KernelHandle) = default;
+};
+
+// A device address (for the CPU backend, a host address). Distinct from u64 so typed launch can
+// tell a pointer parameter from an integer one.
+struct DevicePtr {
+  uint64_t address = 0;
+  explicit operator bool() const noexcept { return address != 0; }
+  DevicePtr offset(uint64_t bytes) const noexcept { return {address + bytes}; }
+  friend bool operator==(DevicePtr, DevicePtr) = default;
+};
+
+struct LaunchShape {
+  std::array<uint32_t, 3> grid{1, 1, 1};
+  std::array<uint32_t, 3> block{1, 1, 1};
+  uint32_t shared_mem_bytes = 0;
+  uint64_t stream = 0;
+};
+
+// How one kernel of the manifest fares on this instance (for `metrale kernels`).
+struct KernelAvailability {
+  std::string module;
+  std::string name;
+  bool listed = false;    // in the manifest
+  bool provided = false;  // the plugin lists it
+  bool gated = false;     // listed and provided, but the device's target does not qualify
+  std::string note;       // why gated / signature disagreement / unlisted
+};
+
+template <class T>
+constexpr metrale_param_type param_type_of() {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, DevicePtr>) return METRALE_PARAM_PTR;
+  else if constexpr (std::is_same_v<U, uint32_t>) return METRALE_PARAM_U32;
+  else if constexpr (std::is_same_v<U, int32_t>) return METRALE_PARAM_I32;
+  else if constexpr (std::is_same_v<U, uint64_t>) return METRALE_PARAM_U64;
+  else if constexpr (std::is_same_v<U, int64_t>) return METRALE_PARAM_I64;
+  else if constexpr (std::is_same_v<U, float>) return METRALE_PARAM_F32;
+  else if constexpr (std::is_same_v<U, double>) return METRALE_PARAM_F64;
+  else static_assert(sizeof(U) == 0, "kernel arguments are DevicePtr, u32, i32, u64, i64, f32, f64");
+}
+
+class Backend {
+ public:
+  // Made by the Registry; `instance` is owned and destroyed with the Backend.
+  Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metrale_backend* instance,
+          std::shared_ptr<AuditLog> audit);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  const std::string& name() const noexcept { return manifest_.backend; }
+  const std::string& target() const noexcept { return target_; }
+  const std::string& device_name() const noexcept { return device_name_; }
+  uint64_t memory_bytes() const noexcept { return memory_bytes_; }
+  uint32_t compute_units() const noexcept { return compute_units_; }
+  const Manifest& manifest() const noexcept { return manifest_; }
+  const std::string& plugin_version() const noexcept;
+  AuditLog& audit() noexcept { return *audit_; }
+  std::shared_ptr<AuditLog> audit_ptr() const noexcept { return audit_; }
+
+  // How a lookup behaves and what its audit row records.
+  struct LookupRequest {
+    LookupKind kind = LookupKind::try_lookup;
+    std::span<const metrale_param_type> expected;  // caller's parameter list; empty: not checked
+    std::string lever;           // "NAME=value" that steered this lookup, for the audit row
+    std::string refuse_because;  // non-empty: a miss is a Refusal with this text (row: refused)
+  };
+
+  // The one lookup: resolves (module, name) through the manifest, the target gate, the
+  // signature check and the plugin. Appends one audit row. A miss returns the null handle
+  // for try lookups, throws Error for require lookups and Refusal when refuse_because is set.
+  KernelHandle lookup(std::string_view module, std::string_view name, const LookupRequest& request,
+                      std::source_location site = std::source_location::current());
+
+  // Resolve (module, name) or throw Error saying why: not in manifest (listing what the module
+  // has), not provided by the plugin (its message), gated by target, or signature mismatch.
+  KernelHandle kernel(std::string_view module, std::string_view name,
+                      std::source_location site = std::source_location::current());
+  KernelHandle kernel(std::string_view module, std::string_view name,
+                      std::span<const metrale_param_type> expected,
+                      std::source_location site = std::source_location::current());
+  // Same, but every failure becomes the null handle (the reason is in the audit row).
+  KernelHandle try_kernel(std::string_view module, std::string_view name,
+                          std::source_location site = std::source_location::current());
+
+  // Manifest's parameter list for a handle this Backend returned.
+  std::span<const KernelParam> params(KernelHandle handle) const;
+  // "module/name" for a handle this Backend returned.
+  std::string kernel_name(KernelHandle handle) const;
+
+  // Listed vs provided vs gated for every kernel the manifest or the plugin mentions.
+  std::vector<KernelAvailability> kernel_availability() const;
+
+  DevicePtr alloc(size_t bytes);
+  void free(DevicePtr ptr);
+  void copy_to_device(DevicePtr dst, const void* src, size_t bytes, uint64_t stream = 0);
+  void copy_to_host(void* dst, DevicePtr src, size_t bytes, uint64_t stream = 0);
+  void copy_device(DevicePtr dst, DevicePtr src, size_t bytes, uint64_t stream = 0);
+  void memset(DevicePtr dst, uint8_t value, size_t bytes, uint64_t stream = 0);
+  uint64_t stream_create();
+  void stream_destroy(uint64_t stream);
+  void synchronize(uint64_t stream = 0);
+
+  // Typed launch: checks arity and types against the manifest, then packs `args` as
+  // cuLaunchKernel does (an array of pointers to the values).
+  template <class... Args>
+  void launch(KernelHandle kernel, const LaunchShape& shape, const Args&... args) {
+    static constexpr std::array<metrale_param_type, sizeof...(Args)> types{param_type_of<Args>()...};
+    std::array<const void*, sizeof...(Args)> pointers{static_cast<const void*>(&args)...};
+    launch_packed(kernel, shape, types, pointers);
+  }
+  // The untyped form the template uses; also for callers that build argument lists at run time.
+  void launch_packed(KernelHandle kernel, const LaunchShape& shape,
+                     std::span<const metrale_param_type> types, std::span<const void* const> args);
+
+  // The raw plugin table and instance, for tests and benchmarks that must bypass the facade.
+  const metrale_plugin_table& table() const noexcept;
+  metrale_backend* instance() const noexcept { return instance_; }
+
+ private:
+  struct Resolved {
+    std::string module;
+    std::string name;
+    std::vector<KernelParam> params;
+  };
+  // Resolves or returns the null handle with `failure` and `reason` filled in.
+  KernelHandle resolve(std::string_view module, std::string_view name,
+                       std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
+  [[noreturn]] void fail(Status status, std::string_view what) const;
+  std::string gate_reason(const ManifestKernel& kernel) const;
+
+  std::shared_ptr<PluginLibrary> library_;
+  Manifest manifest_;
+  metrale_backend* instance_;
+  std::shared_ptr<AuditLog> audit_;
+  std::string target_;
+  std::string device_name_;
+  uint64_t memory_bytes_ = 0;
+  uint32_t compute_units_ = 0;
+  std::vector<std::string> provided_;  // "module/name" the plugin lists
+  std::map<std::string, std::vector<metrale_param_type>, std::less<>> provided_params_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, Resolved> resolved_;  // plugin handle -> what it is
+};
+
+}  // namespace metrale

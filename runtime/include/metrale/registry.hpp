@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Registry: discovers manifests (docs/architecture.md, "Discovery"), loads their plugins, checks
+// manifest against plugin, and selects a backend. Every manifest found has an entry saying what
+// happened to it; nothing is dropped silently. Not thread-safe during discover(); const use after.
+#pragma once
+
+#include <metrale/audit.hpp>
+#include <metrale/backend.hpp>
+#include <metrale/manifest.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace metrale {
+
+// Where a manifest came from, in discovery order.
+enum class ManifestOrigin { explicit_list, added, plugin_path, user_data, installed, build_tree };
+const char* manifest_origin_name(ManifestOrigin origin) noexcept;
+
+enum class EntryState {
+  loaded,        // plugin loaded and an instance created
+  unavailable,   // plugin loaded but reports it cannot run here (no driver, no device)
+  disabled,      // matched METRALE_BACKENDS_DISABLE
+  shadowed,      // an earlier manifest already named this backend
+  invalid,       // manifest failed validation
+  skipped,       // unknown manifest format major
+  failed,        // library missing, not loadable, bad entry point, handshake or create failed
+};
+const char* entry_state_name(EntryState state) noexcept;
+
+struct RegistryEntry {
+  std::filesystem::path manifest_path;
+  ManifestOrigin origin = ManifestOrigin::installed;
+  std::string backend;            // from the manifest when it parsed, else ""
+  int priority = 0;
+  EntryState state = EntryState::failed;
+  std::string reason;             // one precise line when state != loaded
+  std::vector<std::string> cross_check;  // manifest <-> plugin disagreements
+  std::shared_ptr<Backend> instance;     // set when loaded
+  std::optional<Manifest> manifest;
+};
+
+struct DiscoveryOptions {
+  // Replace the lever-driven search (tests). Empty: use levers and the default directories.
+  std::optional<std::vector<std::filesystem::path>> manifests;
+  std::vector<std::filesystem::path> installed_dirs;  // default: the build's install dir
+  std::vector<std::filesystem::path> build_tree_dirs;  // default: build dirs when uninstalled
+  bool use_default_dirs = true;
+};
+
+class Registry {
+ public:
+  // Find, validate and load every manifest. Never throws for a bad plugin: it becomes an entry.
+  static Registry discover(const DiscoveryOptions& options = {});
+
+  const std::vector<RegistryEntry>& entries() const noexcept { return entries_; }
+  // The loaded backend of that name, or nullptr.
+  std::shared_ptr<Backend> find(std::string_view backend) const;
+  // METRALE_BACKEND (or `requested` when given) if set — throwing Refusal when it is not
+  // loaded, with the reason and the list of backends that exist — else the loaded backend with
+  // the highest priority. Throws Error(unavailable) when none loaded.
+  std::shared_ptr<Backend> select(std::optional<std::string> requested = std::nullopt) const;
+  std::shared_ptr<AuditLog> audit() const noexcept { return audit_; }
+
+ private:
+  std::vector<RegistryEntry> entries_;
+  std::shared_ptr<AuditLog> audit_ = std::make_shared<AuditLog>();
+};
+
+// The manifest files discovery would consider, in order, with their origin.
+std::vector<std::pair<std::filesystem::path, ManifestOrigin>> discover_manifest_files(
+    const DiscoveryOptions& options);
+
+// Simple shell glob: '*' any run, '?' one char. Used for METRALE_BACKENDS_DISABLE.
+bool glob_match(std::string_view pattern, std::string_view text);
+
+}  // namespace metrale

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include <metrale/audit.hpp>
+#include <metrale/text_table.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+#include <string_view>
+
+namespace metrale {
+
+const char* lookup_kind_name(LookupKind kind) noexcept {
+  return kind == LookupKind::require ? "require" : "try";
+}
+
+const char* lookup_outcome_name(LookupOutcome outcome) noexcept {
+  switch (outcome) {
+    case LookupOutcome::resolved: return "resolved";
+    case LookupOutcome::null_handle: return "null";
+    case LookupOutcome::refused: return "refused";
+    case LookupOutcome::error: return "error";
+  }
+  return "error";
+}
+
+Site Site::from(const std::source_location& location) {
+  // Paths relative to the source root read better and do not leak the build machine's layout.
+  std::string_view file = location.file_name();
+  static constexpr std::string_view kRoot = METRALE_SOURCE_ROOT "/";
+  if (file.starts_with(kRoot)) file.remove_prefix(kRoot.size());
+  // Keep only the bare function name: "metrale::KernelHandle layers::tgemm_kernel(...)" is noise.
+  std::string_view function = location.function_name();
+  if (auto paren = function.find('('); paren != std::string_view::npos) function = function.substr(0, paren);
+  if (auto space = function.rfind(' '); space != std::string_view::npos) function = function.substr(space + 1);
+  return Site{std::string(file), location.line(), std::string(function)};
+}
+
+std::string Site::to_string() const {
+  std::string out = file + ":" + std::to_string(line);
+  if (!function.empty()) out += " " + function;
+  return out;
+}
+
+uint64_t AuditLog::append(AuditRow row) {
+  std::lock_guard lock(mutex_);
+  row.sequence = next_sequence_++;
+  rows_.push_back(std::move(row));
+  return rows_.back().sequence;
+}
+
+void AuditLog::note_lever(uint64_t sequence, const std::string& lever) {
+  std::lock_guard lock(mutex_);
+  for (auto& row : rows_) {
+    if (row.sequence == sequence) {
+      row.lever = row.lever.empty() ? lever : row.lever + ", " + lever;
+      return;
+    }
+  }
+}
+
+std::vector<AuditRow> AuditLog::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return rows_;
+}
+
+void AuditLog::clear() {
+  std::lock_guard lock(mutex_);
+  rows_.clear();
+  next_sequence_ = 1;
+}
+
+std::string render_audit_table(const std::vector<AuditRow>& rows) {
+  std::vector<std::vector<std::string>> cells;
+  cells.reserve(rows.size());
+  for (const auto& row : rows) {
+    std::ostringstream handle;
+    handle << "0x" << std::hex << row.handle;
+    cells.push_back({std::to_string(row.sequence), row.site.to_string(), row.backend, row.target,
+                     row.module + "/" + row.kernel, lookup_kind_name(row.kind), lookup_outcome_name(row.outcome),
+                     handle.str(), row.lever.empty() ? "-" : row.lever, row.reason});
+  }
+  return render_table({"#", "site", "backend", "target", "kernel", "kind", "outcome", "handle", "lever", "reason"},
+                      cells);
+}
+
+std::string render_audit_json(const std::vector<AuditRow>& rows) {
+  auto array = nlohmann::json::array();
+  for (const auto& row : rows) {
+    array.push_back({{"sequence", row.sequence},
+                     {"site", {{"file", row.site.file}, {"line", row.site.line}, {"function", row.site.function}}},
+                     {"backend", row.backend},
+                     {"target", row.target},
+                     {"module", row.module},
+                     {"kernel", row.kernel},
+                     {"kind", lookup_kind_name(row.kind)},
+                     {"outcome", lookup_outcome_name(row.outcome)},
+                     {"reason", row.reason},
+                     {"lever", row.lever.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.lever)},
+                     {"handle", row.handle}});
+  }
+  return array.dump(2);
+}
+
+}  // namespace metrale

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include <metrale/backend.hpp>
+#include <metrale/log.hpp>
+#include <metrale/target.hpp>
+
+#include "plugin_library.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace metrale {
+
+namespace {
+
+std::string join_types(std::span<const metrale_param_type> types) {
+  std::string out = "(";
+  for (size_t i = 0; i < types.size(); ++i) out += (i ? ", " : "") + std::string(param_type_name(types[i]));
+  return out + ")";
+}
+
+std::string join_params(const std::vector<KernelParam>& params) {
+  std::vector<metrale_param_type> types;
+  for (const auto& p : params) types.push_back(p.type);
+  return join_types(types);
+}
+
+std::string key_of(std::string_view module, std::string_view name) {
+  return std::string(module) + "/" + std::string(name);
+}
+
+}  // namespace
+
+Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metrale_backend* instance,
+                 std::shared_ptr<AuditLog> audit)
+    : library_(std::move(library)), manifest_(std::move(manifest)), instance_(instance), audit_(std::move(audit)) {
+  metrale_device_info info{};
+  info.struct_size = sizeof(info);
+  metrale_status status = METRALE_STATUS_INTERNAL;
+  try {
+    status = table().device_info(instance_, &info);
+  } catch (...) {
+    status = METRALE_STATUS_INTERNAL;
+  }
+  if (status != METRALE_STATUS_OK || info.target == nullptr) {
+    std::string why = info.target == nullptr && status == METRALE_STATUS_OK ? "no target" : table().last_error(instance_);
+    table().destroy(instance_);
+    throw Error(status_from_abi(status == METRALE_STATUS_OK ? METRALE_STATUS_INTERNAL : status),
+                "backend " + name() + ": device_info() failed: " + why);
+  }
+  target_ = info.target;
+  device_name_ = info.name ? info.name : "";
+  memory_bytes_ = info.memory_bytes;
+  compute_units_ = info.compute_units;
+
+  const metrale_kernel_desc* kernels = nullptr;
+  size_t count = 0;
+  try {
+    status = table().list_kernels(instance_, &kernels, &count);
+  } catch (...) {
+    status = METRALE_STATUS_INTERNAL;
+  }
+  if (status != METRALE_STATUS_OK) {
+    std::string why = table().last_error(instance_);
+    table().destroy(instance_);
+    throw Error(status_from_abi(status), "backend " + name() + ": list_kernels() failed: " + why);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (kernels[i].module == nullptr || kernels[i].name == nullptr) continue;
+    std::string key = key_of(kernels[i].module, kernels[i].name);
+    provided_.push_back(key);
+    if (kernels[i].param_types != nullptr)
+      provided_params_[key].assign(kernels[i].param_types, kernels[i].param_types + kernels[i].param_count);
+  }
+}
+
+Backend::~Backend() {
+  try {
+    table().destroy(instance_);
+  } catch (...) {
+    logger()->error("backend {}: destroy() let an exception escape the C ABI", name());
+  }
+}
+
+const std::string& Backend::plugin_version() const noexcept { return library_->version(); }
+
+const metrale_plugin_table& Backend::table() const noexcept { return library_->table(); }
+
+void Backend::fail(Status status, std::string_view what) const {
+  throw Error(status, "backend " + name() + ": " + std::string(what) + ": " + table().last_error(instance_));
+}
+
+std::string Backend::gate_reason(const ManifestKernel& kernel) const {
+  if (kernel.min_target && !target_satisfies(target_, *kernel.min_target))
+    return "requires target " + *kernel.min_target + "; this device is " + target_;
+  if (!kernel.cpu_features.empty()) {
+    auto have = target_cpu_features(target_);
+    std::string missing;
+    for (const auto& feature : kernel.cpu_features)
+      if (std::find(have.begin(), have.end(), feature) == have.end()) missing += (missing.empty() ? "" : ", ") + feature;
+    if (!missing.empty()) return "requires CPU features " + missing + " that target " + target_ + " lacks";
+  }
+  return {};
+}
+
+KernelHandle Backend::resolve(std::string_view module, std::string_view name,
+                              std::span<const metrale_param_type> expected, Status& failure, std::string& reason) {
+  const ManifestModule* listed_module = nullptr;
+  for (const auto& m : manifest_.modules)
+    if (m.name == module) listed_module = &m;
+  if (listed_module == nullptr) {
+    std::string modules;
+    for (const auto& m : manifest_.modules) modules += (modules.empty() ? "" : ", ") + m.name;
+    failure = Status::not_found;
+    reason = "not in manifest: the " + manifest_.backend + " manifest has no module '" + std::string(module) +
+             "' (modules: " + (modules.empty() ? "none" : modules) + ")";
+    return {};
+  }
+  const ManifestKernel* listed = manifest_.find_kernel(module, name);
+  if (listed == nullptr) {
+    std::string names;
+    for (const auto& k : listed_module->kernels) names += (names.empty() ? "" : ", ") + k.name;
+    failure = Status::not_found;
+    reason = "not in manifest: module '" + std::string(module) + "' lists " + (names.empty() ? "no kernels" : names);
+    return {};
+  }
+  if (std::string gate = gate_reason(*listed); !gate.empty()) {
+    failure = Status::incompatible;
+    reason = "gated: " + gate;
+    return {};
+  }
+  if (!expected.empty()) {
+    bool same = expected.size() == listed->params.size();
+    for (size_t i = 0; same && i < expected.size(); ++i) same = expected[i] == listed->params[i].type;
+    if (!same) {
+      failure = Status::incompatible;
+      reason = "signature differs: caller expects " + join_types(expected) + ", manifest declares " +
+               join_params(listed->params);
+      return {};
+    }
+  }
+  std::string module_text(module), name_text(name);
+  uint64_t handle = 0;
+  metrale_status status = METRALE_STATUS_INTERNAL;
+  try {
+    status = table().get_kernel(instance_, module_text.c_str(), name_text.c_str(), &handle);
+  } catch (...) {
+    failure = Status::internal;
+    reason = "in manifest, but the plugin's get_kernel() let an exception escape the C ABI";
+    return {};
+  }
+  if (status != METRALE_STATUS_OK || handle == 0) {
+    failure = status == METRALE_STATUS_OK ? Status::internal : status_from_abi(status);
+    std::string message = status == METRALE_STATUS_OK ? "it returned OK with the null handle"
+                                                       : table().last_error(instance_);
+    reason = "in manifest, but the plugin did not provide it (" + std::string(status_name(failure)) + "): " + message;
+    return {};
+  }
+  std::lock_guard lock(mutex_);
+  resolved_.try_emplace(handle, Resolved{module_text, name_text, listed->params});
+  reason = "provided";
+  return KernelHandle{handle};
+}
+
+KernelHandle Backend::lookup(std::string_view module, std::string_view name, const LookupRequest& request,
+                             std::source_location site) {
+  Status failure = Status::ok;
+  AuditRow row;
+  KernelHandle handle = resolve(module, name, request.expected, failure, row.reason);
+  row.site = Site::from(site);
+  row.backend = manifest_.backend;
+  row.target = target_;
+  row.module = std::string(module);
+  row.kernel = std::string(name);
+  row.kind = request.kind;
+  row.lever = request.lever;
+  row.handle = handle.value;
+  if (handle) {
+    row.outcome = LookupOutcome::resolved;
+  } else if (!request.refuse_because.empty()) {
+    row.outcome = LookupOutcome::refused;
+  } else {
+    row.outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
+  }
+  std::string reason = row.reason;
+  audit_->append(std::move(row));
+  if (handle) return handle;
+  std::string what = key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + reason;
+  if (!request.refuse_because.empty()) throw Refusal(request.refuse_because + ": " + what);
+  if (request.kind == LookupKind::require) throw Error(failure, what);
+  logger()->debug("try_kernel {} -> null", what);
+  return {};
+}
+
+KernelHandle Backend::kernel(std::string_view module, std::string_view name, std::source_location site) {
+  LookupRequest request;
+  request.kind = LookupKind::require;
+  return lookup(module, name, request, site);
+}
+
+KernelHandle Backend::kernel(std::string_view module, std::string_view name,
+                             std::span<const metrale_param_type> expected, std::source_location site) {
+  LookupRequest request;
+  request.kind = LookupKind::require;
+  request.expected = expected;
+  return lookup(module, name, request, site);
+}
+
+KernelHandle Backend::try_kernel(std::string_view module, std::string_view name, std::source_location site) {
+  return lookup(module, name, LookupRequest{}, site);
+}
+
+std::span<const KernelParam> Backend::params(KernelHandle handle) const {
+  std::lock_guard lock(mutex_);
+  auto it = resolved_.find(handle.value);
+  if (it == resolved_.end()) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
+  return it->second.params;
+}
+
+std::string Backend::kernel_name(KernelHandle handle) const {
+  std::lock_guard lock(mutex_);
+  auto it = resolved_.find(handle.value);
+  if (it == resolved_.end()) return "(unknown handle)";
+  return key_of(it->second.module, it->second.name);
+}
+
+std::vector<KernelAvailability> Backend::kernel_availability() const {
+  std::vector<KernelAvailability> out;
+  std::set<std::string> seen;
+  for (const auto& module : manifest_.modules) {
+    for (const auto& kernel : module.kernels) {
+      KernelAvailability row{module.name, kernel.name, true, false, false, {}};
+      std::string key = key_of(module.name, kernel.name);
+      seen.insert(key);
+      row.provided = std::find(provided_.begin(), provided_.end(), key) != provided_.end();
+      if (!row.provided) {
+        row.note = "listed in the manifest but the plugin does not provide it";
+      } else if (std::string gate = gate_reason(kernel); !gate.empty()) {
+        row.gated = true;
+        row.note = gate;
+      } else if (auto it = provided_params_.find(key); it != provided_params_.end()) {
+        std::vector<metrale_param_type> declared;
+        for (const auto& p : kernel.params) declared.push_back(p.type);
+        if (declared != it->second)
+          row.note = "plugin declares parameters " + join_types(it->second) + ", manifest " + join_params(kernel.params);
+      }
+      out.push_back(std::move(row));
+    }
+  }
+  for (const auto& key : provided_) {
+    if (seen.count(key)) continue;
+    auto slash = key.find('/');
+    out.push_back({key.substr(0, slash), key.substr(slash + 1), false, true, false,
+                   "provided by the plugin but not listed in the manifest (unreachable)"});
+  }
+  return out;
+}
+
+DevicePtr Backend::alloc(size_t bytes) {
+  uint64_t address = 0;
+  if (table().mem_alloc(instance_, bytes, &address) != METRALE_STATUS_OK || address == 0)
+    fail(Status::out_of_memory, "mem_alloc(" + std::to_string(bytes) + ")");
+  return {address};
+}
+
+void Backend::free(DevicePtr ptr) {
+  if (!ptr) return;
+  if (auto s = table().mem_free(instance_, ptr.address); s != METRALE_STATUS_OK) fail(status_from_abi(s), "mem_free");
+}
+
+void Backend::copy_to_device(DevicePtr dst, const void* src, size_t bytes, uint64_t stream) {
+  if (auto s = table().copy_to_device(instance_, dst.address, src, bytes, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "copy_to_device");
+}
+
+void Backend::copy_to_host(void* dst, DevicePtr src, size_t bytes, uint64_t stream) {
+  if (auto s = table().copy_to_host(instance_, dst, src.address, bytes, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "copy_to_host");
+}
+
+void Backend::copy_device(DevicePtr dst, DevicePtr src, size_t bytes, uint64_t stream) {
+  if (auto s = table().copy_device(instance_, dst.address, src.address, bytes, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "copy_device");
+}
+
+void Backend::memset(DevicePtr dst, uint8_t value, size_t bytes, uint64_t stream) {
+  if (auto s = table().memset_device(instance_, dst.address, value, bytes, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "memset_device");
+}
+
+uint64_t Backend::stream_create() {
+  uint64_t stream = 0;
+  if (auto s = table().stream_create(instance_, &stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "stream_create");
+  return stream;
+}
+
+void Backend::stream_destroy(uint64_t stream) {
+  if (auto s = table().stream_destroy(instance_, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "stream_destroy");
+}
+
+void Backend::synchronize(uint64_t stream) {
+  if (auto s = table().stream_synchronize(instance_, stream); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "stream_synchronize");
+}
+
+void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::span<const metrale_param_type> types,
+                            std::span<const void* const> args) {
+  const std::vector<KernelParam>* params = nullptr;
+  std::string label;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = resolved_.find(kernel.value);
+    if (it == resolved_.end())
+      throw Error(Status::invalid_argument, "backend " + name() + ": launch of a handle this backend did not return");
+    params = &it->second.params;
+    label = key_of(it->second.module, it->second.name);
+  }
+  if (types.size() != params->size())
+    throw Error(Status::invalid_argument, label + ": launched with " + std::to_string(types.size()) +
+                                              " arguments, manifest declares " + std::to_string(params->size()) +
+                                              " " + join_params(*params));
+  for (size_t i = 0; i < types.size(); ++i)
+    if (types[i] != (*params)[i].type)
+      throw Error(Status::invalid_argument, label + ": argument " + std::to_string(i) + " (" + (*params)[i].name +
+                                                ") is " + param_type_name(types[i]) + ", manifest declares " +
+                                                param_type_name((*params)[i].type));
+  metrale_launch_config config{};
+  std::copy(shape.grid.begin(), shape.grid.end(), config.grid);
+  std::copy(shape.block.begin(), shape.block.end(), config.block);
+  config.shared_mem_bytes = shape.shared_mem_bytes;
+  config.stream = shape.stream;
+  // The ABI takes void* const* (cuLaunchKernel's convention); plugins only read through it.
+  auto raw = const_cast<void* const*>(reinterpret_cast<const void* const*>(args.data()));
+  if (auto s = table().launch(instance_, kernel.value, &config, raw, args.size()); s != METRALE_STATUS_OK)
+    fail(status_from_abi(s), "launch of " + label);
+}
+
+}  // namespace metrale

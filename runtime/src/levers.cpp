@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include <metrale/levers.hpp>
+#include <metrale/status.hpp>
+
+#include <sys/auxv.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+extern char** environ;
+
+namespace metrale {
+
+namespace {
+
+std::vector<LeverSpec> make_specs() {
+  using T = LeverType;
+  return {
+      // Discovery and selection.
+      {"METRALE_BACKEND", T::string, "(highest priority)",
+       "Backend to use, by name; failing to load it is a refusal, never a silent fallback.", {}, false},
+      {"METRALE_BACKENDS_DISABLE", T::glob_list, "(none)",
+       "Comma-separated globs of backend names not to load.", {}, false},
+      {"METRALE_MANIFESTS", T::path_list, "(none)",
+       "Colon-separated manifest files; replaces discovery entirely.", {}, true},
+      {"METRALE_ADD_MANIFESTS", T::path_list, "(none)",
+       "Colon-separated manifest files searched before the plugin directories.", {}, true},
+      {"METRALE_PLUGIN_PATH", T::path_list, "(none)",
+       "Colon-separated directories searched for *.json manifests.", {}, true},
+      {"METRALE_CACHE_DIR", T::path, "$XDG_CACHE_HOME/metrale",
+       "Where backends keep compiled kernels.", {}, true},
+      {"METRALE_KERNEL_SRC", T::path, "(installed kernel_src)",
+       "Directory searched first for JIT kernel sources (edit a .cu, rerun, no rebuild).", {}, true},
+      {"METRALE_LOG", T::choice, "warn", "Log level on stderr.",
+       {"trace", "debug", "info", "warn", "error", "off"}, false},
+      // Backend options.
+      {"METRALE_CPU_TARGET", T::choice, "auto",
+       "Force the CPU backend to a lower instruction-set tier.",
+       {"auto", "avx512bf16", "avx512", "avx2", "baseline"}, false},
+      {"METRALE_CPU_THREADS", T::u32, "(hardware threads)",
+       "Worker threads of the CPU backend's pool.", {}, false},
+      {"METRALE_CUDA_DRIVER", T::path, "libcuda.so.1",
+       "CUDA driver library the CUDA backend opens.", {}, true},
+      {"METRALE_CUDA_DEVICE", T::u32, "0", "Index of the CUDA device to drive.", {}, false},
+      // Kernel selection (design.md section 7).
+      {"METRALE_W4A16_K64_MIN_K", T::u32, "6144 (8192 with METRALE_NO_W4A16_K64=1)",
+       "Smallest K at which tile-GEMM sites take the deep-K k64 kernel.", {}, false},
+      {"METRALE_NO_W4A16_K64", T::flag, "0",
+       "Exactly 1 raises the k64 threshold default to 8192; 0 leaves it at 6144.", {}, false},
+      {"METRALE_W4A16_VARIANT", T::choice, "v1",
+       "v2 or v3 opts into the m128 v2/v3 kernels and refuses to start when they are missing.",
+       {"v1", "v2", "v3"}, false},
+      {"METRALE_NO_TGEMM_PIPELINE3", T::presence, "(unset)",
+       "Set to any value, 0 included: the tile GEMM skips w4a16_gemm_t_p3.", {}, false},
+      {"METRALE_NO_K64_PIPELINE3", T::presence, "(unset)",
+       "Set to any value, 0 included: the k64 GEMM skips w4a16_gemm_t_k64_p3.", {}, false},
+      {"METRALE_NO_K64_N64", T::presence, "(unset)",
+       "Set to any value, 0 included: no lookup of the N64 deep-K twin.", {}, false},
+  };
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::map<std::string, std::optional<std::string>, std::less<>> values;
+};
+
+Cache& cache() {
+  static Cache instance;
+  return instance;
+}
+
+const char* read_env(const LeverSpec& spec) {
+  std::string name(spec.name);
+  // Path levers could redirect what an elevated process loads: ignore them there.
+  return spec.path_like ? secure_getenv(name.c_str()) : std::getenv(name.c_str());
+}
+
+const LeverSpec& require_spec(std::string_view name) {
+  const LeverSpec* spec = find_lever(name);
+  if (spec == nullptr) throw Error(Status::internal, "lever " + std::string(name) + " is not declared");
+  return *spec;
+}
+
+[[noreturn]] void refuse(const LeverSpec& spec, const std::string& value, std::string_view expected) {
+  throw Refusal(std::string(spec.name) + "=\"" + value + "\" is not valid: expected " + std::string(expected));
+}
+
+std::optional<uint32_t> parse_u32(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  uint32_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+void check_value(const LeverSpec& spec, const std::string& value) {
+  switch (spec.type) {
+    case LeverType::presence:
+    case LeverType::string:
+    case LeverType::path_list:
+    case LeverType::glob_list:
+      return;
+    case LeverType::path:
+      if (value.empty()) refuse(spec, value, "a non-empty path");
+      return;
+    case LeverType::flag:
+      if (value != "0" && value != "1") refuse(spec, value, "0 or 1");
+      return;
+    case LeverType::u32:
+      if (!parse_u32(value)) refuse(spec, value, "an unsigned 32-bit integer");
+      return;
+    case LeverType::choice: {
+      if (std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end()) return;
+      std::string list;
+      for (auto choice : spec.choices) list += (list.empty() ? "" : ", ") + std::string(choice);
+      refuse(spec, value, "one of " + list);
+    }
+  }
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> previous(b.size() + 1), current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+}  // namespace
+
+const std::vector<LeverSpec>& lever_specs() {
+  static const std::vector<LeverSpec> specs = make_specs();
+  return specs;
+}
+
+const LeverSpec* find_lever(std::string_view name) {
+  for (const auto& spec : lever_specs())
+    if (spec.name == name) return &spec;
+  return nullptr;
+}
+
+std::optional<std::string> lever_raw(std::string_view name) {
+  const LeverSpec& spec = require_spec(name);
+  auto& c = cache();
+  std::lock_guard lock(c.mutex);
+  if (auto it = c.values.find(name); it != c.values.end()) return it->second;
+  const char* value = read_env(spec);
+  std::optional<std::string> result = value ? std::optional<std::string>(value) : std::nullopt;
+  c.values.emplace(std::string(name), result);
+  return result;
+}
+
+bool lever_is_set(std::string_view name) { return lever_raw(name).has_value(); }
+
+bool lever_on(std::string_view name) {
+  const LeverSpec& spec = require_spec(name);
+  auto value = lever_raw(name);
+  if (!value) return false;
+  check_value(spec, *value);
+  return spec.type == LeverType::flag ? *value == "1" : true;
+}
+
+std::optional<uint32_t> lever_u32(std::string_view name) {
+  const LeverSpec& spec = require_spec(name);
+  auto value = lever_raw(name);
+  if (!value) return std::nullopt;
+  check_value(spec, *value);
+  return parse_u32(*value);
+}
+
+std::optional<std::string> lever_choice(std::string_view name) {
+  const LeverSpec& spec = require_spec(name);
+  auto value = lever_raw(name);
+  if (value) check_value(spec, *value);
+  return value;
+}
+
+void validate_levers() {
+  for (const auto& spec : lever_specs())
+    if (auto value = lever_raw(spec.name)) check_value(spec, *value);
+}
+
+std::string lever_note(std::string_view name) {
+  auto value = lever_raw(name);
+  return value ? std::string(name) + "=" + *value : std::string();
+}
+
+std::vector<UnknownLever> unknown_levers() {
+  std::vector<UnknownLever> unknown;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    std::string_view text(*entry);
+    if (!text.starts_with("METRALE_")) continue;
+    std::string_view name = text.substr(0, text.find('='));
+    if (find_lever(name)) continue;
+    std::string_view nearest;
+    size_t best = SIZE_MAX;
+    for (const auto& spec : lever_specs()) {
+      size_t d = edit_distance(name, spec.name);
+      if (d < best) best = d, nearest = spec.name;
+    }
+    unknown.push_back({std::string(name), std::string(nearest)});
+  }
+  return unknown;
+}
+
+bool process_is_elevated() { return getauxval(AT_SECURE) != 0; }
+
+void reset_lever_cache_for_tests() {
+  auto& c = cache();
+  std::lock_guard lock(c.mutex);
+  c.values.clear();
+}
+
+}  // namespace metrale

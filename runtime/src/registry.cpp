@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include <metrale/levers.hpp>
+#include <metrale/log.hpp>
+#include <metrale/paths.hpp>
+#include <metrale/registry.hpp>
+
+#include "plugin_library.hpp"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace metrale {
+
+namespace {
+
+// Levers that become create() options of one backend: the plugin never reads the environment.
+struct LeverOption {
+  std::string_view backend;
+  std::string_view lever;
+  std::string_view key;
+};
+constexpr std::array<LeverOption, 3> kLeverOptions{{
+    {"cpu", "METRALE_CPU_TARGET", "target"},
+    {"cpu", "METRALE_CPU_THREADS", "threads"},
+    {"cuda", "METRALE_CUDA_DRIVER", "driver"},
+}};
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(separator, start);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > start) parts.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::vector<fs::path> json_files_in(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error))
+    if (it->path().extension() == ".json" && it->is_regular_file(error)) files.push_back(it->path());
+  std::sort(files.begin(), files.end());  // stable order across file systems
+  return files;
+}
+
+std::string join_problems(const std::vector<ManifestProblem>& problems) {
+  std::string out;
+  for (const auto& p : problems) out += (out.empty() ? "" : "; ") + p.to_string();
+  return out;
+}
+
+void create_instance(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
+  const Manifest& manifest = *entry.manifest;
+  std::shared_ptr<PluginLibrary> library;
+  try {
+    library = PluginLibrary::open(manifest);
+  } catch (const Error& e) {
+    entry.state = EntryState::failed;
+    entry.reason = e.what();
+    return;
+  }
+  const metrale_plugin_table& table = library->table();
+
+  std::vector<std::string> option_storage;
+  std::vector<metrale_option> options;
+  option_storage.reserve(kLeverOptions.size() * 2);
+  for (const auto& option : kLeverOptions) {
+    if (option.backend != manifest.backend) continue;
+    if (auto value = lever_raw(option.lever)) {
+      option_storage.emplace_back(option.key);
+      option_storage.push_back(*value);
+    }
+  }
+  for (size_t i = 0; i + 1 < option_storage.size(); i += 2)
+    options.push_back({option_storage[i].c_str(), option_storage[i + 1].c_str()});
+
+  std::string cache = cache_dir().value_or(fs::path()).string();
+  std::vector<std::string> source_dir_storage;
+  for (const auto& dir : kernel_source_dirs()) source_dir_storage.push_back(dir.string());
+  std::vector<const char*> source_dirs;
+  for (const auto& dir : source_dir_storage) source_dirs.push_back(dir.c_str());
+  std::string manifest_path = manifest.path.string();
+
+  metrale_backend_create_info info{};
+  info.struct_size = sizeof(info);
+  info.host = &library->host_callbacks();
+  info.device_index = 0;
+  if (manifest.backend == "cuda") info.device_index = lever_u32("METRALE_CUDA_DEVICE").value_or(0);
+  info.cache_dir = cache.empty() ? nullptr : cache.c_str();
+  info.kernel_source_dirs = source_dirs.data();
+  info.kernel_source_dir_count = static_cast<uint32_t>(source_dirs.size());
+  info.manifest_path = manifest_path.c_str();
+  info.manifest_json = manifest.text.c_str();
+  info.options = options.data();
+  info.option_count = static_cast<uint32_t>(options.size());
+
+  metrale_backend* instance = nullptr;
+  std::array<char, 1024> error{};
+  metrale_status status = METRALE_STATUS_INTERNAL;
+  try {
+    status = table.create(&info, &instance, error.data(), error.size());
+  } catch (...) {
+    entry.state = EntryState::failed;
+    entry.reason = "plugin " + manifest.library.string() + ": create() let an exception escape the C ABI";
+    return;
+  }
+  error.back() = '\0';
+  if (status != METRALE_STATUS_OK || instance == nullptr) {
+    Status s = status == METRALE_STATUS_OK ? Status::internal : status_from_abi(status);
+    entry.state = s == Status::unavailable ? EntryState::unavailable : EntryState::failed;
+    std::string message = error[0] ? error.data() : "no message";
+    if (status == METRALE_STATUS_OK) message = "create() returned OK with a null instance";
+    entry.reason = "create() failed (" + std::string(status_name(s)) + "): " + message;
+    return;
+  }
+  try {
+    entry.instance = std::make_shared<Backend>(library, manifest, instance, audit);
+  } catch (const Error& e) {
+    entry.state = EntryState::failed;
+    entry.reason = e.what();
+    return;
+  }
+  entry.state = EntryState::loaded;
+  for (const auto& row : entry.instance->kernel_availability()) {
+    if (row.gated || row.note.empty()) continue;
+    entry.cross_check.push_back(row.module + "/" + row.name + ": " + row.note);
+  }
+}
+
+}  // namespace
+
+const char* manifest_origin_name(ManifestOrigin origin) noexcept {
+  switch (origin) {
+    case ManifestOrigin::explicit_list: return "METRALE_MANIFESTS";
+    case ManifestOrigin::added: return "METRALE_ADD_MANIFESTS";
+    case ManifestOrigin::plugin_path: return "METRALE_PLUGIN_PATH";
+    case ManifestOrigin::user_data: return "user data dir";
+    case ManifestOrigin::installed: return "installed";
+    case ManifestOrigin::build_tree: return "build tree";
+  }
+  return "?";
+}
+
+const char* entry_state_name(EntryState state) noexcept {
+  switch (state) {
+    case EntryState::loaded: return "loaded";
+    case EntryState::unavailable: return "unavailable";
+    case EntryState::disabled: return "disabled";
+    case EntryState::shadowed: return "shadowed";
+    case EntryState::invalid: return "invalid";
+    case EntryState::skipped: return "skipped";
+    case EntryState::failed: return "failed";
+  }
+  return "?";
+}
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  // Iterative matcher with single-star backtracking: linear in practice, no recursion.
+  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++, mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1, t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::pair<fs::path, ManifestOrigin>> discover_manifest_files(const DiscoveryOptions& options) {
+  std::vector<std::pair<fs::path, ManifestOrigin>> files;
+  if (options.manifests) {
+    for (const auto& file : *options.manifests) files.emplace_back(file, ManifestOrigin::explicit_list);
+    return files;
+  }
+  if (auto list = lever_raw("METRALE_MANIFESTS")) {
+    for (const auto& file : split(*list, ':')) files.emplace_back(file, ManifestOrigin::explicit_list);
+    return files;
+  }
+  if (auto list = lever_raw("METRALE_ADD_MANIFESTS"))
+    for (const auto& file : split(*list, ':')) files.emplace_back(file, ManifestOrigin::added);
+  if (auto list = lever_raw("METRALE_PLUGIN_PATH"))
+    for (const auto& dir : split(*list, ':'))
+      for (auto& file : json_files_in(dir)) files.emplace_back(std::move(file), ManifestOrigin::plugin_path);
+  if (options.use_default_dirs) {
+    if (auto dir = user_plugin_dir())
+      for (auto& file : json_files_in(*dir)) files.emplace_back(std::move(file), ManifestOrigin::user_data);
+  }
+  // Run uninstalled, the build tree's plugins take the installed directory's place: an older
+  // installed copy must not shadow the plugins built with this binary.
+  std::vector<fs::path> system_dirs = options.installed_dirs;
+  ManifestOrigin system_origin = ManifestOrigin::installed;
+  if (!options.build_tree_dirs.empty()) {
+    system_dirs = options.build_tree_dirs;
+    system_origin = ManifestOrigin::build_tree;
+  } else if (options.use_default_dirs && system_dirs.empty()) {
+    if (running_from_build_tree()) {
+      system_dirs = build_tree_plugin_dirs();
+      system_origin = ManifestOrigin::build_tree;
+    } else {
+      system_dirs = {installed_plugin_dir()};
+    }
+  }
+  for (const auto& dir : system_dirs)
+    for (auto& file : json_files_in(dir)) files.emplace_back(std::move(file), system_origin);
+  return files;
+}
+
+Registry Registry::discover(const DiscoveryOptions& options) {
+  Registry registry;
+  std::vector<std::string> disabled;
+  if (auto globs = lever_raw("METRALE_BACKENDS_DISABLE")) disabled = split(*globs, ',');
+  if (process_is_elevated())
+    logger()->warn("elevated privileges: METRALE_MANIFESTS, METRALE_PLUGIN_PATH and other path levers are ignored");
+
+  std::set<std::string, std::less<>> claimed;
+  for (auto& [file, origin] : discover_manifest_files(options)) {
+    RegistryEntry entry;
+    entry.manifest_path = file;
+    entry.origin = origin;
+    ManifestResult parsed = load_manifest(file);
+    if (!parsed.manifest) {
+      entry.state = parsed.skipped_format ? EntryState::skipped : EntryState::invalid;
+      entry.reason = join_problems(parsed.problems);
+      logger()->warn("{}", entry.reason);
+      registry.entries_.push_back(std::move(entry));
+      continue;
+    }
+    entry.manifest = std::move(parsed.manifest);
+    entry.manifest_path = entry.manifest->path;
+    entry.backend = entry.manifest->backend;
+    entry.priority = entry.manifest->priority;
+    if (std::any_of(disabled.begin(), disabled.end(), [&](const std::string& g) { return glob_match(g, entry.backend); })) {
+      entry.state = EntryState::disabled;
+      entry.reason = "matches METRALE_BACKENDS_DISABLE";
+    } else if (claimed.count(entry.backend)) {
+      entry.state = EntryState::shadowed;
+      entry.reason = "backend '" + entry.backend + "' is already provided by an earlier manifest";
+    } else {
+      claimed.insert(entry.backend);
+      create_instance(entry, registry.audit_);
+      if (entry.state == EntryState::failed) logger()->warn("{}", entry.reason);
+      else if (entry.state == EntryState::unavailable)
+        logger()->info("backend {} unavailable: {}", entry.backend, entry.reason);
+      for (const auto& line : entry.cross_check)
+        logger()->warn("{}: manifest/plugin cross-check: {}", entry.manifest_path.string(), line);
+    }
+    registry.entries_.push_back(std::move(entry));
+  }
+  return registry;
+}
+
+std::shared_ptr<Backend> Registry::find(std::string_view backend) const {
+  for (const auto& entry : entries_)
+    if (entry.state == EntryState::loaded && entry.backend == backend) return entry.instance;
+  return nullptr;
+}
+
+std::shared_ptr<Backend> Registry::select(std::optional<std::string> requested) const {
+  std::string via = "requested backend";
+  if (!requested) {
+    if (auto lever = lever_raw("METRALE_BACKEND"); lever && !lever->empty()) {
+      requested = *lever;
+      via = "METRALE_BACKEND=" + *lever;
+    }
+  }
+  auto summary = [&] {
+    std::string out;
+    for (const auto& entry : entries_) {
+      std::string name = entry.backend.empty() ? entry.manifest_path.filename().string() : entry.backend;
+      out += (out.empty() ? "" : ", ") + name + " (" + entry_state_name(entry.state) + ")";
+    }
+    return out.empty() ? std::string("none found") : out;
+  };
+  if (requested) {
+    if (auto backend = find(*requested)) return backend;
+    std::string why = "no manifest names it";
+    for (const auto& entry : entries_) {
+      if (entry.backend != *requested || entry.state == EntryState::shadowed) continue;
+      why = std::string(entry_state_name(entry.state)) + ": " + entry.reason;
+      break;
+    }
+    throw Refusal(via + ": backend '" + *requested + "' cannot be used (" + why + "). Backends: " + summary());
+  }
+  std::shared_ptr<Backend> best;
+  int best_priority = 0;
+  for (const auto& entry : entries_) {
+    if (entry.state != EntryState::loaded) continue;
+    if (!best || entry.priority > best_priority) best = entry.instance, best_priority = entry.priority;
+  }
+  if (!best) throw Error(Status::unavailable, "no backend could be loaded. Backends: " + summary());
+  return best;
+}
+
+}  // namespace metrale

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// One test plugin source, built into several shared modules that each misbehave in exactly one
+// way (as the Vulkan loader's test drivers do). Compile-time FAULT_* macros pick the fault; with
+// none it is a well-behaved backend whose kernel set is whatever its manifest lists (like a JIT
+// backend), so tests shape backends by writing manifests.
+//
+// Kernels: "test/fill" (out: ptr, n: u32, value: f32) fills n floats, really, block by block;
+// every other listed kernel resolves and launching it only counts the launch.
+#include <metrale/plugin_abi.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifndef FAULT_BACKEND_NAME
+#define FAULT_BACKEND_NAME "fault"
+#endif
+
+struct metrale_backend {
+  std::vector<std::string> modules, names;              // storage for descriptors
+  std::vector<std::vector<metrale_param_type>> params;  // per kernel
+  std::vector<metrale_kernel_desc> descs;
+  std::map<uint64_t, void*> allocations;
+  uint64_t next_stream = 1;
+  std::string target = "test-target";
+  std::string last_error;
+  uint64_t launches = 0;
+  std::mutex mutex;
+};
+
+namespace {
+
+[[maybe_unused]] void set_error(char* error, size_t size, const std::string& message) {
+  if (error && size) std::snprintf(error, size, "%s", message.c_str());
+}
+
+metrale_status fail(metrale_backend* b, metrale_status status, const std::string& message) {
+  b->last_error = message;
+  return status;
+}
+
+[[maybe_unused]] metrale_param_type type_of(const std::string& name) {
+  static const std::map<std::string, metrale_param_type> kTypes{
+      {"ptr", METRALE_PARAM_PTR}, {"u32", METRALE_PARAM_U32}, {"i32", METRALE_PARAM_I32}, {"u64", METRALE_PARAM_U64},
+      {"i64", METRALE_PARAM_I64}, {"f32", METRALE_PARAM_F32}, {"f64", METRALE_PARAM_F64}};
+  return kTypes.at(name);
+}
+
+metrale_status describe(metrale_plugin_info* out) {
+  out->backend_name = FAULT_BACKEND_NAME;
+  out->version = "test-1";
+  out->description = "test plugin built from tests/abi/fault_plugin.cpp";
+  return METRALE_STATUS_OK;
+}
+
+metrale_status device_count(uint32_t* count, char*, size_t) {
+  *count = 1;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status create(const metrale_backend_create_info* info, metrale_backend** out, char* error, size_t size) {
+#if defined(FAULT_CREATE_FAILS)
+  (void)info, (void)out;
+  set_error(error, size, "fault plugin: create() fails on purpose (FAULT_CREATE_FAILS)");
+  return METRALE_STATUS_INTERNAL;
+#elif defined(FAULT_CREATE_THROWS)
+  (void)info, (void)out, (void)error, (void)size;
+  throw std::runtime_error("fault plugin: create() throws on purpose");
+#elif defined(FAULT_UNAVAILABLE)
+  (void)info, (void)out;
+  set_error(error, size, "fault plugin: no device of this kind here (FAULT_UNAVAILABLE)");
+  return METRALE_STATUS_UNAVAILABLE;
+#else
+  try {
+    auto backend = std::make_unique<metrale_backend>();
+    auto manifest = nlohmann::json::parse(info->manifest_json ? info->manifest_json : "{}");
+    for (uint32_t i = 0; i < info->option_count; ++i)
+      if (std::strcmp(info->options[i].key, "target") == 0) backend->target = info->options[i].value;
+    if (manifest.contains("targets") && !manifest["targets"].empty()) backend->target = manifest["targets"][0];
+    for (const auto& module : manifest.value("modules", nlohmann::json::array())) {
+      const auto& kernels = module["kernels"];
+      for (size_t k = 0; k < kernels.size(); ++k) {
+#if defined(FAULT_LISTED_NOT_PROVIDED)
+        // Leave out the last kernel of every module: the manifest promises more than we have.
+        if (k + 1 == kernels.size()) continue;
+#endif
+        backend->modules.push_back(module["name"]);
+        backend->names.push_back(kernels[k]["name"]);
+        std::vector<metrale_param_type> types;
+        for (const auto& p : kernels[k]["params"]) types.push_back(type_of(p["type"]));
+        backend->params.push_back(types);
+      }
+    }
+#if defined(FAULT_EXTRA_KERNEL)
+    backend->modules.push_back("extra");
+    backend->names.push_back("unlisted_kernel");
+    backend->params.push_back({METRALE_PARAM_PTR});
+#endif
+    for (size_t i = 0; i < backend->names.size(); ++i)
+      backend->descs.push_back({backend->modules[i].c_str(), backend->names[i].c_str(), backend->params[i].data(),
+                                static_cast<uint32_t>(backend->params[i].size())});
+    *out = backend.release();
+    return METRALE_STATUS_OK;
+  } catch (const std::exception& e) {
+    set_error(error, size, std::string("fault plugin: ") + e.what());
+    return METRALE_STATUS_INVALID_ARGUMENT;
+  }
+#endif
+}
+
+void destroy(metrale_backend* b) {
+  if (!b) return;
+  for (auto& [address, block] : b->allocations) std::free(block);
+  delete b;
+}
+
+const char* last_error(metrale_backend* b) { return b ? b->last_error.c_str() : ""; }
+
+metrale_status device_info(metrale_backend* b, metrale_device_info* out) {
+  out->name = "fault test device";
+  out->target = b->target.c_str();
+  out->memory_bytes = 0;
+  out->compute_units = 1;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status list_kernels(metrale_backend* b, const metrale_kernel_desc** kernels, size_t* count) {
+  *kernels = b->descs.data();
+  *count = b->descs.size();
+  return METRALE_STATUS_OK;
+}
+
+metrale_status get_kernel(metrale_backend* b, const char* module, const char* name, uint64_t* handle) {
+  for (size_t i = 0; i < b->descs.size(); ++i) {
+    if (b->modules[i] == module && b->names[i] == name) {
+      *handle = i + 1;
+      return METRALE_STATUS_OK;
+    }
+  }
+  return fail(b, METRALE_STATUS_NOT_FOUND, std::string("fault plugin has no kernel ") + module + "/" + name);
+}
+
+metrale_status mem_alloc(metrale_backend* b, size_t bytes, uint64_t* ptr) {
+  void* block = std::calloc(1, bytes ? bytes : 1);
+  if (!block) return fail(b, METRALE_STATUS_OUT_OF_MEMORY, "calloc failed");
+  std::lock_guard lock(b->mutex);
+  *ptr = reinterpret_cast<uint64_t>(block);
+  b->allocations[*ptr] = block;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status mem_free(metrale_backend* b, uint64_t ptr) {
+  std::lock_guard lock(b->mutex);
+  auto it = b->allocations.find(ptr);
+  if (it == b->allocations.end()) return fail(b, METRALE_STATUS_NOT_FOUND, "mem_free of an unknown pointer");
+  std::free(it->second);
+  b->allocations.erase(it);
+  return METRALE_STATUS_OK;
+}
+
+metrale_status copy_to_device(metrale_backend*, uint64_t dst, const void* src, size_t bytes, uint64_t) {
+  std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  return METRALE_STATUS_OK;
+}
+metrale_status copy_to_host(metrale_backend*, void* dst, uint64_t src, size_t bytes, uint64_t) {
+  std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  return METRALE_STATUS_OK;
+}
+metrale_status copy_device(metrale_backend*, uint64_t dst, uint64_t src, size_t bytes, uint64_t) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return METRALE_STATUS_OK;
+}
+metrale_status memset_device(metrale_backend*, uint64_t dst, uint8_t value, size_t bytes, uint64_t) {
+  std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  return METRALE_STATUS_OK;
+}
+metrale_status stream_create(metrale_backend* b, uint64_t* stream) {
+  *stream = b->next_stream++;
+  return METRALE_STATUS_OK;
+}
+metrale_status stream_destroy(metrale_backend*, uint64_t) { return METRALE_STATUS_OK; }
+metrale_status stream_synchronize(metrale_backend*, uint64_t) { return METRALE_STATUS_OK; }
+
+metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_config* config, void* const* args,
+                      size_t arg_count) {
+  if (kernel == 0 || kernel > b->descs.size()) return fail(b, METRALE_STATUS_NOT_FOUND, "unknown kernel handle");
+  size_t index = kernel - 1;
+  if (arg_count != b->params[index].size()) return fail(b, METRALE_STATUS_INVALID_ARGUMENT, "wrong argument count");
+  ++b->launches;
+  if (b->modules[index] == "test" && b->names[index] == "fill") {
+    auto* out = reinterpret_cast<float*>(*static_cast<const uint64_t*>(args[0]));
+    uint32_t n = *static_cast<const uint32_t*>(args[1]);
+    float value = *static_cast<const float*>(args[2]);
+    // One block covers block[0] elements, as a GPU launch would.
+    for (uint32_t block = 0; block < config->grid[0]; ++block)
+      for (uint32_t t = 0; t < config->block[0]; ++t)
+        if (uint64_t i = uint64_t{block} * config->block[0] + t; i < n) out[i] = value;
+  }
+  return METRALE_STATUS_OK;
+}
+
+const metrale_plugin_table kTable = {
+    sizeof(metrale_plugin_table),
+#if defined(FAULT_TABLE_VERSION_LIES)
+    2,
+#else
+    1,
+#endif
+    describe, device_count, create, destroy, last_error, device_info, list_kernels, get_kernel,
+    mem_alloc, mem_free, copy_to_device, copy_to_host, copy_device, memset_device,
+    stream_create, stream_destroy, stream_synchronize, launch,
+};
+
+}  // namespace
+
+#if !defined(FAULT_NO_ENTRY)
+extern "C" METRALE_PLUGIN_EXPORT metrale_status metrale_plugin_entry(uint32_t runtime_min, uint32_t runtime_max,
+                                                                     uint32_t* chosen,
+                                                                     const metrale_plugin_table** table) {
+#if defined(FAULT_ABI_TOO_NEW)
+  (void)runtime_min, (void)runtime_max, (void)table;
+  *chosen = 99;  // speaks only a future ABI
+  return METRALE_STATUS_INCOMPATIBLE;
+#elif defined(FAULT_ABI_TOO_OLD)
+  (void)runtime_min, (void)runtime_max, (void)table;
+  *chosen = 0;  // speaks only a pre-release ABI
+  return METRALE_STATUS_INCOMPATIBLE;
+#elif defined(FAULT_NULL_TABLE)
+  (void)runtime_min, (void)runtime_max;
+  *chosen = 1;
+  *table = nullptr;
+  return METRALE_STATUS_OK;
+#else
+  if (runtime_min > 1 || runtime_max < 1) {
+    *chosen = 1;
+    return METRALE_STATUS_INCOMPATIBLE;
+  }
+  *chosen = 1;
+  *table = &kTable;
+  return METRALE_STATUS_OK;
+#endif
+}
+#else
+// Exports something else, so the library loads but has no entry point.
+extern "C" METRALE_PLUGIN_EXPORT int metrale_plugin_entry_misspelt() { return 0; }
+#endif

@@ -1,0 +1,930 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Manifest parsing and strict validation. The rules are documented in docs/manifest.md and
+// mirrored by manifests/manifest.schema.json (tests/manifest checks that both agree).
+#include <metrale/manifest.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace metrale {
+namespace {
+
+namespace fs = std::filesystem;
+// ordered_json keeps members in document order, so problems come out in the order of the file.
+using Json = nlohmann::ordered_json;
+
+// Reading stops here: a manifest is a few kilobytes, and a cap keeps a wrong path (a device,
+// a huge file) from eating memory.
+constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Small text helpers
+
+// RFC 6901: '~' becomes "~0" and '/' becomes "~1" inside a reference token.
+std::string pointer_token(std::string_view key) {
+  std::string out;
+  out.reserve(key.size());
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string child(const std::string& pointer, std::string_view key) {
+  return pointer + "/" + pointer_token(key);
+}
+
+std::string child(const std::string& pointer, std::size_t index) {
+  return pointer + "/" + std::to_string(index);
+}
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one (overlongs and
+// surrogates included), so messages never carry bytes that break a later JSON dump.
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) {
+    return 1;
+  }
+  std::size_t len = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) {
+    return 0;
+  }
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    const unsigned char min = k == 1 ? lo : 0x80;
+    const unsigned char max = k == 1 ? hi : 0xBF;
+    if (b < min || b > max) {
+      return 0;
+    }
+  }
+  return len;
+}
+
+// Keeps valid UTF-8, replaces invalid bytes with '?'.
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t len = utf8_sequence_length(s, i);
+    if (len == 0) {
+      out += '?';
+      ++i;
+    } else {
+      out.append(s.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
+}
+
+// A string as JSON would spell it, so hidden characters (a trailing newline) show up.
+std::string quote(std::string_view s) {
+  return Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Shortens long found-values in messages, cutting only between UTF-8 sequences.
+std::string quote_short(std::string_view s) {
+  constexpr std::size_t kMax = 60;
+  if (s.size() <= kMax) {
+    return quote(s);
+  }
+  std::size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  return quote(s.substr(0, cut)) + "...";
+}
+
+// "found <this>" in messages.
+std::string describe(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return v.get<bool>() ? "boolean true" : "boolean false";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return "number " + v.dump();
+    case Json::value_t::string: {
+      const auto& s = v.get_ref<const std::string&>();
+      return s.empty() ? std::string("an empty string") : "string " + quote_short(s);
+    }
+    case Json::value_t::array:
+      return v.empty() ? std::string("an empty array") : std::string("an array");
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::binary:
+    case Json::value_t::discarded:
+      break;
+  }
+  return "an unexpected value";
+}
+
+// Damerau-Levenshtein (optimal string alignment): a swapped pair of letters is one edit, the
+// most common typo in key names.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lexical rules shared with the JSON Schema (keep the two in step).
+
+bool is_identifier(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (s.empty() || !alpha(s.front())) {
+    return false;
+  }
+  return std::all_of(s.begin() + 1, s.end(), [&](char c) { return alpha(c) || digit(c); });
+}
+
+bool is_backend_name(std::string_view s) {
+  if (s.empty() || s.size() > 32 || !(s.front() >= 'a' && s.front() <= 'z')) {
+    return false;
+  }
+  return std::all_of(s.begin() + 1, s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+bool is_checksum(std::string_view s) {
+  constexpr std::string_view prefix = "xxh3-64:";
+  if (s.size() != prefix.size() + 16 || s.substr(0, prefix.size()) != prefix) {
+    return false;
+  }
+  return std::all_of(s.begin() + static_cast<std::ptrdiff_t>(prefix.size()), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Any '/'-separated component equal to "..": checked on the text, exactly as the schema's
+// pattern does, so "a..b" and "..a" are fine.
+bool has_dotdot_component(std::string_view s) {
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t end = s.find('/', start);
+    if (end == std::string_view::npos) end = s.size();
+    if (s.substr(start, end - start) == "..") {
+      return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
+bool is_absolute_text(std::string_view s) { return !s.empty() && s.front() == '/'; }
+
+// "MAJOR.MINOR", decimal, no sign and no leading zeros.
+struct FormatVersion {
+  std::string_view major_text;
+  unsigned long long major = 0;
+  bool major_overflow = false;
+  int minor = 0;
+};
+
+bool is_version_number(std::string_view s) {
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  return s.size() == 1 || s.front() != '0';
+}
+
+std::optional<FormatVersion> parse_format_version(std::string_view s) {
+  const std::size_t dot = s.find('.');
+  if (dot == std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string_view major = s.substr(0, dot);
+  const std::string_view minor = s.substr(dot + 1);
+  if (!is_version_number(major) || !is_version_number(minor)) {
+    return std::nullopt;
+  }
+  FormatVersion v;
+  v.major_text = major;
+  v.major_overflow =
+      std::from_chars(major.data(), major.data() + major.size(), v.major).ec != std::errc{};
+  unsigned long long minor_value = 0;
+  const bool minor_overflow =
+      std::from_chars(minor.data(), minor.data() + minor.size(), minor_value).ec != std::errc{};
+  // A minor too large for int is still "newer than 0": clamp instead of failing.
+  v.minor = (minor_overflow || minor_value > static_cast<unsigned long long>(INT_MAX))
+                ? INT_MAX
+                : static_cast<int>(minor_value);
+  return v;
+}
+
+// JSON numbers are mathematical values: 3.0 and 3e0 are the integer 3 (as in JSON Schema).
+enum class IntegerKind { not_integer, integer };
+struct IntegerValue {
+  IntegerKind kind = IntegerKind::not_integer;
+  bool fits = false;   // within long long
+  long long value = 0;
+};
+
+IntegerValue integer_value(const Json& v) {
+  IntegerValue out;
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    out = {IntegerKind::integer, true, v.get<long long>()};
+  } else if (v.is_number_unsigned()) {
+    const auto u = v.get<unsigned long long>();
+    out.kind = IntegerKind::integer;
+    out.fits = u <= static_cast<unsigned long long>(LLONG_MAX);
+    out.value = out.fits ? static_cast<long long>(u) : 0;
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::trunc(d) == d) {
+      out.kind = IntegerKind::integer;
+      // 2^63 is exactly representable; everything below it converts without overflow.
+      out.fits = d >= -9223372036854775808.0 && d < 9223372036854775808.0;
+      out.value = out.fits ? static_cast<long long>(d) : 0;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing: a DOM builder that also reports duplicate keys (nlohmann would silently keep the
+// last, and so would most parsers: a duplicated key is almost always an editing mistake).
+
+struct ParseError {
+  std::size_t byte = 0;  // nlohmann's 1-based position of the offending character
+  std::string message;
+};
+
+class DomBuilder {
+ public:
+  explicit DomBuilder(std::vector<std::pair<std::string, std::string>>& duplicates)
+      : duplicates_(duplicates) {}
+
+  bool null() { return place(Json(nullptr)) != nullptr; }
+  bool boolean(bool v) { return place(Json(v)) != nullptr; }
+  bool number_integer(Json::number_integer_t v) { return place(Json(v)) != nullptr; }
+  bool number_unsigned(Json::number_unsigned_t v) { return place(Json(v)) != nullptr; }
+  bool number_float(Json::number_float_t v, const Json::string_t& /*text*/) {
+    return place(Json(v)) != nullptr;
+  }
+  bool string(Json::string_t& v) { return place(Json(std::move(v))) != nullptr; }
+  bool binary(Json::binary_t& v) { return place(Json::binary(std::move(v))) != nullptr; }
+
+  bool start_object(std::size_t /*elements*/) {
+    frames_.push_back(Frame{place(Json::object()), {}, {}});
+    return true;
+  }
+  bool key(Json::string_t& k) {
+    Frame& top = frames_.back();
+    if (!top.keys.insert(k).second) {
+      duplicates_.emplace_back(child(container_pointer(), k), k);
+    }
+    top.key = k;
+    return true;
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) {
+    frames_.push_back(Frame{place(Json::array()), {}, {}});
+    return true;
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const Json::exception& ex) {
+    error_ = ParseError{position, ex.what()};
+    return false;
+  }
+
+  Json& root() { return root_; }
+  const std::optional<ParseError>& error() const { return error_; }
+
+ private:
+  struct Frame {
+    Json* container;
+    std::string key;                      // member being filled (objects)
+    std::unordered_set<std::string> keys; // members seen so far (objects)
+  };
+
+  // Puts a finished or newly opened value where it belongs. Pointers to open containers stay
+  // valid: only the innermost open container ever grows.
+  Json* place(Json&& v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Frame& top = frames_.back();
+    if (top.container->is_object()) {
+      Json& slot = (*top.container)[top.key];
+      slot = std::move(v);
+      return &slot;
+    }
+    top.container->push_back(std::move(v));
+    return &top.container->back();
+  }
+
+  // JSON pointer of the innermost open container.
+  std::string container_pointer() const {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      out = f.container->is_object() ? child(out, f.key) : child(out, f.container->size() - 1);
+    }
+    return out;
+  }
+
+  Json root_;
+  std::vector<Frame> frames_;
+  std::optional<ParseError> error_;
+  std::vector<std::pair<std::string, std::string>>& duplicates_;
+};
+
+// "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." ->
+// "syntax error ...": the position is computed by us, from the text itself.
+std::string parser_reason(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    const std::size_t close = what.find("] ");
+    if (close != std::string_view::npos) what.remove_prefix(close + 2);
+  }
+  if (what.starts_with("parse error")) {
+    const std::size_t colon = what.find(": ");
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  }
+  return sanitize_utf8(what);
+}
+
+// Line and column (both 1-based; the column counts UTF-8 characters) of a byte offset.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t offset) {
+  offset = std::min(offset, text.size());
+  std::size_t line = 1;
+  std::size_t column = 1;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+struct KeySpec {
+  std::string_view name;
+  bool required;
+  std::string_view expected;  // for "missing required key" messages
+};
+
+constexpr std::array kRootKeys{
+    KeySpec{"format_version", true, "a version string \"MAJOR.MINOR\" such as \"1.0\""},
+    KeySpec{"backend", true, "a backend name string such as \"cpu\""},
+    KeySpec{"library", true, "a library path string"},
+    KeySpec{"abi_version", true, "an integer from 1 to 4294967295"},
+    KeySpec{"priority", true, "an integer from -1000 to 1000"},
+    KeySpec{"description", false, "a string"},
+    KeySpec{"library_checksum", false, "a string \"xxh3-64:<16 hex digits>\""},
+    KeySpec{"targets", false, "an array of strings"},
+    KeySpec{"modules", true, "an array of module objects (may be empty)"},
+};
+constexpr std::array kModuleKeys{
+    KeySpec{"name", true, "an identifier string"},
+    KeySpec{"source", false, "a relative file name"},
+    KeySpec{"kernels", true, "an array of kernel objects"},
+};
+constexpr std::array kKernelKeys{
+    KeySpec{"name", true, "an identifier string"},
+    KeySpec{"params", true, "an array of parameter objects"},
+    KeySpec{"min_target", false, "a non-empty string"},
+    KeySpec{"cpu_features", false, "an array of non-empty strings"},
+    KeySpec{"weight_layout", false, "a non-empty string"},
+};
+constexpr std::array kParamKeys{
+    KeySpec{"name", true, "an identifier string"},
+    KeySpec{"type", true, "one of ptr, u32, i32, u64, i64, f32, f64"},
+};
+
+constexpr std::string_view kIdentifierRule = "an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+
+struct ParamTypeName {
+  std::string_view name;
+  metrale_param_type type;
+};
+constexpr std::array kParamTypes{
+    ParamTypeName{"ptr", METRALE_PARAM_PTR}, ParamTypeName{"u32", METRALE_PARAM_U32},
+    ParamTypeName{"i32", METRALE_PARAM_I32}, ParamTypeName{"u64", METRALE_PARAM_U64},
+    ParamTypeName{"i64", METRALE_PARAM_I64}, ParamTypeName{"f32", METRALE_PARAM_F32},
+    ParamTypeName{"f64", METRALE_PARAM_F64},
+};
+
+class Validator {
+ public:
+  Validator(fs::path file, fs::path manifest_dir, bool strict)
+      : file_(std::move(file)), manifest_dir_(std::move(manifest_dir)), strict_(strict) {}
+
+  std::vector<ManifestProblem>& problems() { return problems_; }
+
+  void problem(std::string pointer, std::string message) {
+    problems_.push_back(ManifestProblem{file_, std::move(pointer), std::move(message)});
+  }
+
+  void expected(const std::string& pointer, std::string_view what, const Json& found) {
+    problem(pointer, "expected " + std::string(what) + ", found " + describe(found));
+  }
+
+  // Walks an object's members in document order: known keys go to on_member, unknown keys are
+  // problems under strict rules, and missing required keys are reported last.
+  template <std::size_t N, class OnMember>
+  bool walk_object(const Json& v, const std::string& pointer, std::string_view what,
+                   const std::array<KeySpec, N>& keys, OnMember&& on_member) {
+    if (!v.is_object()) {
+      expected(pointer, what, v);
+      return false;
+    }
+    std::array<bool, N> seen{};
+    for (const auto& [key, value] : v.items()) {
+      const auto it = std::find_if(keys.begin(), keys.end(),
+                                   [&](const KeySpec& k) { return k.name == key; });
+      if (it == keys.end()) {
+        if (strict_) unknown_key(child(pointer, key), key, keys);
+        continue;
+      }
+      seen[static_cast<std::size_t>(it - keys.begin())] = true;
+      on_member(it->name, value, child(pointer, key));
+    }
+    for (std::size_t i = 0; i < N; ++i) {
+      if (keys[i].required && !seen[i]) {
+        problem(pointer, "missing required key \"" + std::string(keys[i].name) + "\" (expected " +
+                             std::string(keys[i].expected) + ")");
+      }
+    }
+    return true;
+  }
+
+  template <std::size_t N>
+  void unknown_key(const std::string& pointer, const std::string& key,
+                   const std::array<KeySpec, N>& keys) {
+    std::string message = "unknown key " + quote_short(key) +
+                          " (format 1.0 allows no unknown keys; ";
+    std::string_view nearest;
+    std::size_t best = SIZE_MAX;
+    for (const KeySpec& k : keys) {
+      const std::size_t d = edit_distance(key, k.name);
+      if (d < best) {
+        best = d;
+        nearest = k.name;
+      }
+    }
+    // Close enough to be a typo: name it; otherwise list what is allowed here.
+    if (best <= std::max<std::size_t>(2, nearest.size() / 3)) {
+      message += "did you mean \"" + std::string(nearest) + "\"?)";
+    } else {
+      message += "known keys here: ";
+      for (std::size_t i = 0; i < N; ++i) {
+        message += (i ? ", " : "") + std::string(keys[i].name);
+      }
+      message += ")";
+    }
+    problem(pointer, std::move(message));
+  }
+
+  std::optional<std::string> string_value(const Json& v, const std::string& pointer,
+                                          std::string_view what, bool non_empty) {
+    if (!v.is_string() || (non_empty && v.get_ref<const std::string&>().empty())) {
+      expected(pointer, what, v);
+      return std::nullopt;
+    }
+    return v.get<std::string>();
+  }
+
+  std::optional<std::string> identifier(const Json& v, const std::string& pointer) {
+    if (!v.is_string() || !is_identifier(v.get_ref<const std::string&>())) {
+      expected(pointer, kIdentifierRule, v);
+      return std::nullopt;
+    }
+    return v.get<std::string>();
+  }
+
+  std::optional<long long> integer_in(const Json& v, const std::string& pointer, long long min,
+                                      long long max, std::string_view what) {
+    const IntegerValue iv = integer_value(v);
+    if (iv.kind != IntegerKind::integer) {
+      expected(pointer, "an integer", v);
+      return std::nullopt;
+    }
+    if (!iv.fits || iv.value < min || iv.value > max) {
+      expected(pointer, what, v);
+      return std::nullopt;
+    }
+    return iv.value;
+  }
+
+  std::vector<std::string> string_array(const Json& v, const std::string& pointer) {
+    std::vector<std::string> out;
+    if (!v.is_array()) {
+      expected(pointer, "an array of strings", v);
+      return out;
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (auto s = string_value(v[i], child(pointer, i), "a non-empty string", true)) {
+        out.push_back(std::move(*s));
+      }
+    }
+    return out;
+  }
+
+  void root(const Json& doc, Manifest& m) {
+    walk_object(doc, "", "a JSON object (the manifest)", kRootKeys,
+                [&](std::string_view key, const Json& v, const std::string& p) {
+                  if (key == "format_version") {
+                    // Shape checked by the caller before strictness was decided.
+                  } else if (key == "backend") {
+                    if (!v.is_string() || !is_backend_name(v.get_ref<const std::string&>())) {
+                      expected(p,
+                               "a backend name: a lowercase letter, then up to 31 of a-z 0-9 _ -",
+                               v);
+                    } else {
+                      m.backend = v.get<std::string>();
+                    }
+                  } else if (key == "library") {
+                    library(v, p, m);
+                  } else if (key == "abi_version") {
+                    if (auto n = integer_in(v, p, 1, UINT32_MAX, "an integer from 1 to 4294967295")) {
+                      m.abi_version = static_cast<uint32_t>(*n);
+                    }
+                  } else if (key == "priority") {
+                    if (auto n = integer_in(v, p, -1000, 1000, "an integer from -1000 to 1000")) {
+                      m.priority = static_cast<int>(*n);
+                    }
+                  } else if (key == "description") {
+                    if (auto s = string_value(v, p, "a string", false)) m.description = *s;
+                  } else if (key == "library_checksum") {
+                    if (!v.is_string() || !is_checksum(v.get_ref<const std::string&>())) {
+                      expected(p, "\"xxh3-64:\" followed by 16 lowercase hex digits", v);
+                    } else {
+                      m.library_checksum = v.get<std::string>();
+                    }
+                  } else if (key == "targets") {
+                    string_array(v, p);  // informational: validated, not kept
+                  } else if (key == "modules") {
+                    modules(v, p, m);
+                  }
+                });
+  }
+
+  void library(const Json& v, const std::string& p, Manifest& m) {
+    auto s = string_value(v, p, "a non-empty library path string", true);
+    if (!s) return;
+    if (!is_absolute_text(*s) && has_dotdot_component(*s)) {
+      problem(p, "expected a library path inside the manifest's directory (a relative path may "
+                 "not contain \"..\"), found " +
+                     describe(v));
+      return;
+    }
+    const fs::path lib(*s);
+    m.library = (lib.is_absolute() ? lib : manifest_dir_ / lib).lexically_normal();
+  }
+
+  void modules(const Json& v, const std::string& p, Manifest& m) {
+    if (!v.is_array()) {
+      expected(p, "an array of module objects", v);
+      return;
+    }
+    std::unordered_map<std::string, std::size_t> first;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string mp = child(p, i);
+      ManifestModule mod;
+      walk_object(v[i], mp, "an object (a module)", kModuleKeys,
+                  [&](std::string_view key, const Json& mv, const std::string& kp) {
+                    if (key == "name") {
+                      if (auto name = identifier(mv, kp)) {
+                        if (auto [it, fresh] = first.emplace(*name, i); !fresh) {
+                          problem(kp, "duplicate module name " + quote(*name) +
+                                          " (first used at " + child(p, it->second) + ")");
+                        }
+                        mod.name = std::move(*name);
+                      }
+                    } else if (key == "source") {
+                      source(mv, kp, mod);
+                    } else if (key == "kernels") {
+                      kernels(mv, kp, mod);
+                    }
+                  });
+      m.modules.push_back(std::move(mod));
+    }
+  }
+
+  void source(const Json& v, const std::string& p, ManifestModule& mod) {
+    auto s = string_value(v, p, "a non-empty source file name", true);
+    if (!s) return;
+    if (is_absolute_text(*s) || has_dotdot_component(*s)) {
+      expected(p, "a source file name relative to a kernel source directory (not absolute, no "
+                  "\"..\")",
+               v);
+      return;
+    }
+    mod.source = std::move(*s);
+  }
+
+  void kernels(const Json& v, const std::string& p, ManifestModule& mod) {
+    if (!v.is_array()) {
+      expected(p, "an array of kernel objects", v);
+      return;
+    }
+    std::unordered_map<std::string, std::size_t> first;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string kp = child(p, i);
+      ManifestKernel kernel;
+      walk_object(v[i], kp, "an object (a kernel)", kKernelKeys,
+                  [&](std::string_view key, const Json& kv, const std::string& fp) {
+                    if (key == "name") {
+                      if (auto name = identifier(kv, fp)) {
+                        if (auto [it, fresh] = first.emplace(*name, i); !fresh) {
+                          problem(fp, "duplicate kernel name " + quote(*name) +
+                                          " in this module (first used at " +
+                                          child(p, it->second) + ")");
+                        }
+                        kernel.name = std::move(*name);
+                      }
+                    } else if (key == "params") {
+                      params(kv, fp, kernel);
+                    } else if (key == "min_target") {
+                      kernel.min_target = string_value(kv, fp, "a non-empty string", true);
+                    } else if (key == "cpu_features") {
+                      kernel.cpu_features = string_array(kv, fp);
+                    } else if (key == "weight_layout") {
+                      kernel.weight_layout = string_value(kv, fp, "a non-empty string", true);
+                    }
+                  });
+      mod.kernels.push_back(std::move(kernel));
+    }
+  }
+
+  void params(const Json& v, const std::string& p, ManifestKernel& kernel) {
+    if (!v.is_array()) {
+      expected(p, "an array of parameter objects", v);
+      return;
+    }
+    std::unordered_map<std::string, std::size_t> first;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string pp = child(p, i);
+      KernelParam param{{}, METRALE_PARAM_PTR};
+      walk_object(v[i], pp, "an object (a parameter: name and type)", kParamKeys,
+                  [&](std::string_view key, const Json& pv, const std::string& fp) {
+                    if (key == "name") {
+                      if (auto name = identifier(pv, fp)) {
+                        if (auto [it, fresh] = first.emplace(*name, i); !fresh) {
+                          problem(fp, "duplicate parameter name " + quote(*name) +
+                                          " in this kernel (first used at " +
+                                          child(p, it->second) + ")");
+                        }
+                        param.name = std::move(*name);
+                      }
+                    } else if (key == "type") {
+                      std::optional<metrale_param_type> t;
+                      if (pv.is_string()) t = param_type_from_name(pv.get_ref<const std::string&>());
+                      if (!t) {
+                        expected(fp, "one of ptr, u32, i32, u64, i64, f32, f64", pv);
+                      } else {
+                        param.type = *t;
+                      }
+                    }
+                  });
+      kernel.params.push_back(std::move(param));
+    }
+  }
+
+ private:
+  fs::path file_;
+  fs::path manifest_dir_;
+  bool strict_;
+  std::vector<ManifestProblem> problems_;
+};
+
+fs::path absolute_normal(const fs::path& file) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(file, ec);
+  return (ec ? file : abs).lexically_normal();
+}
+
+ManifestResult one_problem(const fs::path& file, std::string message) {
+  ManifestResult r;
+  r.problems.push_back(ManifestProblem{file, "", std::move(message)});
+  return r;
+}
+
+ManifestResult parse_and_validate(const fs::path& file, const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> duplicates;
+  DomBuilder builder(duplicates);
+  const bool blank = std::all_of(text.begin(), text.end(), [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+  });
+  if (blank) {
+    return one_problem(file, "malformed JSON: the file is empty; expected a JSON object");
+  }
+  if (!Json::sax_parse(text, &builder) || builder.error()) {
+    const ParseError err = builder.error().value_or(ParseError{0, "unknown parser failure"});
+    const auto [line, column] = line_column(text, err.byte == 0 ? 0 : err.byte - 1);
+    return one_problem(file, "malformed JSON at line " + std::to_string(line) + ", column " +
+                                 std::to_string(column) + " (byte " + std::to_string(err.byte) +
+                                 "): " + parser_reason(err.message));
+  }
+  const Json& doc = builder.root();
+
+  // The format version decides everything else: another major is skipped untouched, a newer
+  // minor relaxes unknown keys. A missing or malformed one is validated strictly (so a typo in
+  // its own name gets a suggestion).
+  bool strict = true;
+  std::optional<FormatVersion> version;
+  std::vector<ManifestProblem> version_problems;
+  if (doc.is_object() && doc.contains("format_version")) {
+    const Json& fv = doc["format_version"];
+    if (fv.is_string()) version = parse_format_version(fv.get_ref<const std::string&>());
+    if (!version) {
+      version_problems.push_back(ManifestProblem{
+          file, "/format_version",
+          "expected a version string \"MAJOR.MINOR\" such as \"1.0\", found " + describe(fv)});
+    } else if (version->major_overflow ||
+               version->major != static_cast<unsigned long long>(kManifestFormatMajor)) {
+      ManifestResult r;
+      r.skipped_format = true;
+      r.problems.push_back(ManifestProblem{
+          file, "/format_version",
+          "format version " + quote(fv.get_ref<const std::string&>()) + " has major " +
+              std::string(version->major_text) + "; expected major " +
+              std::to_string(kManifestFormatMajor) + " (this runtime reads format " +
+              std::to_string(kManifestFormatMajor) + ".x): manifest skipped"});
+      return r;
+    } else {
+      strict = version->minor <= kManifestFormatMinor;
+    }
+  }
+
+  const fs::path abs = absolute_normal(file);
+  Validator validator(file, abs.parent_path(), strict);
+  auto& problems = validator.problems();
+  for (auto& [pointer, key] : duplicates) {
+    problems.push_back(ManifestProblem{
+        file, pointer, "duplicate key " + quote_short(key) + ": a key may appear once per object"});
+  }
+  problems.insert(problems.end(), version_problems.begin(), version_problems.end());
+
+  Manifest m;
+  validator.root(doc, m);
+
+  ManifestResult r;
+  // No problem implies a valid format_version (it is required), checked here all the same.
+  if (!problems.empty() || !version) {
+    r.problems = std::move(problems);
+    if (r.problems.empty()) {
+      r.problems.push_back(ManifestProblem{file, "", "format_version could not be read"});
+    }
+    return r;
+  }
+  m.path = abs;
+  m.text = text;
+  m.format_major = static_cast<int>(version->major);
+  m.format_minor = version->minor;
+  r.manifest = std::move(m);
+  return r;
+}
+
+}  // namespace
+
+const ManifestKernel* Manifest::find_kernel(std::string_view module, std::string_view name) const {
+  for (const ManifestModule& mod : modules) {
+    if (mod.name != module) continue;
+    for (const ManifestKernel& k : mod.kernels) {
+      if (k.name == name) return &k;
+    }
+  }
+  return nullptr;
+}
+
+size_t Manifest::kernel_count() const {
+  size_t n = 0;
+  for (const ManifestModule& mod : modules) n += mod.kernels.size();
+  return n;
+}
+
+std::string ManifestProblem::to_string() const {
+  return file.string() + ": " + (pointer.empty() ? std::string("(document)") : pointer) + ": " +
+         message;
+}
+
+std::optional<metrale_param_type> param_type_from_name(std::string_view name) {
+  for (const ParamTypeName& p : kParamTypes) {
+    if (p.name == name) return p.type;
+  }
+  return std::nullopt;
+}
+
+const char* param_type_name(metrale_param_type type) {
+  for (const ParamTypeName& p : kParamTypes) {
+    if (p.type == type) return p.name.data();  // the literals are NUL-terminated
+  }
+  return "unknown";
+}
+
+ManifestResult parse_manifest(const std::filesystem::path& file, const std::string& text) {
+  // Never throws: an allocation failure or a library bug still comes back as a problem.
+  try {
+    return parse_and_validate(file, text);
+  } catch (const std::exception& e) {
+    return one_problem(file, std::string("internal error while reading the manifest: ") +
+                                 sanitize_utf8(e.what()));
+  } catch (...) {
+    return one_problem(file, "internal error while reading the manifest");
+  }
+}
+
+ManifestResult load_manifest(const std::filesystem::path& file) {
+  try {
+    std::error_code ec;
+    const fs::file_status st = fs::status(file, ec);
+    if (ec) {
+      return one_problem(file, "cannot read the manifest: " + ec.message());
+    }
+    if (fs::is_directory(st)) {
+      return one_problem(file, "cannot read the manifest: it is a directory, not a file");
+    }
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"),
+                                                      &std::fclose);
+    if (!f) {
+      return one_problem(file, "cannot read the manifest: " +
+                                   std::error_code(errno, std::generic_category()).message());
+    }
+    std::string text;
+    std::array<char, 65536> buf{};
+    for (;;) {
+      const std::size_t n = std::fread(buf.data(), 1, buf.size(), f.get());
+      text.append(buf.data(), n);
+      if (text.size() > kMaxManifestBytes) {
+        return one_problem(file, "cannot read the manifest: larger than " +
+                                     std::to_string(kMaxManifestBytes >> 20) + " MiB");
+      }
+      if (n < buf.size()) break;
+    }
+    if (std::ferror(f.get())) {
+      return one_problem(file, "cannot read the manifest: " +
+                                   std::error_code(errno, std::generic_category()).message());
+    }
+    return parse_manifest(file, text);
+  } catch (const std::exception& e) {
+    return one_problem(file, std::string("internal error while reading the manifest: ") +
+                                 sanitize_utf8(e.what()));
+  } catch (...) {
+    return one_problem(file, "internal error while reading the manifest");
+  }
+}
+
+}  // namespace metrale

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
                "Without a subcommand it runs the default job: `metrale run --check` on the small preset."};
   app.set_version_flag("--version", METRALE_VERSION);
   CliContext ctx;
+  // Set before the subcommands exist: they inherit it, so `metrale list --json` works too.
+  app.fallthrough();
   app.add_flag("--json", ctx.json, "Machine-readable JSON on stdout (logs stay on stderr)");
   register_list(app, ctx);
   register_kernels(app, ctx);

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The metrale binary, run as a user would: exit codes, messages, JSON alone on stdout.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace metrale::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs metrale with every METRALE_* lever of the caller's shell removed and `env` added.
+Result run(const std::string& args, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  TempDir dir;
+  std::string command = "env";
+  for (char** e = environ; *e; ++e) {
+    std::string_view var(*e);
+    if (var.starts_with("METRALE_")) command += " -u " + std::string(var.substr(0, var.find('=')));
+  }
+  for (const auto& [name, value] : env) command += " " + name + "=" + quote(value);
+  command += " " + quote(METRALE_EXE) + " " + args + " >" + quote((dir / "out").string()) + " 2>" +
+             quote((dir / "err").string()) + " </dev/null";
+  int status = std::system(command.c_str());
+  Result result;
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = slurp(dir / "out");
+  result.err = slurp(dir / "err");
+  return result;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("metrale list shows the CPU backend with its target and kernel count") {
+  auto r = run("list");
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "*cpu"));
+  CHECK(has(r.out, "loaded"));
+  CHECK(has(r.out, "cpu-x86_64-"));
+  CHECK(has(r.out, "usable"));
+  auto j = run("list --json");
+  REQUIRE(j.code == 0);
+  auto json = nlohmann::json::parse(j.out);  // JSON alone on stdout
+  REQUIRE(json.is_array());
+  auto cpu = std::find_if(json.begin(), json.end(), [](const auto& e) { return e["backend"] == "cpu"; });
+  REQUIRE(cpu != json.end());
+  CHECK((*cpu)["state"] == "loaded");
+  CHECK((*cpu)["selected"] == true);
+  CHECK((*cpu)["kernels"]["usable"].get<int>() > 0);
+  CHECK((*cpu)["target"].get<std::string>().starts_with("cpu-x86_64-"));
+}
+
+TEST_CASE("metrale audit: a row per lookup with its site, and the visible p3 fallback") {
+  auto r = run("audit");
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "layers/selectors.cpp") == false);  // the site is the caller, not the selector
+  CHECK(has(r.out, "runtime/cli/cmd_audit.cpp:"));
+  auto j = run("audit --json");
+  REQUIRE(j.code == 0);
+  auto json = nlohmann::json::parse(j.out);
+  auto rows = json["rows"];
+  REQUIRE(rows.size() >= 4);
+  // tgemm: p3 missing on CPU -> null, then the plain kernel resolved.
+  auto p3 = std::find_if(rows.begin(), rows.end(), [](const auto& row) { return row["kernel"] == "w4a16_gemm_t_p3"; });
+  REQUIRE(p3 != rows.end());
+  CHECK((*p3)["outcome"] == "null");
+  CHECK(has((*p3)["reason"].get<std::string>(), "not in manifest"));
+  auto plain = std::next(p3);
+  REQUIRE(plain != rows.end());
+  CHECK((*plain)["kernel"] == "w4a16_gemm_t");
+  CHECK((*plain)["outcome"] == "resolved");
+  CHECK(json["w4a16_k64_min_k"] == 6144);
+}
+
+TEST_CASE("levers steer the audit visibly") {
+  auto j = run("audit --json", {{"METRALE_NO_TGEMM_PIPELINE3", "0"}, {"METRALE_W4A16_K64_MIN_K", "4096"}});
+  REQUIRE(j.code == 0);
+  auto json = nlohmann::json::parse(j.out);
+  CHECK(json["w4a16_k64_min_k"] == 4096);
+  for (const auto& row : json["rows"]) CHECK(row["kernel"] != "w4a16_gemm_t_p3");
+  bool noted = false;
+  for (const auto& row : json["rows"])
+    noted = noted || (row["lever"].is_string() && row["lever"] == "METRALE_NO_TGEMM_PIPELINE3=0");
+  CHECK(noted);
+}
+
+TEST_CASE("refusals exit 3 with a message naming what was asked for") {
+  auto v2 = run("audit", {{"METRALE_W4A16_VARIANT", "v2"}});
+  CHECK(v2.code == 3);
+  CHECK(has(v2.err, "METRALE_W4A16_VARIANT=v2"));
+  CHECK(has(v2.err, "w4a16_gemm_t_m128_v2"));
+  CHECK(has(v2.err, "backend cpu"));
+  CHECK(has(v2.out, "refused"));  // the row is printed before the refusal
+
+  auto nosuch = run("audit", {{"METRALE_BACKEND", "nosuch"}});
+  CHECK(nosuch.code == 3);
+  CHECK(has(nosuch.err, "nosuch"));
+  CHECK(has(nosuch.err, "cpu (loaded)"));
+
+  auto bad = run("audit", {{"METRALE_W4A16_K64_MIN_K", "abc"}});
+  CHECK(bad.code == 3);
+  CHECK(has(bad.err, "METRALE_W4A16_K64_MIN_K=\"abc\""));
+}
+
+TEST_CASE("usage errors exit 2; unknown levers are warned about with the nearest name") {
+  CHECK(run("--no-such-flag").code == 2);
+  CHECK(run("no-such-command").code == 2);
+  auto r = run("levers", {{"METRALE_NO_K64_N46", "1"}});
+  CHECK(r.code == 0);
+  CHECK(has(r.err, "unknown lever METRALE_NO_K64_N46 (did you mean METRALE_NO_K64_N64?)"));
+  auto j = run("levers --json");
+  REQUIRE(j.code == 0);
+  auto json = nlohmann::json::parse(j.out);
+  CHECK(json["levers"].size() >= 18);
+}
+
+TEST_CASE("check-manifest: ok for the CPU manifest, one line per problem otherwise") {
+  TempDir dir;
+  auto bad = write_file(dir / "bad.json", R"({"format_version": "1.0", "backend": 7})");
+  auto r = run("check-manifest " + quote(CPU_MANIFEST) + " " + quote(bad.string()));
+  CHECK(r.code == 1);
+  CHECK(has(r.out, "cpu.json: ok"));
+  CHECK(has(r.out, "bad.json: /backend:"));
+  auto good = run("check-manifest " + quote(CPU_MANIFEST));
+  CHECK(good.code == 0);
+}
+
+TEST_CASE("kernels --json lists listed/provided/gated per backend") {
+  auto j = run("kernels --json");
+  REQUIRE(j.code == 0);
+  auto json = nlohmann::json::parse(j.out);
+  auto cpu = std::find_if(json.begin(), json.end(), [](const auto& e) { return e["backend"] == "cpu"; });
+  REQUIRE(cpu != json.end());
+  bool gemm = false;
+  for (const auto& k : (*cpu)["kernels"])
+    gemm = gemm || (k["name"] == "w4a16_gemm_t" && k["listed"] == true && k["provided"] == true && k["gated"] == false);
+  CHECK(gemm);
+}
+
+TEST_CASE("docs/levers.md documents every declared lever") {
+  auto j = run("levers --json");
+  REQUIRE(j.code == 0);
+  std::string doc = slurp(fs::path(METRALE_SOURCE_ROOT) / "docs" / "levers.md");
+  REQUIRE_FALSE(doc.empty());
+  auto json = nlohmann::json::parse(j.out);
+  for (const auto& lever : json["levers"]) {
+    std::string name = lever["name"];
+    CHECK_MESSAGE(has(doc, "`" + name + "`"), name << " is missing from docs/levers.md");
+  }
+}

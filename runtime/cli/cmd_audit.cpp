@@ -3,11 +3,15 @@
 // and print the rows their lookups left. A refusal still prints the rows gathered before it.
 #include "commands.hpp"
 
+#include <layers/model/config.hpp>
+#include <layers/model/ffn.hpp>
 #include <layers/selectors.hpp>
 #include <metrale/levers.hpp>
+#include <metrale/lock.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <iostream>
 
 namespace metrale::cli {
@@ -17,7 +21,38 @@ namespace {
 struct AuditOptions {
   std::string backend;
   std::string model_type;
+  std::string model;                 // preset or config.json: audit that model's FFN instead
+  std::string lock;                  // write a lock of the resolutions here
+  std::vector<std::string> diff;     // two audit or lock JSON files to compare
 };
+
+nlohmann::json read_json(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw Error(Status::not_found, "cannot read " + file);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Status::invalid_argument, file + ": not JSON: " + e.what());
+  }
+}
+
+void run_diff(CliContext& ctx, const std::vector<std::string>& files) {
+  std::vector<std::string> lines;
+  try {
+    lines = diff_audits(read_json(files[0]), read_json(files[1]));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Status::invalid_argument, "--diff expects two files written by `metrale audit --json` or --lock: " +
+                                              std::string(e.what()));
+  }
+  if (ctx.json) {
+    std::cout << nlohmann::json{{"differences", lines}}.dump(2) << '\n';
+  } else {
+    for (const auto& line : lines) std::cout << line << '\n';
+    if (lines.empty()) std::cout << "no differences\n";
+  }
+  // diff(1)'s convention: 1 when the inputs differ.
+  if (!lines.empty()) ctx.exit_code = kExitError;
+}
 
 void print_rows(const CliContext& ctx, const Backend& backend, uint32_t min_k, const std::string& error) {
   auto rows = backend.audit_ptr()->snapshot();
@@ -35,30 +70,41 @@ void print_rows(const CliContext& ctx, const Backend& backend, uint32_t min_k, c
 }
 
 void run_audit(CliContext& ctx, const AuditOptions& options) {
+  if (!options.diff.empty()) return run_diff(ctx, options.diff);
   auto backend = ctx.registry().select(options.backend.empty() ? std::nullopt : std::optional(options.backend));
   backend->audit().clear();  // the audit shows this command's lookups only
   uint32_t min_k = layers::w4a16_k64_min_k();
   std::string error;
   try {
-    layers::w4a16_v2_kernel(*backend);
-    layers::w4a16_v3_kernel(*backend);
-    if (layers::tgemm_probe_ok(options.model_type)) layers::tgemm_kernel(*backend);
-    try {
-      layers::k64_kernel(*backend);
-    } catch (const Refusal&) {
-      throw;
-    } catch (const Error& e) {
-      // A required kernel that is missing is an error of this configuration, not of the command:
-      // the row says so, and the exit code too.
-      error = e.what();
-      ctx.exit_code = kExitError;
+    if (!options.model.empty()) {
+      layers::build_ffn_for_audit(*backend, layers::resolve_model(options.model));
+    } else {
+      layers::w4a16_v2_kernel(*backend);
+      layers::w4a16_v3_kernel(*backend);
+      if (layers::tgemm_probe_ok(options.model_type)) layers::tgemm_kernel(*backend);
+      try {
+        layers::k64_kernel(*backend);
+      } catch (const Refusal&) {
+        throw;
+      } catch (const Error& e) {
+        // A required kernel that is missing is an error of this configuration, not of the
+        // command: the row says so, and the exit code too.
+        error = e.what();
+        ctx.exit_code = kExitError;
+      }
+      layers::k64_n64_kernel(*backend);
     }
-    layers::k64_n64_kernel(*backend);
   } catch (const Refusal&) {
     print_rows(ctx, *backend, min_k, {});
     throw;
   }
+  auto rows = backend->audit().snapshot();
+  enforce_lock(*backend, rows);
   print_rows(ctx, *backend, min_k, error);
+  if (!options.lock.empty()) {
+    write_lock(options.lock, *backend, rows);
+    std::cerr << "metrale: wrote lock of " << rows.size() << " resolutions to " << options.lock << '\n';
+  }
 }
 
 }  // namespace
@@ -69,6 +115,10 @@ void register_audit(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--backend", options->backend, "Backend to audit (default: METRALE_BACKEND or highest priority)");
   cmd->add_option("--model-type", options->model_type,
                   "HF model_type; kimi_k3 and kimi_linear skip the tgemm lookup as their builders do");
+  cmd->add_option("--model", options->model, "Audit the FFN layers of this preset or config.json (no weights, no launches)");
+  cmd->add_option("--lock", options->lock, "Write the resolved configuration to FILE (enforce it with METRALE_LOCK=FILE)");
+  cmd->add_option("--diff", options->diff, "Compare two files from `metrale audit --json` or --lock; exit 1 if they differ")
+      ->expected(2);
   cmd->callback([&ctx, options] { run_audit(ctx, *options); });
 }
 

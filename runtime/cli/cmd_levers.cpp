@@ -24,6 +24,7 @@ const char* type_name(LeverType type) {
     case LeverType::path_list: return "paths";
     case LeverType::glob_list: return "globs";
     case LeverType::path: return "path";
+    case LeverType::kernel_map: return "kernel map";
   }
   return "?";
 }

@@ -24,15 +24,20 @@ const char* lookup_outcome_name(LookupOutcome outcome) noexcept {
 }
 
 Site Site::from(const std::source_location& location) {
-  // Paths relative to the source root read better and do not leak the build machine's layout.
+  // Paths relative to the source root read better and do not leak the build machine's layout;
+  // Meson compiles with paths relative to the build dir ("../layers/x.cpp").
   std::string_view file = location.file_name();
   static constexpr std::string_view kRoot = METRALE_SOURCE_ROOT "/";
   if (file.starts_with(kRoot)) file.remove_prefix(kRoot.size());
-  // Keep only the bare function name: "metrale::KernelHandle layers::tgemm_kernel(...)" is noise.
+  while (file.starts_with("../") || file.starts_with("./")) file.remove_prefix(file.find('/') + 1);
+  // "metrale::KernelHandle metrale::layers::tgemm_kernel(Backend&, ...)" -> "layers::tgemm_kernel".
   std::string_view function = location.function_name();
   if (auto paren = function.find('('); paren != std::string_view::npos) function = function.substr(0, paren);
   if (auto space = function.rfind(' '); space != std::string_view::npos) function = function.substr(space + 1);
-  return Site{std::string(file), location.line(), std::string(function)};
+  std::string name(function);
+  for (std::string_view noise : {"metrale::", "{anonymous}::"})
+    for (auto at = name.find(noise); at != std::string::npos; at = name.find(noise)) name.erase(at, noise.size());
+  return Site{std::string(file), location.line(), name};
 }
 
 std::string Site::to_string() const {
@@ -76,7 +81,8 @@ std::string render_audit_table(const std::vector<AuditRow>& rows) {
     std::ostringstream handle;
     handle << "0x" << std::hex << row.handle;
     cells.push_back({std::to_string(row.sequence), row.site.to_string(), row.backend, row.target,
-                     row.module + "/" + row.kernel, lookup_kind_name(row.kind), lookup_outcome_name(row.outcome),
+                     row.module + "/" + row.kernel + (row.substitute.empty() ? "" : " -> " + row.substitute),
+                     lookup_kind_name(row.kind), lookup_outcome_name(row.outcome),
                      handle.str(), row.lever.empty() ? "-" : row.lever, row.reason});
   }
   return render_table({"#", "site", "backend", "target", "kernel", "kind", "outcome", "handle", "lever", "reason"},
@@ -92,6 +98,7 @@ std::string render_audit_json(const std::vector<AuditRow>& rows) {
                      {"target", row.target},
                      {"module", row.module},
                      {"kernel", row.kernel},
+                     {"substitute", row.substitute.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.substitute)},
                      {"kind", lookup_kind_name(row.kind)},
                      {"outcome", lookup_outcome_name(row.outcome)},
                      {"reason", row.reason},

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include <metrale/backend.hpp>
+#include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 #include <metrale/target.hpp>
 
@@ -83,6 +84,12 @@ Backend::~Backend() {
 
 const std::string& Backend::plugin_version() const noexcept { return library_->version(); }
 
+std::string Backend::library_checksum() const {
+  std::lock_guard lock(mutex_);
+  if (library_checksum_.empty()) library_checksum_ = file_checksum(manifest_.library);
+  return library_checksum_;
+}
+
 const metrale_plugin_table& Backend::table() const noexcept { return library_->table(); }
 
 void Backend::fail(Status status, std::string_view what) const {
@@ -163,9 +170,7 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
 
 KernelHandle Backend::lookup(std::string_view module, std::string_view name, const LookupRequest& request,
                              std::source_location site) {
-  Status failure = Status::ok;
   AuditRow row;
-  KernelHandle handle = resolve(module, name, request.expected, failure, row.reason);
   row.site = Site::from(site);
   row.backend = manifest_.backend;
   row.target = target_;
@@ -173,10 +178,45 @@ KernelHandle Backend::lookup(std::string_view module, std::string_view name, con
   row.kernel = std::string(name);
   row.kind = request.kind;
   row.lever = request.lever;
+
+  Status failure = Status::ok;
+  KernelHandle handle;
+  std::string refusal = request.refuse_because;
+  auto substitute = substitute_for(module, name);
+  if (substitute) {
+    // A kernel developer's substitute: it must resolve and declare the caller's parameters, or
+    // the runtime refuses — never a silent fall back to the original.
+    auto slash = substitute->find('/');
+    std::string sub_module = substitute->substr(0, slash), sub_name = substitute->substr(slash + 1);
+    row.substitute = *substitute;
+    row.lever = row.lever.empty() ? lever_note("METRALE_KERNEL_SUBST")
+                                  : row.lever + ", " + lever_note("METRALE_KERNEL_SUBST");
+    std::vector<metrale_param_type> expected(request.expected.begin(), request.expected.end());
+    if (expected.empty()) {
+      if (const ManifestKernel* original = manifest_.find_kernel(module, name))
+        for (const auto& p : original->params) expected.push_back(p.type);
+    }
+    if (const ManifestKernel* replacement = manifest_.find_kernel(sub_module, sub_name);
+        replacement && !expected.empty()) {
+      std::vector<metrale_param_type> declared;
+      for (const auto& p : replacement->params) declared.push_back(p.type);
+      if (declared != expected) {
+        failure = Status::incompatible;
+        row.reason = "substitute " + *substitute + " declares " + join_params(replacement->params) + " but " +
+                     key_of(module, name) + " takes " + join_types(expected);
+      }
+    }
+    if (failure == Status::ok) handle = resolve(sub_module, sub_name, expected, failure, row.reason);
+    if (handle) row.reason = "substituted by " + *substitute + ": " + row.reason;
+    refusal = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + *substitute +
+              ", which cannot be used";
+  } else {
+    handle = resolve(module, name, request.expected, failure, row.reason);
+  }
   row.handle = handle.value;
   if (handle) {
     row.outcome = LookupOutcome::resolved;
-  } else if (!request.refuse_because.empty()) {
+  } else if (!refusal.empty()) {
     row.outcome = LookupOutcome::refused;
   } else {
     row.outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
@@ -185,10 +225,17 @@ KernelHandle Backend::lookup(std::string_view module, std::string_view name, con
   audit_->append(std::move(row));
   if (handle) return handle;
   std::string what = key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + reason;
-  if (!request.refuse_because.empty()) throw Refusal(request.refuse_because + ": " + what);
+  if (!refusal.empty()) throw Refusal(refusal + ": " + what);
   if (request.kind == LookupKind::require) throw Error(failure, what);
   logger()->debug("try_kernel {} -> null", what);
   return {};
+}
+
+std::optional<std::string> Backend::substitute_for(std::string_view module, std::string_view name) const {
+  std::string key = key_of(module, name);
+  for (const auto& [from, to] : kernel_substitutions())
+    if (from == key) return to;
+  return std::nullopt;
 }
 
 KernelHandle Backend::kernel(std::string_view module, std::string_view name, std::source_location site) {

@@ -59,6 +59,12 @@ std::vector<LeverSpec> make_specs() {
        "Set to any value, 0 included: the k64 GEMM skips w4a16_gemm_t_k64_p3.", {}, false},
       {"METRALE_NO_K64_N64", T::presence, "(unset)",
        "Set to any value, 0 included: no lookup of the N64 deep-K twin.", {}, false},
+      // Kernel-developer workflows.
+      {"METRALE_KERNEL_SUBST", T::kernel_map, "(none)",
+       "Comma-separated module/name=module/name: look up the right-hand kernel wherever the left is "
+       "asked for; it must exist and declare the same parameters, or the runtime refuses to start.", {}, false},
+      {"METRALE_LOCK", T::path, "(none)",
+       "A lock file from `metrale audit --lock`: refuse to start if any kernel resolution differs.", {}, true},
   };
 }
 
@@ -96,6 +102,29 @@ std::optional<uint32_t> parse_u32(std::string_view text) {
   return value;
 }
 
+bool is_kernel_name(std::string_view text) {
+  auto slash = text.find('/');
+  return slash != std::string_view::npos && slash > 0 && slash + 1 < text.size() &&
+         text.find('/', slash + 1) == std::string_view::npos;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_kernel_map(const LeverSpec& spec, const std::string& value) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    std::string_view item(value.data() + start, end - start);
+    auto equals = item.find('=');
+    if (equals == std::string_view::npos || !is_kernel_name(item.substr(0, equals)) ||
+        !is_kernel_name(item.substr(equals + 1)))
+      refuse(spec, value, "comma-separated module/name=module/name pairs; \"" + std::string(item) + "\" is not one");
+    pairs.emplace_back(item.substr(0, equals), item.substr(equals + 1));
+    start = end + 1;
+  }
+  return pairs;
+}
+
 void check_value(const LeverSpec& spec, const std::string& value) {
   switch (spec.type) {
     case LeverType::presence:
@@ -111,6 +140,9 @@ void check_value(const LeverSpec& spec, const std::string& value) {
       return;
     case LeverType::u32:
       if (!parse_u32(value)) refuse(spec, value, "an unsigned 32-bit integer");
+      return;
+    case LeverType::kernel_map:
+      parse_kernel_map(spec, value);
       return;
     case LeverType::choice: {
       if (std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end()) return;
@@ -210,6 +242,12 @@ std::vector<UnknownLever> unknown_levers() {
     unknown.push_back({std::string(name), std::string(nearest)});
   }
   return unknown;
+}
+
+std::vector<std::pair<std::string, std::string>> kernel_substitutions() {
+  auto value = lever_raw("METRALE_KERNEL_SUBST");
+  if (!value) return {};
+  return parse_kernel_map(require_spec("METRALE_KERNEL_SUBST"), *value);
 }
 
 bool process_is_elevated() { return getauxval(AT_SECURE) != 0; }

@@ -173,3 +173,23 @@ TEST_CASE("docs/levers.md documents every declared lever") {
     CHECK_MESSAGE(has(doc, "`" + name + "`"), name << " is missing from docs/levers.md");
   }
 }
+
+TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and accepts the same one") {
+  TempDir dir;
+  std::string lock = (dir / "lock.json").string();
+  REQUIRE(run("audit --lock " + quote(lock)).code == 0);
+  CHECK(run("audit", {{"METRALE_LOCK", lock}}).code == 0);
+  auto changed = run("audit", {{"METRALE_LOCK", lock}, {"METRALE_NO_K64_N64", "1"}});
+  CHECK(changed.code == 3);
+  CHECK(has(changed.err, "w4a16/w4a16_gemm_t_k64_n64_p3: in the lock only"));
+  CHECK(has(changed.err, "runtime/cli/cmd_audit.cpp:"));
+
+  auto a = run("audit --json");
+  auto b = run("audit --json", {{"METRALE_NO_TGEMM_PIPELINE3", "1"}});
+  write_file(dir / "a.json", a.out);
+  write_file(dir / "b.json", b.out);
+  auto diff = run("audit --diff " + quote((dir / "a.json").string()) + " " + quote((dir / "b.json").string()));
+  CHECK(diff.code == 1);
+  CHECK(has(diff.out, "w4a16/w4a16_gemm_t_p3: in the first only"));
+  CHECK(run("audit --diff " + quote((dir / "a.json").string()) + " " + quote((dir / "a.json").string())).code == 0);
+}

@@ -33,6 +33,7 @@ struct AuditRow {
   std::string target;
   std::string module;
   std::string kernel;
+  std::string substitute;   // "module/name" looked up instead (METRALE_KERNEL_SUBST), else ""
   LookupKind kind = LookupKind::try_lookup;
   LookupOutcome outcome = LookupOutcome::null_handle;
   std::string reason;       // why this outcome: "provided", "not in manifest", ...

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -91,6 +92,8 @@ class Backend {
   uint32_t compute_units() const noexcept { return compute_units_; }
   const Manifest& manifest() const noexcept { return manifest_; }
   const std::string& plugin_version() const noexcept;
+  // "xxh3-64:..." of the plugin library file, computed on first use.
+  std::string library_checksum() const;
   AuditLog& audit() noexcept { return *audit_; }
   std::shared_ptr<AuditLog> audit_ptr() const noexcept { return audit_; }
 
@@ -162,6 +165,8 @@ class Backend {
   // Resolves or returns the null handle with `failure` and `reason` filled in.
   KernelHandle resolve(std::string_view module, std::string_view name,
                        std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
+  // METRALE_KERNEL_SUBST's replacement for module/name, if any.
+  std::optional<std::string> substitute_for(std::string_view module, std::string_view name) const;
   [[noreturn]] void fail(Status status, std::string_view what) const;
   std::string gate_reason(const ManifestKernel& kernel) const;
 
@@ -176,6 +181,7 @@ class Backend {
   std::vector<std::string> provided_;  // "module/name" the plugin lists
   std::map<std::string, std::vector<metrale_param_type>, std::less<>> provided_params_;
   mutable std::mutex mutex_;
+  mutable std::string library_checksum_;
   std::map<uint64_t, Resolved> resolved_;  // plugin handle -> what it is
 };
 

@@ -22,6 +22,7 @@ enum class LeverType {
   path_list, // colon-separated paths
   glob_list, // comma-separated globs
   path,
+  kernel_map,  // comma-separated module/name=module/name pairs
 };
 
 struct LeverSpec {
@@ -56,6 +57,10 @@ struct UnknownLever {
   std::string nearest;
 };
 std::vector<UnknownLever> unknown_levers();
+
+// METRALE_KERNEL_SUBST parsed: requested "module/name" -> substitute "module/name".
+// Throws Refusal on a malformed value.
+std::vector<std::pair<std::string, std::string>> kernel_substitutions();
 
 // Whether this process runs with elevated privileges (setuid/setgid/capabilities).
 bool process_is_elevated();

@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "instance.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <new>
+#include <thread>
+#include <utility>
+
+namespace metrale::cpu {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+// Handles carry a tag so a stray integer is not taken for a kernel ("cpu" in the high bytes).
+constexpr uint64_t kHandleBase = 0x6370750000000000ull;
+constexpr unsigned kMaxThreads = 1024;
+
+// CUDA's launch limits, so a launch valid here is valid on every backend.
+constexpr uint32_t kMaxGridX = 0x7fffffffu;
+constexpr uint32_t kMaxGridYZ = 65535;
+constexpr uint32_t kMaxBlockXY = 1024;
+constexpr uint32_t kMaxBlockZ = 64;
+constexpr uint32_t kMaxBlockThreads = 1024;
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%" PRIx64, value);
+  return text;
+}
+
+unsigned default_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return static_cast<unsigned>(count);
+  }
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return hardware > 0 ? hardware : 1;
+}
+
+uint64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+// Reads the whole of `text` as a decimal in [1, kMaxThreads].
+bool parse_threads(const char* text, unsigned& value) {
+  const char* end = text + std::strlen(text);
+  auto [stop, error] = std::from_chars(text, end, value);
+  return error == std::errc() && stop == end && value >= 1 && value <= kMaxThreads;
+}
+
+}  // namespace
+
+void Instance::FreeDeleter::operator()(unsigned char* p) const noexcept { std::free(p); }
+
+metrale_status Instance::create(const metrale_backend_create_info* info,
+                                std::unique_ptr<Instance>& out, std::string& error) {
+  if (info == nullptr) {
+    error = "create info is NULL";
+    return METRALE_STATUS_INVALID_ARGUMENT;
+  }
+  if (info->struct_size < sizeof(metrale_backend_create_info)) {
+    error = "create info struct_size " + std::to_string(info->struct_size) +
+            " is smaller than ABI v1's " + std::to_string(sizeof(metrale_backend_create_info));
+    return METRALE_STATUS_INVALID_ARGUMENT;
+  }
+  const metrale_host_callbacks* host = info->host;
+  if (host == nullptr || host->struct_size < sizeof(metrale_host_callbacks) ||
+      host->log == nullptr) {
+    error = "host callbacks are missing or incomplete (a log callback is required)";
+    return METRALE_STATUS_INVALID_ARGUMENT;
+  }
+  if (info->device_index != 0) {
+    error = "the cpu backend has one device (index 0); asked for device " +
+            std::to_string(info->device_index);
+    return METRALE_STATUS_NOT_FOUND;
+  }
+  if (info->option_count != 0 && info->options == nullptr) {
+    error = "option_count is " + std::to_string(info->option_count) + " but options is NULL";
+    return METRALE_STATUS_INVALID_ARGUMENT;
+  }
+
+  Options options;
+  std::vector<std::string> unknown;
+  for (uint32_t i = 0; i < info->option_count; ++i) {
+    const metrale_option& option = info->options[i];
+    if (option.key == nullptr || option.value == nullptr) {
+      error = "option " + std::to_string(i) + " has a NULL key or value";
+      return METRALE_STATUS_INVALID_ARGUMENT;
+    }
+    if (std::strcmp(option.key, "target") == 0) {
+      options.target = option.value;
+    } else if (std::strcmp(option.key, "threads") == 0) {
+      if (std::strcmp(option.value, "auto") == 0) {
+        options.threads = 0;
+      } else if (!parse_threads(option.value, options.threads)) {
+        error = std::string("option threads='") + option.value +
+                "' is not a whole number from 1 to " + std::to_string(kMaxThreads) +
+                " (or 'auto')";
+        return METRALE_STATUS_INVALID_ARGUMENT;
+      }
+    } else {
+      unknown.emplace_back(option.key);
+    }
+  }
+
+  const CpuFeatures features = detect_features();
+  Tier tier = Tier::baseline;
+  if (metrale_status status = choose_tier(options.target, features, tier, error);
+      status != METRALE_STATUS_OK)
+    return status;
+
+  const unsigned threads = options.threads != 0 ? options.threads : default_threads();
+  out.reset(new Instance(host, tier, features, threads));
+  for (const std::string& key : unknown)
+    out->log(METRALE_LOG_WARN, "cpu backend: ignoring unknown option '" + key +
+                                   "' (known options: target, threads)");
+  if (!features.detected)
+    out->log(METRALE_LOG_WARN, "cpu backend: CPU feature detection failed; using the baseline tier");
+  out->log(METRALE_LOG_DEBUG, "cpu backend: " + out->device_name_ + ", target " +
+                                  tier_target(tier) + ", " + std::to_string(threads) + " threads");
+  return METRALE_STATUS_OK;
+}
+
+Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures features,
+                   unsigned threads)
+    : host_(host), tier_(tier), features_(std::move(features)) {
+  device_name_ = features_.model.empty() ? std::string("host CPU") : features_.model;
+  memory_bytes_ = physical_memory();
+  for (size_t i = 0; i < kernel_specs().size(); ++i) bodies_.push_back(kernel_body(i, tier_));
+  scratch_.reserve(threads);
+  scratch_ptrs_.reserve(threads);
+  for (unsigned slot = 0; slot < threads; ++slot) {
+    void* block = std::aligned_alloc(kScratchAlign, kScratchBytes);
+    if (block == nullptr) throw std::bad_alloc();
+    scratch_.emplace_back(static_cast<unsigned char*>(block));
+    scratch_ptrs_.push_back(static_cast<unsigned char*>(block));
+  }
+  pool_ = std::make_unique<ThreadPool>(threads);
+}
+
+Instance::~Instance() {
+  pool_.reset();
+  for (const auto& [address, bytes] : allocations_) std::free(reinterpret_cast<void*>(address));
+}
+
+void Instance::log(metrale_log_level level, const std::string& message) const {
+  host_->log(host_->user, level, message.c_str());
+}
+
+const char* Instance::last_error() const {
+  std::lock_guard lock(error_mutex_);
+  auto it = errors_.find(std::this_thread::get_id());
+  return it == errors_.end() ? "" : it->second.c_str();
+}
+
+metrale_status Instance::fail(metrale_status status, std::string message) const {
+  std::lock_guard lock(error_mutex_);
+  errors_[std::this_thread::get_id()] = std::move(message);
+  return status;
+}
+
+metrale_status Instance::device_info(metrale_device_info* out) {
+  if (out == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "device_info: out is NULL");
+  if (out->struct_size != 0 && out->struct_size < sizeof(metrale_device_info))
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "device_info: struct_size too small");
+  out->struct_size = sizeof(metrale_device_info);
+  out->name = device_name_.c_str();
+  out->target = tier_target(tier_);
+  out->memory_bytes = memory_bytes_;
+  out->compute_units = pool_->threads();
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::list_kernels(const metrale_kernel_desc** kernels, size_t* count) {
+  if (kernels == nullptr || count == nullptr)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "list_kernels: kernels or count is NULL");
+  *kernels = kernel_descs().data();
+  *count = kernel_descs().size();
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::get_kernel(const char* module, const char* name, uint64_t* handle) {
+  if (module == nullptr || name == nullptr || handle == nullptr)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "get_kernel: module, name or handle is NULL");
+  *handle = 0;
+  std::string listed;
+  const auto specs = kernel_specs();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (std::strcmp(specs[i].module, module) != 0) continue;
+    if (std::strcmp(specs[i].name, name) == 0) {
+      *handle = kHandleBase + i + 1;
+      return METRALE_STATUS_OK;
+    }
+    listed += (listed.empty() ? "" : ", ") + std::string(specs[i].name);
+  }
+  if (listed.empty()) {
+    std::string modules;
+    for (const KernelSpec& spec : specs)
+      if (modules.find(spec.module) == std::string::npos)
+        modules += (modules.empty() ? "" : ", ") + std::string(spec.module);
+    return fail(METRALE_STATUS_NOT_FOUND, std::string("the cpu backend has no module '") + module +
+                                              "' (modules: " + modules + ")");
+  }
+  return fail(METRALE_STATUS_NOT_FOUND, std::string("module '") + module +
+                                            "' of the cpu backend has no kernel '" + name +
+                                            "'; it has: " + listed);
+}
+
+metrale_status Instance::mem_alloc(size_t bytes, uint64_t* device_ptr) {
+  if (device_ptr == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "mem_alloc: device_ptr is NULL");
+  *device_ptr = 0;
+  if (bytes == 0) return fail(METRALE_STATUS_INVALID_ARGUMENT, "mem_alloc: size is 0 bytes");
+  if (bytes > std::numeric_limits<size_t>::max() - kAlignment)
+    return fail(METRALE_STATUS_OUT_OF_MEMORY, "mem_alloc: " + std::to_string(bytes) + " bytes is more than the address space");
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* block = std::aligned_alloc(kAlignment, rounded);
+  if (block == nullptr)
+    return fail(METRALE_STATUS_OUT_OF_MEMORY,
+                "mem_alloc: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  const auto address = reinterpret_cast<uint64_t>(block);
+  try {
+    std::unique_lock lock(memory_mutex_);
+    allocations_.emplace(address, bytes);
+  } catch (...) {
+    std::free(block);
+    throw;
+  }
+  *device_ptr = address;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::mem_free(uint64_t device_ptr) {
+  {
+    std::unique_lock lock(memory_mutex_);
+    auto it = allocations_.find(device_ptr);
+    if (it != allocations_.end()) {
+      allocations_.erase(it);
+      lock.unlock();
+      std::free(reinterpret_cast<void*>(device_ptr));
+      return METRALE_STATUS_OK;
+    }
+  }
+  if (device_ptr == 0)
+    return fail(METRALE_STATUS_NOT_FOUND, "mem_free: 0 is never an allocation");
+  const uint64_t inside = extent(device_ptr);
+  return fail(METRALE_STATUS_NOT_FOUND,
+              "mem_free: " + hex(device_ptr) +
+                  (inside != 0 ? " points inside an allocation but not at its start"
+                               : " is not a live allocation of this cpu backend instance "
+                                 "(never allocated, or already freed)"));
+}
+
+uint64_t Instance::extent(uint64_t address) const {
+  std::shared_lock lock(memory_mutex_);
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin()) return 0;
+  --it;
+  const uint64_t end = it->first + it->second;
+  return address < end ? end - address : 0;
+}
+
+metrale_status Instance::check_range(const char* role, uint64_t address, size_t bytes) const {
+  std::shared_lock lock(memory_mutex_);
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second) {
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                std::string(role) + " " + hex(address) + " (" + std::to_string(bytes) +
+                    " bytes) is not inside any live allocation of this cpu backend instance");
+  }
+  --it;
+  const uint64_t end = it->first + it->second;
+  if (bytes > end - address) {
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                std::string(role) + " " + hex(address) + " (" + std::to_string(bytes) +
+                    " bytes) runs " + std::to_string(bytes - (end - address)) +
+                    " bytes past the end of its allocation (" + hex(it->first) + ", " +
+                    std::to_string(it->second) + " bytes)");
+  }
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::check_stream(const char* operation, uint64_t stream) const {
+  if (stream == 0) return METRALE_STATUS_OK;
+  std::lock_guard lock(stream_mutex_);
+  if (streams_.count(stream) != 0) return METRALE_STATUS_OK;
+  return fail(METRALE_STATUS_NOT_FOUND, std::string(operation) + ": stream " +
+                                            std::to_string(stream) +
+                                            " does not exist on this cpu backend instance");
+}
+
+metrale_status Instance::copy_to_device(uint64_t dst, const void* src, size_t bytes,
+                                        uint64_t stream) {
+  if (metrale_status s = check_stream("copy_to_device", stream); s != METRALE_STATUS_OK) return s;
+  if (bytes == 0) return METRALE_STATUS_OK;
+  if (src == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "copy_to_device: source is NULL");
+  if (metrale_status s = check_range("copy_to_device destination", dst, bytes); s != METRALE_STATUS_OK)
+    return s;
+  std::memmove(reinterpret_cast<void*>(dst), src, bytes);
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::copy_to_host(void* dst, uint64_t src, size_t bytes, uint64_t stream) {
+  if (metrale_status s = check_stream("copy_to_host", stream); s != METRALE_STATUS_OK) return s;
+  if (bytes == 0) return METRALE_STATUS_OK;
+  if (dst == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "copy_to_host: destination is NULL");
+  if (metrale_status s = check_range("copy_to_host source", src, bytes); s != METRALE_STATUS_OK)
+    return s;
+  std::memmove(dst, reinterpret_cast<const void*>(src), bytes);
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::copy_device(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream) {
+  if (metrale_status s = check_stream("copy_device", stream); s != METRALE_STATUS_OK) return s;
+  if (bytes == 0) return METRALE_STATUS_OK;
+  if (metrale_status s = check_range("copy_device source", src, bytes); s != METRALE_STATUS_OK)
+    return s;
+  if (metrale_status s = check_range("copy_device destination", dst, bytes); s != METRALE_STATUS_OK)
+    return s;
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::memset_device(uint64_t dst, uint8_t value, size_t bytes, uint64_t stream) {
+  if (metrale_status s = check_stream("memset_device", stream); s != METRALE_STATUS_OK) return s;
+  if (bytes == 0) return METRALE_STATUS_OK;
+  if (metrale_status s = check_range("memset_device destination", dst, bytes); s != METRALE_STATUS_OK)
+    return s;
+  std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::stream_create(uint64_t* stream) {
+  if (stream == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "stream_create: stream is NULL");
+  std::lock_guard lock(stream_mutex_);
+  const uint64_t id = next_stream_++;
+  streams_.insert(id);
+  *stream = id;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::stream_destroy(uint64_t stream) {
+  if (stream == 0)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                "stream_destroy: stream 0 is the default stream and is never destroyed");
+  std::lock_guard lock(stream_mutex_);
+  if (streams_.erase(stream) == 0)
+    return fail(METRALE_STATUS_NOT_FOUND, "stream_destroy: stream " + std::to_string(stream) +
+                                              " does not exist on this cpu backend instance");
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::stream_synchronize(uint64_t stream) {
+  // Every operation completed before its call returned: nothing is pending.
+  return check_stream("stream_synchronize", stream);
+}
+
+namespace {
+
+struct LaunchJob {
+  BlockFn body;
+  const KernelArgs* args;
+  uint32_t blocks_x;
+  unsigned char* const* scratch;
+};
+
+void run_block(void* context, uint64_t task, unsigned slot) {
+  const auto* job = static_cast<const LaunchJob*>(context);
+  const auto bx = static_cast<uint32_t>(task % job->blocks_x);
+  const auto by = static_cast<uint32_t>(task / job->blocks_x);
+  job->body(*job->args, bx, by, job->scratch[slot]);
+}
+
+std::string dims(const uint32_t (&d)[3]) {
+  return "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + ")";
+}
+
+}  // namespace
+
+metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* config,
+                                void* const* args, size_t arg_count) {
+  const auto specs = kernel_specs();
+  if (kernel <= kHandleBase || kernel > kHandleBase + specs.size())
+    return fail(METRALE_STATUS_NOT_FOUND,
+                "launch: " + hex(kernel) + " is not a kernel handle of the cpu backend");
+  const size_t index = kernel - kHandleBase - 1;
+  const KernelSpec& spec = specs[index];
+  const std::string who = std::string("launch ") + spec.module + "/" + spec.name + ": ";
+  if (config == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "config is NULL");
+  if (arg_count != spec.param_count) {
+    std::string names;
+    for (uint32_t i = 0; i < spec.param_count; ++i)
+      names += (i ? ", " : "") + std::string(spec.param_names[i]);
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                who + "takes " + std::to_string(spec.param_count) + " arguments (" + names +
+                    "), got " + std::to_string(arg_count));
+  }
+  if (args == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "args is NULL");
+  if (metrale_status s = check_stream("launch", config->stream); s != METRALE_STATUS_OK) return s;
+
+  const auto& grid = config->grid;
+  const auto& block = config->block;
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 ||
+      block[2] == 0)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "grid " + dims(grid) + " and block " +
+                                                     dims(block) + " must be at least 1 in every dimension");
+  if (grid[0] > kMaxGridX || grid[1] > kMaxGridYZ || grid[2] > kMaxGridYZ)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                who + "grid " + dims(grid) + " exceeds the limits (2^31-1, 65535, 65535)");
+  if (block[0] > kMaxBlockXY || block[1] > kMaxBlockXY || block[2] > kMaxBlockZ ||
+      uint64_t{block[0]} * block[1] * block[2] > kMaxBlockThreads)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                who + "block " + dims(block) +
+                    " exceeds the limits (1024, 1024, 64; at most 1024 threads)");
+  if (grid[2] != 1)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                who + "grid " + dims(grid) + ": the kernel's grid is two-dimensional (z = 1)");
+
+  KernelArgs values{};
+  for (uint32_t i = 0; i < spec.param_count; ++i) {
+    if (args[i] == nullptr)
+      return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                  who + "argument " + std::to_string(i) + " ('" + spec.param_names[i] +
+                      "') points to NULL");
+    switch (spec.param_types[i]) {
+      case METRALE_PARAM_U32:
+      case METRALE_PARAM_I32:
+      case METRALE_PARAM_F32: {
+        uint32_t value;
+        std::memcpy(&value, args[i], sizeof value);
+        values.v[i] = value;
+        break;
+      }
+      default:
+        std::memcpy(&values.v[i], args[i], sizeof values.v[i]);
+        break;
+    }
+  }
+
+  BlockRange needed;
+  std::string error;
+  if (metrale_status s = spec.validate(values, *this, needed, error); s != METRALE_STATUS_OK)
+    return fail(s, who + error);
+  if (grid[0] < needed.x || grid[1] < needed.y)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT,
+                who + "grid " + dims(grid) + " does not cover the problem: it needs " +
+                    spec.grid_rule + " = (" + std::to_string(needed.x) + ", " +
+                    std::to_string(needed.y) + ", 1)");
+  // Blocks past `needed` would clip to nothing; they are not run.
+  LaunchJob job{bodies_[index], &values, needed.x, scratch_ptrs_.data()};
+  pool_->run(uint64_t{needed.x} * needed.y, run_block, &job);
+  return METRALE_STATUS_OK;
+}
+
+}  // namespace metrale::cpu

@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "kernel_table.hpp"
+
+#include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+
+namespace metrale::cpu {
+
+namespace {
+
+constexpr metrale_param_type P = METRALE_PARAM_PTR;
+constexpr metrale_param_type U = METRALE_PARAM_U32;
+
+// Keeps the transposed-decode row offsets of the k64 bodies (127 * k / 8 words) inside i32 and
+// a weight row under 32 MiB.
+constexpr uint32_t kMaxK = uint32_t{1} << 26;
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return a / b + (a % b != 0); }
+
+// Saturating product: an overflow becomes "more bytes than any allocation has".
+uint64_t product(std::initializer_list<uint64_t> factors) {
+  uint64_t result = 1;
+  for (uint64_t factor : factors) {
+    if (factor != 0 && result > std::numeric_limits<uint64_t>::max() / factor)
+      return std::numeric_limits<uint64_t>::max();
+    result *= factor;
+  }
+  return result;
+}
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%" PRIx64, value);
+  return text;
+}
+
+// Checks that argument `index` points at `bytes` bytes inside one live allocation.
+bool buffer(const KernelArgs& args, const MemoryView& memory, unsigned index, const char* name,
+            uint64_t bytes, const char* what, std::string& error) {
+  const uint64_t address = args.v[index];
+  if (address == 0) {
+    error = std::string("argument '") + name + "' is a null pointer";
+    return false;
+  }
+  if (bytes == 0) return true;
+  const uint64_t extent = memory.extent(address);
+  if (extent == 0) {
+    error = std::string("argument '") + name + "' (" + hex(address) +
+            ") is not inside any live allocation of this cpu backend instance";
+    return false;
+  }
+  if (extent < bytes) {
+    error = std::string("argument '") + name + "' (" + hex(address) + ") must hold " +
+            (bytes == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64")
+                                                           : std::to_string(bytes)) +
+            " bytes (" + what + ") but its allocation ends " + std::to_string(extent) +
+            " bytes after it";
+    return false;
+  }
+  return true;
+}
+
+bool at_least_one(std::initializer_list<std::pair<const char*, uint32_t>> values,
+                  std::string& error) {
+  for (const auto& [name, value] : values) {
+    if (value == 0) {
+      error = std::string(name) + " must be at least 1 (got 0)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool k_ok(uint32_t k, std::string& error) {
+  if (k == 0 || k % kGroup != 0 || k > kMaxK) {
+    error = "k must be a positive multiple of 128 and at most " + std::to_string(kMaxK) +
+            " (got k=" + std::to_string(k) + ")";
+    return false;
+  }
+  return true;
+}
+
+constexpr metrale_status kInvalid = METRALE_STATUS_INVALID_ARGUMENT;
+constexpr metrale_status kOk = METRALE_STATUS_OK;
+
+// The W4A16 family; `max_m` 0 means unbounded, `tile_m` 0 means all rows in one block.
+metrale_status check_w4a16(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                           std::string& error, uint32_t max_m, uint32_t tile_n, uint32_t tile_m) {
+  const uint32_t m = arg_u32(a, 4), n = arg_u32(a, 5), k = arg_u32(a, 6);
+  if (!at_least_one({{"m", m}, {"n", n}}, error) || !k_ok(k, error)) return kInvalid;
+  if (max_m != 0 && m > max_m) {
+    error = max_m == 1 ? "m must be 1 for this kernel (got m=" + std::to_string(m) +
+                             "); use w4a16_gemv_b8 or a tile GEMM for more rows"
+                       : "m must be 1.." + std::to_string(max_m) + " for this kernel (got m=" +
+                             std::to_string(m) + ")";
+    return kInvalid;
+  }
+  if (!buffer(a, mem, 0, "x", product({m, k, 2}), "m*k bf16", error) ||
+      !buffer(a, mem, 1, "qweight", product({n, k / 2}), "n*k/8 u32", error) ||
+      !buffer(a, mem, 2, "scales", product({n, k / kGroup, 2}), "n*k/128 f16", error) ||
+      !buffer(a, mem, 3, "y", product({m, n, 2}), "m*n bf16", error))
+    return kInvalid;
+  needed = {ceil_div(n, tile_n), tile_m == 0 ? 1 : ceil_div(m, tile_m)};
+  return kOk;
+}
+
+metrale_status check_gemv(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                          std::string& error) {
+  return check_w4a16(a, mem, needed, error, 1, kGemvRows, 0);
+}
+metrale_status check_gemv_b8(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                             std::string& error) {
+  return check_w4a16(a, mem, needed, error, kGemvMaxRows, kGemvRows, 0);
+}
+metrale_status check_tile(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                          std::string& error) {
+  return check_w4a16(a, mem, needed, error, 0, kTileN, kTileM);
+}
+
+metrale_status check_act(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                         std::string& error) {
+  const uint32_t m = arg_u32(a, 2), i = arg_u32(a, 3);
+  if (!at_least_one({{"m", m}, {"i", i}}, error)) return kInvalid;
+  if (!buffer(a, mem, 0, "gate_up", product({m, 2, i, 2}), "m*2i bf16", error) ||
+      !buffer(a, mem, 1, "out", product({m, i, 2}), "m*i bf16", error))
+    return kInvalid;
+  needed = {ceil_div(i, kActColumns), m};
+  return kOk;
+}
+
+metrale_status check_router(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                            std::string& error) {
+  const uint32_t m = arg_u32(a, 3), e = arg_u32(a, 4), h = arg_u32(a, 5);
+  if (!at_least_one({{"m", m}, {"e", e}, {"h", h}}, error)) return kInvalid;
+  if (!buffer(a, mem, 0, "x", product({m, h, 2}), "m*h bf16", error) ||
+      !buffer(a, mem, 1, "w", product({e, h, 4}), "e*h f32", error) ||
+      !buffer(a, mem, 2, "logits", product({m, e, 4}), "m*e f32", error))
+    return kInvalid;
+  needed = {ceil_div(e, kRouterExperts), m};
+  return kOk;
+}
+
+metrale_status check_topk(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                          std::string& error) {
+  const uint32_t m = arg_u32(a, 3), e = arg_u32(a, 4), k = arg_u32(a, 5);
+  if (!at_least_one({{"m", m}, {"e", e}, {"k", k}}, error)) return kInvalid;
+  if (k > e) {
+    error = "k must not exceed e (got k=" + std::to_string(k) + ", e=" + std::to_string(e) + ")";
+    return kInvalid;
+  }
+  if (!buffer(a, mem, 0, "logits", product({m, e, 4}), "m*e f32", error) ||
+      !buffer(a, mem, 1, "ids", product({m, k, 4}), "m*k i32", error) ||
+      !buffer(a, mem, 2, "weights", product({m, k, 4}), "m*k f32", error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+// Every index in `indices` (count of them) must name a row of the buffer at argument `source`.
+bool rows_in_range(const KernelArgs& a, const MemoryView& mem, unsigned source,
+                   const char* source_name, const char* index_name, const int32_t* indices,
+                   uint64_t count, uint32_t h, std::string& error) {
+  const uint64_t rows = mem.extent(a.v[source]) / (uint64_t{h} * 2);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (indices[i] < 0 || static_cast<uint64_t>(indices[i]) >= rows) {
+      error = std::string(index_name) + "[" + std::to_string(i) + "] = " +
+              std::to_string(indices[i]) + " is not a row of '" + source_name +
+              "', whose allocation holds " + std::to_string(rows) + " rows of h=" +
+              std::to_string(h) + " bf16 from there";
+      return false;
+    }
+  }
+  return true;
+}
+
+metrale_status check_gather(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                            std::string& error) {
+  const uint32_t t = arg_u32(a, 3), h = arg_u32(a, 4);
+  if (!at_least_one({{"t", t}, {"h", h}}, error)) return kInvalid;
+  if (!buffer(a, mem, 0, "x", product({h, 2}), "at least one row of h bf16", error) ||
+      !buffer(a, mem, 1, "rows", product({t, 4}), "t i32", error) ||
+      !buffer(a, mem, 2, "out", product({t, h, 2}), "t*h bf16", error) ||
+      !rows_in_range(a, mem, 0, "x", "rows", arg_ptr<const int32_t>(a, 1), t, h, error))
+    return kInvalid;
+  needed = {t, 1};
+  return kOk;
+}
+
+metrale_status check_grouped(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                             std::string& error) {
+  const uint32_t n = arg_u32(a, 5), k = arg_u32(a, 6), experts = arg_u32(a, 7);
+  if (!at_least_one({{"n", n}, {"experts", experts}}, error) || !k_ok(k, error)) return kInvalid;
+  if (!buffer(a, mem, 3, "offsets", product({uint64_t{experts} + 1, 4}), "(experts+1) i32",
+              error))
+    return kInvalid;
+  const auto* offsets = arg_ptr<const int32_t>(a, 3);
+  if (offsets[0] < 0) {
+    error = "offsets[0] = " + std::to_string(offsets[0]) + " is negative";
+    return kInvalid;
+  }
+  for (uint32_t e = 0; e < experts; ++e) {
+    if (offsets[e + 1] < offsets[e]) {
+      error = "offsets must be non-decreasing: offsets[" + std::to_string(e + 1) + "] = " +
+              std::to_string(offsets[e + 1]) + " < offsets[" + std::to_string(e) +
+              "] = " + std::to_string(offsets[e]);
+      return kInvalid;
+    }
+  }
+  const auto rows = static_cast<uint64_t>(offsets[experts]);
+  if (!buffer(a, mem, 0, "x", product({rows, k, 2}), "offsets[experts]*k bf16", error) ||
+      !buffer(a, mem, 1, "qweight", product({experts, n, k / 2}), "experts*n*k/8 u32", error) ||
+      !buffer(a, mem, 2, "scales", product({experts, n, k / kGroup, 2}), "experts*n*k/128 f16",
+              error) ||
+      !buffer(a, mem, 4, "y", product({rows, n, 2}), "offsets[experts]*n bf16", error))
+    return kInvalid;
+  needed = {ceil_div(n, kTileN), experts};
+  return kOk;
+}
+
+metrale_status check_combine(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                             std::string& error) {
+  const uint32_t m = arg_u32(a, 4), k = arg_u32(a, 5), h = arg_u32(a, 6);
+  if (!at_least_one({{"m", m}, {"k", k}, {"h", h}}, error)) return kInvalid;
+  if (!buffer(a, mem, 0, "expert_out", product({h, 2}), "at least one row of h bf16", error) ||
+      !buffer(a, mem, 1, "slots", product({m, k, 4}), "m*k i32", error) ||
+      !buffer(a, mem, 2, "weights", product({m, k, 4}), "m*k f32", error) ||
+      !buffer(a, mem, 3, "out", product({m, h, 2}), "m*h bf16", error) ||
+      !rows_in_range(a, mem, 0, "expert_out", "slots", arg_ptr<const int32_t>(a, 1),
+                     uint64_t{m} * k, h, error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+constexpr const char* kW4Names[] = {"x", "qweight", "scales", "y", "m", "n", "k"};
+constexpr metrale_param_type kW4Types[] = {P, P, P, P, U, U, U};
+constexpr const char* kActNames[] = {"gate_up", "out", "m", "i"};
+constexpr metrale_param_type kActTypes[] = {P, P, U, U};
+constexpr const char* kRouterNames[] = {"x", "w", "logits", "m", "e", "h"};
+constexpr metrale_param_type kRouterTypes[] = {P, P, P, U, U, U};
+constexpr const char* kTopkNames[] = {"logits", "ids", "weights", "m", "e", "k", "renormalize"};
+constexpr metrale_param_type kTopkTypes[] = {P, P, P, U, U, U, U};
+constexpr const char* kGatherNames[] = {"x", "rows", "out", "t", "h"};
+constexpr metrale_param_type kGatherTypes[] = {P, P, P, U, U};
+constexpr const char* kGroupedNames[] = {"x", "qweight", "scales", "offsets", "y", "n", "k", "experts"};
+constexpr metrale_param_type kGroupedTypes[] = {P, P, P, P, P, U, U, U};
+constexpr const char* kCombineNames[] = {"expert_out", "slots", "weights", "out", "m", "k", "h"};
+constexpr metrale_param_type kCombineTypes[] = {P, P, P, P, U, U, U};
+
+#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
+
+const std::array<KernelSpec, 11> kSpecs{{
+    {"w4a16", "w4a16_gemv", METRALE_CPU_PARAMS(W4), check_gemv, baseline::w4a16_gemv, 0,
+     "(ceil(n/64), 1)"},
+    {"w4a16", "w4a16_gemv_b8", METRALE_CPU_PARAMS(W4), check_gemv_b8, baseline::w4a16_gemv_b8, 1,
+     "(ceil(n/64), 1)"},
+    {"w4a16", "w4a16_gemm_t", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t, 2,
+     "(ceil(n/128), ceil(m/64))"},
+    {"w4a16", "w4a16_gemm_t_k64", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t_k64,
+     3, "(ceil(n/128), ceil(m/64))"},
+    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, -1,
+     "(ceil(i/1024), m)"},
+    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, -1,
+     "(ceil(i/1024), m)"},
+    {"moe", "router_gemm", METRALE_CPU_PARAMS(Router), check_router, baseline::router_gemm, -1,
+     "(ceil(e/64), m)"},
+    {"moe", "topk_softmax", METRALE_CPU_PARAMS(Topk), check_topk, baseline::topk_softmax, -1,
+     "(m, 1)"},
+    {"moe", "moe_gather", METRALE_CPU_PARAMS(Gather), check_gather, baseline::moe_gather, -1,
+     "(t, 1)"},
+    {"moe", "w4a16_grouped_gemm", METRALE_CPU_PARAMS(Grouped), check_grouped,
+     baseline::w4a16_grouped_gemm, 4, "(ceil(n/128), experts)"},
+    {"moe", "moe_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::moe_combine, -1,
+     "(m, 1)"},
+}};
+
+#undef METRALE_CPU_PARAMS
+
+std::array<metrale_kernel_desc, kSpecs.size()> make_descs() {
+  std::array<metrale_kernel_desc, kSpecs.size()> descs{};
+  for (size_t i = 0; i < kSpecs.size(); ++i)
+    descs[i] = {kSpecs[i].module, kSpecs[i].name, kSpecs[i].param_types, kSpecs[i].param_count};
+  return descs;
+}
+
+const std::array<metrale_kernel_desc, kSpecs.size()> kDescs = make_descs();
+
+#if defined(METRALE_CPU_X86_SIMD)
+BlockFn w4a16_slot(const W4a16Bodies& bodies, int slot) {
+  switch (slot) {
+    case 0: return bodies.gemv;
+    case 1: return bodies.gemv_b8;
+    case 2: return bodies.gemm_t;
+    case 3: return bodies.gemm_t_k64;
+    case 4: return bodies.grouped_gemm;
+    default: return nullptr;
+  }
+}
+#endif
+
+}  // namespace
+
+std::span<const KernelSpec> kernel_specs() { return kSpecs; }
+
+std::span<const metrale_kernel_desc> kernel_descs() { return kDescs; }
+
+BlockFn kernel_body(size_t index, Tier tier) {
+  const KernelSpec& spec = kSpecs.at(index);
+  if (spec.w4a16_slot < 0 || tier == Tier::baseline) return spec.baseline;
+#if defined(METRALE_CPU_X86_SIMD)
+  // Each tier's table is fetched only once that tier was chosen: even bodies() of a higher tier
+  // is compiled with its -m flags and may not run on a lesser CPU.
+  switch (tier) {
+    case Tier::avx2: {
+      static const W4a16Bodies bodies = avx2::bodies();
+      return w4a16_slot(bodies, spec.w4a16_slot);
+    }
+    case Tier::avx512: {
+      static const W4a16Bodies bodies = avx512::bodies();
+      return w4a16_slot(bodies, spec.w4a16_slot);
+    }
+    case Tier::avx512bf16: {
+      static const W4a16Bodies bodies = avx512bf16::bodies();
+      return w4a16_slot(bodies, spec.w4a16_slot);
+    }
+    case Tier::baseline: break;
+  }
+#endif
+  return spec.baseline;
+}
+
+}  // namespace metrale::cpu

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The kernels the CPU backend provides: names, parameter lists (as docs/kernels.md states them
+// and manifests/cpu.json lists them), the launch-time validation of each, and its bodies.
+#pragma once
+
+#include "kernels.hpp"
+#include "target.hpp"
+
+#include <metrale/plugin_abi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace metrale::cpu {
+
+// What validation may ask about memory: how many bytes from `address` to the end of the live
+// allocation holding it (0 when none holds it).
+class MemoryView {
+ public:
+  virtual uint64_t extent(uint64_t address) const = 0;
+
+ protected:
+  ~MemoryView() = default;
+};
+
+// The blocks of the grid that do work: a launch must cover them; extra blocks would only clip.
+struct BlockRange {
+  uint32_t x = 0;
+  uint32_t y = 0;
+};
+
+using Validator = metrale_status (*)(const KernelArgs& args, const MemoryView& memory,
+                                     BlockRange& needed, std::string& error);
+
+struct KernelSpec {
+  const char* module;
+  const char* name;
+  const char* const* param_names;
+  const metrale_param_type* param_types;
+  uint32_t param_count;
+  Validator validate;
+  BlockFn baseline;
+  int w4a16_slot;  // index into W4a16Bodies when a SIMD tier may replace `baseline`, else -1
+  const char* grid_rule;  // for messages: "(ceil(n/64), 1)"
+};
+
+std::span<const KernelSpec> kernel_specs();
+// The same, as the ABI's descriptors (static storage).
+std::span<const metrale_kernel_desc> kernel_descs();
+// The body a tier runs for kernel `index`. Call only with a tier this CPU supports.
+BlockFn kernel_body(size_t index, Tier tier);
+
+}  // namespace metrale::cpu

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The contract between the launch path and the kernel bodies of the CPU backend.
+//
+// A launch decodes the cuLaunchKernel-style argument array into KernelArgs (one 64-bit slot per
+// parameter), validates it once, then runs one BlockFn call per grid block on the thread pool.
+// Each pool slot owns kScratchBytes of 64-byte aligned scratch, so kernels never allocate.
+//
+// Kernel bodies exist per instruction-set tier: baseline (portable scalar, every kernel) and,
+// on x86-64, AVX2+FMA, AVX-512 and AVX-512 BF16 variants of the W4A16 family, each compiled in
+// its own translation unit with the matching -m flags. Like numeric.hpp, the helpers below have
+// internal linkage so no code compiled for a higher tier can leak into a lower one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace metrale::cpu {
+
+inline constexpr unsigned kMaxParams = 8;
+inline constexpr size_t kScratchBytes = size_t{512} * 1024;
+inline constexpr size_t kScratchAlign = 64;
+
+// Raw parameter values: pointers and 64-bit types as is, 32-bit types zero-extended.
+struct KernelArgs {
+  uint64_t v[kMaxParams];
+};
+
+using BlockFn = void (*)(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch);
+
+// Tile shapes of docs/kernels.md.
+inline constexpr uint32_t kGemvRows = 64;      // w4a16_gemv, w4a16_gemv_b8: N64 per block
+inline constexpr uint32_t kTileN = 128;        // gemm_t, gemm_t_k64, grouped gemm: N128
+inline constexpr uint32_t kTileM = 64;         // gemm_t, gemm_t_k64: M64
+inline constexpr uint32_t kGroup = 128;        // quantisation group along K
+inline constexpr uint32_t kGemvMaxRows = 8;    // w4a16_gemv_b8
+inline constexpr uint32_t kActColumns = 1024;  // silu_mul / gelu_mul block width
+inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
+
+// The W4A16 bodies a SIMD tier provides; everything else runs the baseline body.
+struct W4a16Bodies {
+  BlockFn gemv;
+  BlockFn gemv_b8;
+  BlockFn gemm_t;
+  BlockFn gemm_t_k64;
+  BlockFn grouped_gemm;
+};
+
+namespace baseline {
+void w4a16_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_gemv_b8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_gemm_t(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_gemm_t_k64(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void silu_mul(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void gelu_mul(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void router_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void topk_softmax(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void moe_gather(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void moe_combine(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+}  // namespace baseline
+
+#if defined(METRALE_CPU_X86_SIMD)
+namespace avx2 {
+W4a16Bodies bodies();
+}
+namespace avx512 {
+W4a16Bodies bodies();
+}
+namespace avx512bf16 {
+W4a16Bodies bodies();
+}
+#endif
+
+namespace {
+
+template <class T>
+inline T* arg_ptr(const KernelArgs& args, unsigned index) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(args.v[index]));
+}
+inline uint32_t arg_u32(const KernelArgs& args, unsigned index) {
+  return static_cast<uint32_t>(args.v[index]);
+}
+
+// The one W4A16 signature: (x, qweight, scales, y, m, n, k).
+struct W4a16Call {
+  const uint16_t* x;
+  const uint32_t* qweight;
+  const uint16_t* scales;
+  uint16_t* y;
+  uint32_t m, n, k;
+};
+inline W4a16Call w4a16_call(const KernelArgs& args) {
+  return {arg_ptr<const uint16_t>(args, 0), arg_ptr<const uint32_t>(args, 1),
+          arg_ptr<const uint16_t>(args, 2), arg_ptr<uint16_t>(args, 3),
+          arg_u32(args, 4), arg_u32(args, 5), arg_u32(args, 6)};
+}
+
+// w4a16_grouped_gemm: (x, qweight, scales, offsets, y, n, k, experts).
+struct GroupedCall {
+  const uint16_t* x;
+  const uint32_t* qweight;
+  const uint16_t* scales;
+  const int32_t* offsets;
+  uint16_t* y;
+  uint32_t n, k, experts;
+};
+inline GroupedCall grouped_call(const KernelArgs& args) {
+  return {arg_ptr<const uint16_t>(args, 0), arg_ptr<const uint32_t>(args, 1),
+          arg_ptr<const uint16_t>(args, 2), arg_ptr<const int32_t>(args, 3),
+          arg_ptr<uint16_t>(args, 4),       arg_u32(args, 5),
+          arg_u32(args, 6),                 arg_u32(args, 7)};
+}
+
+// 64-byte aligned sub-buffer `offset` bytes into a scratch area.
+template <class T>
+inline T* scratch_at(unsigned char* scratch, size_t offset) {
+  return reinterpret_cast<T*>(scratch + offset);
+}
+
+}  // namespace
+}  // namespace metrale::cpu

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Scalar number formats of the kernels: bf16 <-> f32 (round-to-nearest-even on store) and
+// f16 -> f32 (exact, subnormals included).
+//
+// Everything here has internal linkage on purpose: this header is included by translation units
+// compiled with -mavx2 / -mavx512f. An inline function with external linkage would be emitted
+// as a COMDAT in each of them and the linker could keep the AVX-512 copy for the baseline code,
+// which then faults on a CPU without AVX-512. Internal linkage gives every TU its own copy.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace metrale::cpu {
+namespace {
+
+inline float bf16_to_f32(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof value);
+  return value;
+}
+
+// Round to nearest, ties to even; NaN stays NaN (quiet), infinities stay infinite.
+inline uint16_t f32_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+inline float f16_to_f32(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  uint32_t exponent = (half >> 10) & 0x1fu;
+  uint32_t mantissa = half & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf / NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);  // 127 - 15 = 112
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: normalise the mantissa into an f32 exponent.
+    exponent = 113u;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+}  // namespace
+}  // namespace metrale::cpu

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The CPU backend's thread pool: persistent workers that run the blocks of one launch.
+//
+// run() publishes a job by bumping a generation counter; workers spin on it briefly (decode
+// kernels come every few tens of microseconds, and a futex wake costs about as much) and then
+// sleep on a condition variable, which run() signals only when someone sleeps. Blocks are
+// handed out by an atomic counter; the calling thread takes blocks too, so a pool of one thread
+// has no workers at all. Nothing is allocated per run.
+//
+// Thread-safety: run() may be called from several threads; calls are serialised (one job at a
+// time), because the job slot and the per-slot scratch are shared.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace metrale::cpu {
+
+class ThreadPool {
+ public:
+  // fn(context, task, slot): slot 0 is the calling thread, 1..threads-1 the workers.
+  using TaskFn = void (*)(void* context, uint64_t task, unsigned slot);
+
+  // `threads` counts the calling thread; threads - 1 workers are started. Throws
+  // std::system_error when a thread cannot be started.
+  explicit ThreadPool(unsigned threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
+
+  // Runs fn for every task in [0, count) and returns when all have finished.
+  void run(uint64_t count, TaskFn fn, void* context);
+
+ private:
+  void worker_main(unsigned slot);
+  bool job_ready(uint32_t seen) const noexcept;
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one job at a time
+
+  // Generation: even = a job is open, odd = the job slot is being rewritten.
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<uint32_t> active_{0};   // workers inside a job
+  std::atomic<uint32_t> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> done_{0};
+  TaskFn fn_ = nullptr;  // written only while the generation is odd and no worker is active
+  void* context_ = nullptr;
+  uint64_t count_ = 0;
+
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace metrale::cpu

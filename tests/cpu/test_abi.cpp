@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The CPU plugin through its C ABI: handshake, description, create() options and refusals,
+// device facts, the kernel list against manifests/cpu.json, memory, streams, launch errors and
+// the thread pool under concurrent and sparse use.
+#include "support.hpp"
+#include "target.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+using namespace cpu_test;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const char* param_name(metrale_param_type type) {
+  switch (type) {
+    case METRALE_PARAM_PTR: return "ptr";
+    case METRALE_PARAM_U32: return "u32";
+    case METRALE_PARAM_I32: return "i32";
+    case METRALE_PARAM_U64: return "u64";
+    case METRALE_PARAM_I64: return "i64";
+    case METRALE_PARAM_F32: return "f32";
+    case METRALE_PARAM_F64: return "f64";
+  }
+  return "?";
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("handshake: version 1 inside the offered range, refusal outside it") {
+  const auto entry = plugin().entry;
+  uint32_t chosen = 0;
+  const metrale_plugin_table* table = nullptr;
+  CHECK(entry(1, 1, &chosen, &table) == METRALE_STATUS_OK);
+  CHECK(chosen == 1);
+  REQUIRE(table != nullptr);
+  CHECK(table->abi_version == 1);
+  CHECK(table->struct_size == sizeof(metrale_plugin_table));
+
+  CHECK(entry(0, 7, &chosen, &table) == METRALE_STATUS_OK);
+  CHECK(chosen == 1);
+
+  for (auto [low, high] : {std::pair{2u, 5u}, std::pair{0u, 0u}}) {
+    chosen = 99;
+    table = reinterpret_cast<const metrale_plugin_table*>(&chosen);
+    CHECK(entry(low, high, &chosen, &table) == METRALE_STATUS_INCOMPATIBLE);
+    CHECK(chosen == 1);  // says which version it speaks even when refusing
+    CHECK(table == nullptr);
+  }
+  CHECK(entry(3, 1, &chosen, &table) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(entry(1, 1, nullptr, &table) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(entry(1, 1, &chosen, nullptr) == METRALE_STATUS_INVALID_ARGUMENT);
+}
+
+TEST_CASE("describe and device_count") {
+  const metrale_plugin_table& t = *plugin().table;
+  metrale_plugin_info info{};
+  REQUIRE(t.describe(&info) == METRALE_STATUS_OK);
+  CHECK(info.struct_size == sizeof info);
+  CHECK(std::string(info.backend_name) == "cpu");
+  CHECK(std::string(info.version).size() > 0);
+  CHECK(std::string(info.description).size() > 0);
+  uint32_t count = 0;
+  CHECK(t.device_count(&count, nullptr, 0) == METRALE_STATUS_OK);
+  CHECK(count == 1);
+}
+
+TEST_CASE("the manifest lists exactly the kernels the plugin provides, with the same parameters") {
+  const nlohmann::json manifest = read_json(METRALE_CPU_TEST_MANIFEST);
+  CHECK(manifest.at("backend") == "cpu");
+  CHECK(manifest.at("library") == "libmetrale_cpu.so");
+  CHECK(manifest.at("abi_version") == 1);
+  CHECK(manifest.at("format_version") == "1.0");
+  std::map<std::string, std::vector<std::string>> listed;
+  for (const auto& module : manifest.at("modules"))
+    for (const auto& kernel : module.at("kernels")) {
+      std::vector<std::string> params;
+      for (const auto& param : kernel.at("params")) params.push_back(param.at("type"));
+      const std::string key = module.at("name").get<std::string>() + "/" + kernel.at("name").get<std::string>();
+      CHECK_MESSAGE(listed.emplace(key, params).second, "listed twice: " << key);
+      CHECK(!contains(key, "_p3"));
+      CHECK(!contains(key, "m128"));
+      CHECK(!contains(key, "n64"));
+    }
+
+  Backend b;
+  const metrale_kernel_desc* kernels = nullptr;
+  size_t count = 0;
+  REQUIRE(b.table().list_kernels(b.raw(), &kernels, &count) == METRALE_STATUS_OK);
+  std::map<std::string, std::vector<std::string>> provided;
+  for (size_t i = 0; i < count; ++i) {
+    std::vector<std::string> params;
+    for (uint32_t p = 0; p < kernels[i].param_count; ++p) params.push_back(param_name(kernels[i].param_types[p]));
+    provided.emplace(std::string(kernels[i].module) + "/" + kernels[i].name, params);
+  }
+  CHECK(provided == listed);
+  const std::set<std::string> expected{
+      "w4a16/w4a16_gemv", "w4a16/w4a16_gemv_b8", "w4a16/w4a16_gemm_t", "w4a16/w4a16_gemm_t_k64",
+      "act/silu_mul", "act/gelu_mul", "moe/router_gemm", "moe/topk_softmax", "moe/moe_gather",
+      "moe/w4a16_grouped_gemm", "moe/moe_combine"};
+  std::set<std::string> names;
+  for (const auto& [name, params] : provided) names.insert(name);
+  CHECK(names == expected);
+
+  // The build tree carries the manifest next to the module, naming it relatively.
+  const std::filesystem::path built = std::filesystem::path(METRALE_CPU_TEST_BUILT_MANIFEST);
+  CHECK(read_json(built) == manifest);
+  CHECK(std::filesystem::exists(built.parent_path() / manifest.at("library").get<std::string>()));
+}
+
+TEST_CASE("create: options, refusals and warnings") {
+  SUBCASE("unknown target value lists the valid ones") {
+    Created c = try_create({{"target", "avx9000"}});
+    CHECK(c.status == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(c.backend == nullptr);
+    CHECK(contains(c.error, "avx9000"));
+    CHECK(contains(c.error, "auto, avx512bf16, avx512, avx2, baseline"));
+  }
+  SUBCASE("bad thread counts") {
+    for (const char* value : {"0", "-1", "abc", "2x", "", "100000"}) {
+      Created c = try_create({{"threads", value}});
+      INFO("threads='" << value << "': " << c.error);
+      CHECK(c.status == METRALE_STATUS_INVALID_ARGUMENT);
+      CHECK(contains(c.error, "threads"));
+    }
+  }
+  SUBCASE("an unknown key is logged as a warning and ignored") {
+    HostLog log;
+    Created c = try_create({{"colour", "blue"}, {"threads", "1"}}, &log);
+    REQUIRE(c.status == METRALE_STATUS_OK);
+    plugin().table->destroy(c.backend);
+    bool warned = false;
+    for (const LogLine& line : log.lines())
+      warned |= line.level == METRALE_LOG_WARN && contains(line.text, "colour");
+    CHECK(warned);
+  }
+  SUBCASE("there is one device") {
+    Created c = try_create({}, nullptr, 1);
+    CHECK(c.status == METRALE_STATUS_NOT_FOUND);
+    CHECK(contains(c.error, "one device"));
+  }
+  SUBCASE("missing create info or host") {
+    metrale_backend* backend = nullptr;
+    char error[256] = {};
+    CHECK(plugin().table->create(nullptr, &backend, error, sizeof error) == METRALE_STATUS_INVALID_ARGUMENT);
+    metrale_backend_create_info info{};
+    info.struct_size = sizeof info;
+    CHECK(plugin().table->create(&info, &backend, error, sizeof error) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(error, "log"));
+    CHECK(backend == nullptr);
+  }
+  SUBCASE("each tier is granted exactly when the CPU has its features") {
+    using metrale::cpu::Tier;
+    const metrale::cpu::CpuFeatures have = metrale::cpu::detect_features();
+    for (Tier tier : {Tier::baseline, Tier::avx2, Tier::avx512, Tier::avx512bf16}) {
+      const std::string name = metrale::cpu::tier_option_name(tier);
+      Created c = try_create({{"target", name}, {"threads", "1"}});
+      const auto missing = metrale::cpu::missing_features(tier, have);
+      INFO(name << ": " << c.error);
+      if (missing.empty()) {
+        REQUIRE(c.status == METRALE_STATUS_OK);
+        metrale_device_info info{};
+        info.struct_size = sizeof info;
+        REQUIRE(plugin().table->device_info(c.backend, &info) == METRALE_STATUS_OK);
+        CHECK(std::string(info.target) == metrale::cpu::tier_target(tier));
+        plugin().table->destroy(c.backend);
+      } else {
+        CHECK(c.status == METRALE_STATUS_INCOMPATIBLE);
+        for (const auto& feature : missing) CHECK(contains(c.error, feature));
+      }
+    }
+    Backend automatic(Options{{"threads", "1"}});
+    CHECK(automatic.target() == metrale::cpu::tier_target(metrale::cpu::best_tier(have)));
+  }
+}
+
+TEST_CASE("tier choice against feature sets this machine may not have") {
+  using namespace metrale::cpu;
+  CpuFeatures none;
+  none.detected = true;
+  CpuFeatures avx2 = none;
+  avx2.avx = avx2.avx2 = avx2.fma = avx2.f16c = true;
+  CpuFeatures avx512 = avx2;
+  avx512.avx512f = avx512.avx512bw = avx512.avx512vl = true;
+  CpuFeatures bf16 = avx512;
+  bf16.avx512bf16 = true;
+
+  CHECK(best_tier(none) == Tier::baseline);
+  CHECK(best_tier(avx2) == Tier::avx2);
+  CHECK(best_tier(avx512) == Tier::avx512);
+  CHECK(best_tier(bf16) == Tier::avx512bf16);
+  CpuFeatures no_vl = bf16;
+  no_vl.avx512vl = false;
+  CHECK(best_tier(no_vl) == Tier::avx2);  // tiers are cumulative
+
+  Tier chosen = Tier::baseline;
+  std::string error;
+  CHECK(choose_tier("avx512bf16", avx2, chosen, error) == METRALE_STATUS_INCOMPATIBLE);
+  CHECK(contains(error, "avx512f, avx512bw, avx512vl, avx512bf16"));
+  CHECK(contains(error, "best tier here is 'avx2'"));
+  error.clear();
+  CHECK(choose_tier("avx2", no_vl, chosen, error) == METRALE_STATUS_OK);
+  CHECK(chosen == Tier::avx2);
+  CHECK(choose_tier("baseline", bf16, chosen, error) == METRALE_STATUS_OK);
+  CHECK(chosen == Tier::baseline);
+  CHECK(choose_tier(nullptr, avx512, chosen, error) == METRALE_STATUS_OK);
+  CHECK(chosen == Tier::avx512);
+  CHECK(choose_tier("auto", none, chosen, error) == METRALE_STATUS_OK);
+  CHECK(chosen == Tier::baseline);
+  CHECK(choose_tier("AVX2", bf16, chosen, error) == METRALE_STATUS_INVALID_ARGUMENT);
+  CpuFeatures undetected;
+  CHECK(choose_tier("avx2", undetected, chosen, error) == METRALE_STATUS_INCOMPATIBLE);
+  CHECK(contains(error, "detection failed"));
+}
+
+TEST_CASE("device_info reports the model, target, memory and the thread count") {
+  Backend b(Options{{"threads", "3"}});
+  metrale_device_info info{};
+  info.struct_size = sizeof info;
+  REQUIRE(b.table().device_info(b.raw(), &info) == METRALE_STATUS_OK);
+  CHECK(std::string(info.name).size() > 0);
+  CHECK(std::string(info.target).rfind("cpu-", 0) == 0);
+  CHECK(info.memory_bytes > (uint64_t{64} << 20));
+  CHECK(info.compute_units == 3);
+
+  Backend automatic;
+  REQUIRE(automatic.table().device_info(automatic.raw(), &info) == METRALE_STATUS_OK);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  CHECK(info.compute_units == static_cast<uint32_t>(CPU_COUNT(&set)));  // the CPUs we may use
+}
+
+TEST_CASE("get_kernel: nonzero distinct handles; NOT_FOUND explains what exists") {
+  Backend b;
+  std::set<uint64_t> handles{b.kernel("w4a16", "w4a16_gemv"), b.kernel("w4a16", "w4a16_gemm_t"),
+                             b.kernel("moe", "moe_combine"), b.kernel("act", "silu_mul")};
+  CHECK(handles.size() == 4);
+  CHECK(handles.count(0) == 0);
+  uint64_t handle = 123;
+  CHECK(b.table().get_kernel(b.raw(), "w4a16", "w4a16_gemm_t_p3", &handle) == METRALE_STATUS_NOT_FOUND);
+  CHECK(handle == 0);
+  const std::string error = b.last_error();
+  CHECK(contains(error, "w4a16_gemm_t_p3"));
+  CHECK(contains(error, "w4a16_gemv, w4a16_gemv_b8, w4a16_gemm_t, w4a16_gemm_t_k64"));
+  CHECK(b.table().get_kernel(b.raw(), "w4a16_v2", "w4a16_gemm_t_m128_v2", &handle) ==
+        METRALE_STATUS_NOT_FOUND);
+  CHECK(contains(b.last_error(), "no module 'w4a16_v2'"));
+}
+
+TEST_CASE("memory: aligned, tracked, range-checked") {
+  Backend b;
+  const auto& t = b.table();
+  uint64_t a = 0, c = 0;
+  REQUIRE(t.mem_alloc(b.raw(), 100, &a) == METRALE_STATUS_OK);
+  REQUIRE(t.mem_alloc(b.raw(), 3, &c) == METRALE_STATUS_OK);
+  CHECK(a % 64 == 0);
+  CHECK(c % 64 == 0);
+  uint64_t none = 1;
+  CHECK(t.mem_alloc(b.raw(), 0, &none) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(none == 0);
+
+  std::vector<uint8_t> bytes(100);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  CHECK(t.copy_to_device(b.raw(), a, bytes.data(), 100, 0) == METRALE_STATUS_OK);
+  CHECK(t.memset_device(b.raw(), a + 10, 0xab, 5, 0) == METRALE_STATUS_OK);
+  CHECK(t.copy_device(b.raw(), a + 50, a, 10, 0) == METRALE_STATUS_OK);
+  std::vector<uint8_t> back(100);
+  CHECK(t.copy_to_host(b.raw(), back.data(), a, 100, 0) == METRALE_STATUS_OK);
+  for (size_t i = 0; i < 100; ++i) {
+    uint8_t want = static_cast<uint8_t>(i);
+    if (i >= 10 && i < 15) want = 0xab;
+    if (i >= 50 && i < 60) want = static_cast<uint8_t>(i - 50);  // copied from [0, 10)
+    CHECK(back[i] == want);
+  }
+
+  // One byte too far: the message says by how much and which allocation.
+  CHECK(t.copy_to_device(b.raw(), a + 1, bytes.data(), 100, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(contains(b.last_error(), "runs 1 bytes past the end"));
+  CHECK(t.copy_to_host(b.raw(), back.data(), a + 200, 1, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(contains(b.last_error(), "not inside any live allocation"));
+  CHECK(t.memset_device(b.raw(), c, 0, 4, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(t.copy_to_device(b.raw(), reinterpret_cast<uint64_t>(bytes.data()), bytes.data(), 1, 0) ==
+        METRALE_STATUS_INVALID_ARGUMENT);  // host memory is not device memory, even here
+  CHECK(t.copy_to_device(b.raw(), a, bytes.data(), 0, 0) == METRALE_STATUS_OK);  // empty copy
+
+  CHECK(t.mem_free(b.raw(), a + 8) == METRALE_STATUS_NOT_FOUND);
+  CHECK(contains(b.last_error(), "inside an allocation but not at its start"));
+  CHECK(t.mem_free(b.raw(), a) == METRALE_STATUS_OK);
+  CHECK(t.mem_free(b.raw(), a) == METRALE_STATUS_NOT_FOUND);
+  CHECK(contains(b.last_error(), "already freed"));
+  CHECK(t.copy_to_host(b.raw(), back.data(), a, 1, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(t.mem_free(b.raw(), 0) == METRALE_STATUS_NOT_FOUND);
+  CHECK(t.mem_free(b.raw(), c) == METRALE_STATUS_OK);
+}
+
+TEST_CASE("streams: ids, ordered synchronous work, unknown ids refused") {
+  Backend b;
+  const auto& t = b.table();
+  uint64_t s1 = 0, s2 = 0;
+  REQUIRE(t.stream_create(b.raw(), &s1) == METRALE_STATUS_OK);
+  REQUIRE(t.stream_create(b.raw(), &s2) == METRALE_STATUS_OK);
+  CHECK(s1 != 0);
+  CHECK(s2 != 0);
+  CHECK(s1 != s2);
+  const uint64_t a = b.alloc(16);
+  const std::vector<uint8_t> bytes(16, 7);
+  CHECK(t.copy_to_device(b.raw(), a, bytes.data(), 16, s1) == METRALE_STATUS_OK);
+  CHECK(t.memset_device(b.raw(), a, 9, 8, s2) == METRALE_STATUS_OK);
+  CHECK(t.stream_synchronize(b.raw(), s1) == METRALE_STATUS_OK);
+  CHECK(t.stream_synchronize(b.raw(), 0) == METRALE_STATUS_OK);
+  const auto back = b.download<uint8_t>(a, 16);
+  CHECK(back[0] == 9);
+  CHECK(back[15] == 7);
+
+  CHECK(t.stream_destroy(b.raw(), s1) == METRALE_STATUS_OK);
+  CHECK(t.stream_destroy(b.raw(), s1) == METRALE_STATUS_NOT_FOUND);
+  CHECK(contains(b.last_error(), "stream " + std::to_string(s1)));
+  CHECK(t.stream_synchronize(b.raw(), s1) == METRALE_STATUS_NOT_FOUND);
+  CHECK(t.copy_to_device(b.raw(), a, bytes.data(), 16, s1) == METRALE_STATUS_NOT_FOUND);
+  CHECK(t.stream_destroy(b.raw(), 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(t.stream_destroy(b.raw(), 424242) == METRALE_STATUS_NOT_FOUND);
+  CHECK(t.stream_destroy(b.raw(), s2) == METRALE_STATUS_OK);
+}
+
+TEST_CASE("launch errors name the problem") {
+  Backend b(Options{{"threads", "2"}});
+  const uint64_t gemv = b.kernel("w4a16", "w4a16_gemv");
+  const uint32_t n = 64, k = 256;
+  const uint64_t x = b.alloc(k * 2), q = b.alloc(n * k / 2), s = b.alloc(n * (k / 128) * 2),
+                 y = b.alloc(n * 2);
+  for (auto [address, bytes] : {std::pair{x, k * 2}, std::pair{q, n * k / 2}, std::pair{s, n * (k / 128) * 2}})
+    REQUIRE(b.table().memset_device(b.raw(), address, 0, bytes, 0) == METRALE_STATUS_OK);
+  auto w4 = [&](uint32_t m, uint32_t nn, uint32_t kk, uint64_t xp = 0) {
+    Args args;
+    args.ptr(xp ? xp : x).ptr(q).ptr(s).ptr(y).u32(m).u32(nn).u32(kk);
+    return args;
+  };
+  SUBCASE("a correct launch") {
+    Args args = w4(1, n, k);
+    CHECK(b.launch(gemv, {1, 1}, args) == METRALE_STATUS_OK);
+  }
+  SUBCASE("wrong argument count") {
+    Args args = w4(1, n, k);
+    metrale_launch_config config{{1, 1, 1}, {128, 1, 1}, 0, 0};
+    CHECK(b.table().launch(b.raw(), gemv, &config, args.data(), 6) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "takes 7 arguments (x, qweight, scales, y, m, n, k), got 6"));
+  }
+  SUBCASE("unknown handle") {
+    Args args = w4(1, n, k);
+    CHECK(b.launch(12345, {1, 1}, args) == METRALE_STATUS_NOT_FOUND);
+    CHECK(contains(b.last_error(), "not a kernel handle"));
+  }
+  SUBCASE("unknown stream") {
+    Args args = w4(1, n, k);
+    CHECK(b.launch(gemv, {1, 1}, args, 128, 999) == METRALE_STATUS_NOT_FOUND);
+    CHECK(contains(b.last_error(), "stream 999"));
+  }
+  SUBCASE("grid and block shapes") {
+    Args args = w4(1, n, k);
+    CHECK(b.launch(gemv, {0, 1}, args) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(b.launch(gemv, {1, 1}, args, 2048) == METRALE_STATUS_INVALID_ARGUMENT);
+    Args covered = w4(1, n, k);
+    CHECK(b.launch(gemv, {5, 3}, covered) == METRALE_STATUS_OK);  // extra blocks clip
+  }
+  SUBCASE("grid too small for the problem") {
+    const uint64_t q2 = b.upload(std::vector<uint8_t>(129 * k / 2)),
+                   s2 = b.upload(std::vector<uint16_t>(129 * 2)), y2 = b.alloc(129 * 2);
+    Args args;
+    args.ptr(x).ptr(q2).ptr(s2).ptr(y2).u32(1).u32(129).u32(k);
+    CHECK(b.launch(gemv, {2, 1}, args) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "does not cover"));
+    CHECK(contains(b.last_error(), "(ceil(n/64), 1) = (3, 1, 1)"));
+    CHECK(b.launch(gemv, {3, 1}, args) == METRALE_STATUS_OK);
+  }
+  SUBCASE("shape rules") {
+    Args two_rows = w4(2, n, k);
+    CHECK(b.launch(gemv, {1, 1}, two_rows) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "m must be 1"));
+    Args odd_k = w4(1, n, 200);
+    CHECK(b.launch(gemv, {1, 1}, odd_k) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "multiple of 128"));
+    Args nine = w4(9, n, k);
+    CHECK(b.launch(b.kernel("w4a16", "w4a16_gemv_b8"), {1, 1}, nine) == METRALE_STATUS_INVALID_ARGUMENT);
+  }
+  SUBCASE("bad pointers") {
+    uint64_t on_stack[64] = {};
+    Args stray = w4(1, n, k, reinterpret_cast<uint64_t>(on_stack));
+    CHECK(b.launch(gemv, {1, 1}, stray) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "argument 'x'"));
+    CHECK(contains(b.last_error(), "not inside any live allocation"));
+    Args shifted = w4(1, n, k, x + 2);
+    CHECK(b.launch(gemv, {1, 1}, shifted) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "must hold 512 bytes (m*k bf16)"));
+    Args null_x;
+    null_x.ptr(0).ptr(q).ptr(s).ptr(y).u32(1).u32(n).u32(k);
+    CHECK(b.launch(gemv, {1, 1}, null_x) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "null pointer"));
+  }
+  SUBCASE("index buffers are checked against their sources") {
+    const uint32_t h = 8;
+    const uint64_t src = b.alloc(4 * h * 2), rows = b.upload(std::vector<int32_t>{0, 3, 4}),
+                   out = b.alloc(3 * h * 2);
+    Args args;
+    args.ptr(src).ptr(rows).ptr(out).u32(3).u32(h);
+    CHECK(b.launch(b.kernel("moe", "moe_gather"), {3, 1}, args) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "rows[2] = 4 is not a row of 'x'"));
+    const uint64_t offsets = b.upload(std::vector<int32_t>{0, 5, 2});
+    Args grouped;
+    grouped.ptr(x).ptr(q).ptr(s).ptr(offsets).ptr(y).u32(n).u32(k).u32(2);
+    CHECK(b.launch(b.kernel("moe", "w4a16_grouped_gemm"), {1, 2}, grouped) ==
+          METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "non-decreasing"));
+  }
+  SUBCASE("null argument array entries") {
+    void* args[7] = {};
+    metrale_launch_config config{{1, 1, 1}, {128, 1, 1}, 0, 0};
+    CHECK(b.table().launch(b.raw(), gemv, &config, args, 7) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "argument 0 ('x') points to NULL"));
+    CHECK(b.table().launch(b.raw(), gemv, nullptr, args, 7) == METRALE_STATUS_INVALID_ARGUMENT);
+  }
+}
+
+TEST_CASE("last_error is per thread") {
+  Backend b;
+  CHECK(b.table().mem_free(b.raw(), 0x40) == METRALE_STATUS_NOT_FOUND);
+  const std::string mine = b.last_error();
+  CHECK(contains(mine, "0x40"));
+  std::string theirs = "unset";
+  std::thread([&] { theirs = b.table().last_error(b.raw()); }).join();
+  CHECK(theirs.empty());
+  CHECK(b.last_error() == mine);
+}
+
+TEST_CASE("thread pool: concurrent launchers and sparse launches stay correct") {
+  // Two threads launch into one instance; between bursts the workers fall asleep and must wake.
+  Backend b({{"threads", "3"}, {"target", "baseline"}});
+  const uint32_t n = 640, k = 128;
+  std::vector<uint16_t> xv(k);
+  for (uint32_t t = 0; t < k; ++t) xv[t] = to_bf16(t % 2 ? 1.0 : 0.0);  // odd k only
+  // Codes 9 (value +1) everywhere, scale 1.0 (f16 0x3c00): y = number of odd k = 64.
+  std::vector<uint32_t> qv(size_t{n} * k / 8, 0x99999999u);
+  std::vector<uint16_t> sv(size_t{n} * k / 128, 0x3c00);
+  const uint64_t x = b.upload(xv), q = b.upload(qv), s = b.upload(sv);
+  const uint64_t gemv = b.kernel("w4a16", "w4a16_gemv");
+  std::atomic<int> wrong{0};
+  auto launcher = [&](int id) {
+    const uint64_t y = [&] {
+      static std::mutex mutex;
+      std::lock_guard lock(mutex);
+      return b.alloc(n * 2);
+    }();
+    for (int i = 0; i < 300; ++i) {
+      std::vector<uint16_t> zero(n, 0);
+      if (b.table().copy_to_device(b.raw(), y, zero.data(), n * 2, 0) != METRALE_STATUS_OK) ++wrong;
+      Args args;
+      args.ptr(x).ptr(q).ptr(s).ptr(y).u32(1).u32(n).u32(k);
+      if (b.launch(gemv, {n / 64, 1}, args) != METRALE_STATUS_OK) ++wrong;
+      std::vector<uint16_t> out(n);
+      if (b.table().copy_to_host(b.raw(), out.data(), y, n * 2, 0) != METRALE_STATUS_OK) ++wrong;
+      for (uint16_t v : out) wrong += bf16_value(v) != 64.0;
+      if (i % 50 == id) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  std::thread first(launcher, 0), second(launcher, 1);
+  first.join();
+  second.join();
+  CHECK(wrong.load() == 0);
+}

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Every kernel of the CPU backend against the double-precision reference, on every instruction
+// set tier this CPU has (forced through the "target" option), plus agreement between tiers and
+// between thread counts.
+#include "reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <memory>
+#include <sstream>
+
+using namespace cpu_test;
+
+namespace {
+
+// One instance per tier for the whole process (creating pools per case would dominate).
+Backend& tier_backend(const std::string& tier) {
+  static std::map<std::string, std::unique_ptr<Backend>> backends;
+  auto& slot = backends[tier];
+  if (!slot) slot = std::make_unique<Backend>(Options{{"target", tier}, {"threads", "2"}});
+  return *slot;
+}
+
+struct Mismatch {
+  size_t count = 0;
+  double worst_ratio = 0;  // error / budget of the worst element
+  std::string worst;
+};
+
+template <class Budget>
+Mismatch compare(const std::vector<double>& got, const std::vector<double>& ref, Budget budget,
+                 uint32_t columns) {
+  Mismatch m;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double error = std::fabs(got[i] - ref[i]);
+    const double allowed = budget(i);
+    const double ratio = error / allowed;
+    if (!(error <= allowed)) ++m.count;
+    if (!(ratio <= m.worst_ratio)) {
+      m.worst_ratio = ratio;
+      std::ostringstream text;
+      text << "[" << i / columns << "][" << i % columns << "] got " << got[i] << " want "
+           << ref[i] << " (error " << error << ", budget " << allowed << ")";
+      m.worst = text.str();
+    }
+  }
+  return m;
+}
+
+std::vector<double> widen_bf16(const std::vector<uint16_t>& values) {
+  std::vector<double> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_value(values[i]);
+  return out;
+}
+
+std::array<uint32_t, 2> w4_grid(const std::string& kernel, uint32_t m, uint32_t n) {
+  if (kernel == "w4a16_gemv" || kernel == "w4a16_gemv_b8") return {ceil_div(n, 64), 1};
+  return {ceil_div(n, 128), ceil_div(m, 64)};
+}
+
+std::vector<uint16_t> run_w4(Backend& b, const std::string& kernel, const W4Problem& p,
+                             std::array<uint32_t, 2> grid) {
+  const uint64_t x = b.upload(p.x), q = b.upload(p.qweight), s = b.upload(p.scales);
+  const uint64_t y = b.alloc(size_t{p.m} * p.n * 2);
+  Args args;
+  args.ptr(x).ptr(q).ptr(s).ptr(y).u32(p.m).u32(p.n).u32(p.k);
+  const metrale_status status = b.launch(b.kernel("w4a16", kernel.c_str()), grid, args);
+  REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
+  auto out = b.download<uint16_t>(y, size_t{p.m} * p.n);
+  for (uint64_t a : {x, q, s, y}) b.free(a);
+  return out;
+}
+
+void check_against(const W4Problem& p, const std::vector<uint16_t>& y, const std::string& what) {
+  const Mismatch m = compare(
+      widen_bf16(y), p.ref, [&](size_t i) { return bf16_budget(p.ref[i], p.absum[i]); }, p.n);
+  INFO(what << ": worst " << m.worst << ", error/budget " << m.worst_ratio);
+  CHECK(m.count == 0);
+}
+
+// Two tiers agree within one bf16 ulp (plus the f32 summation slack of both).
+void check_same(const W4Problem& p, const std::vector<uint16_t>& a,
+                const std::vector<uint16_t>& b, const std::string& what) {
+  const auto wa = widen_bf16(a), wb = widen_bf16(b);
+  const Mismatch m = compare(
+      wa, wb,
+      [&](size_t i) {
+        return std::ldexp(std::max(std::fabs(wa[i]), std::fabs(wb[i])), -7) +
+               std::ldexp(p.absum[i], -15) + 1e-30;
+      },
+      p.n);
+  INFO(what << ": worst " << m.worst);
+  CHECK(m.count == 0);
+}
+
+struct W4Case {
+  uint32_t m, n, k;
+  std::vector<std::string> kernels;
+};
+
+}  // namespace
+
+TEST_CASE("w4a16 family matches the reference on every tier, and the tiers agree") {
+  const std::vector<std::string> all{"w4a16_gemv", "w4a16_gemv_b8", "w4a16_gemm_t",
+                                     "w4a16_gemm_t_k64"};
+  const std::vector<std::string> b8_up{"w4a16_gemv_b8", "w4a16_gemm_t", "w4a16_gemm_t_k64"};
+  const std::vector<std::string> tiles{"w4a16_gemm_t", "w4a16_gemm_t_k64"};
+  const std::vector<W4Case> cases{
+      {1, 129, 128, all},    {1, 1, 384, all},      {1, 200, 8192, all},
+      {3, 129, 384, b8_up},  {8, 65, 8192, b8_up},  {3, 1, 128, b8_up},
+      {9, 129, 384, tiles},  {64, 129, 8192, tiles}, {200, 129, 384, tiles},
+      {200, 1, 128, tiles},  {65, 257, 256, tiles},
+  };
+  const auto tiers = supported_tiers();
+  REQUIRE(!tiers.empty());
+  REQUIRE(tiers.front() == "baseline");
+  MESSAGE("tiers on this CPU: " << [&] {
+    std::string t;
+    for (const auto& s : tiers) t += s + " ";
+    return t;
+  }());
+  uint64_t seed = 1;
+  for (const W4Case& c : cases) {
+    const W4Problem p = make_w4(c.m, c.n, c.k, seed++);
+    for (const std::string& kernel : c.kernels) {
+      std::vector<uint16_t> baseline;
+      for (const std::string& tier : tiers) {
+        const std::string what = kernel + " m=" + std::to_string(c.m) + " n=" +
+                                 std::to_string(c.n) + " k=" + std::to_string(c.k) + " on " + tier;
+        const auto y = run_w4(tier_backend(tier), kernel, p, w4_grid(kernel, c.m, c.n));
+        check_against(p, y, what);
+        if (tier == "baseline")
+          baseline = y;
+        else
+          check_same(p, baseline, y, what + " vs baseline");
+      }
+    }
+  }
+}
+
+TEST_CASE("w4a16: results do not depend on the thread count; extra blocks are harmless") {
+  const W4Problem p = make_w4(130, 300, 384, 77);
+  for (const std::string& tier : supported_tiers()) {
+    Backend one({{"target", tier}, {"threads", "1"}});
+    Backend three({{"target", tier}, {"threads", "3"}});
+    for (const char* kernel : {"w4a16_gemm_t", "w4a16_gemm_t_k64"}) {
+      INFO(kernel << " on " << tier);
+      const auto grid = w4_grid(kernel, p.m, p.n);
+      const auto a = run_w4(one, kernel, p, grid);
+      const auto b = run_w4(three, kernel, p, grid);
+      CHECK(a == b);  // a block is computed the same way whichever thread runs it
+      const auto c = run_w4(three, kernel, p, {grid[0] + 2, grid[1] + 1});
+      CHECK(a == c);
+    }
+  }
+}
+
+TEST_CASE("w4a16_grouped_gemm matches the reference on every tier (empty experts included)") {
+  struct GroupedCase {
+    uint32_t n, k;
+    std::vector<int32_t> rows_per_expert;
+  };
+  const std::vector<GroupedCase> cases{
+      {129, 384, {3, 0, 70, 1, 0, 9}},
+      {65, 8192, {1, 2, 0}},
+      {1, 128, {0, 5}},
+  };
+  uint64_t seed = 100;
+  for (const GroupedCase& c : cases) {
+    std::mt19937_64 rng(seed++);
+    const auto experts = static_cast<uint32_t>(c.rows_per_expert.size());
+    std::vector<int32_t> offsets{0};
+    for (int32_t rows : c.rows_per_expert) offsets.push_back(offsets.back() + rows);
+    const auto t = static_cast<uint32_t>(offsets.back());
+    const auto x = random_bf16(rng, size_t{t} * c.k, -1.0, 1.0);
+    std::vector<uint32_t> qweight(size_t{experts} * c.n * (c.k / 8));
+    for (auto& word : qweight) word = static_cast<uint32_t>(rng());
+    const auto scales = random_scales(rng, size_t{experts} * c.n * (c.k / 128));
+    std::vector<double> ref(size_t{t} * c.n), absum(size_t{t} * c.n);
+    for (uint32_t e = 0; e < experts; ++e)
+      w4_reference(x, qweight.data() + size_t{e} * c.n * (c.k / 8),
+                   scales.data() + size_t{e} * c.n * (c.k / 128), c.n, c.k,
+                   static_cast<uint32_t>(offsets[e]), static_cast<uint32_t>(c.rows_per_expert[e]),
+                   ref.data() + size_t(offsets[e]) * c.n, absum.data() + size_t(offsets[e]) * c.n);
+    for (const std::string& tier : supported_tiers()) {
+      Backend& b = tier_backend(tier);
+      const uint64_t dx = b.upload(x), dq = b.upload(qweight), ds = b.upload(scales),
+                     doff = b.upload(offsets), dy = b.alloc(size_t{t} * c.n * 2);
+      Args args;
+      args.ptr(dx).ptr(dq).ptr(ds).ptr(doff).ptr(dy).u32(c.n).u32(c.k).u32(experts);
+      REQUIRE_MESSAGE(b.launch(b.kernel("moe", "w4a16_grouped_gemm"), {ceil_div(c.n, 128), experts},
+                               args) == METRALE_STATUS_OK,
+                      b.last_error());
+      const auto y = b.download<uint16_t>(dy, size_t{t} * c.n);
+      const Mismatch m = compare(
+          widen_bf16(y), ref, [&](size_t i) { return bf16_budget(ref[i], absum[i]); }, c.n);
+      INFO("grouped n=" << c.n << " k=" << c.k << " on " << tier << ": worst " << m.worst);
+      CHECK(m.count == 0);
+      for (uint64_t a : {dx, dq, ds, doff, dy}) b.free(a);
+    }
+  }
+}
+
+TEST_CASE("silu_mul and gelu_mul match the reference") {
+  const double kSqrt2OverPi = std::sqrt(2.0 / std::acos(-1.0));
+  struct ActCase {
+    uint32_t m, i;
+  };
+  for (const ActCase c : {ActCase{3, 2049}, ActCase{1, 1}, ActCase{2, 1024}}) {
+    std::mt19937_64 rng(c.m * 7919 + c.i);
+    const auto gate_up = random_bf16(rng, size_t{c.m} * 2 * c.i, -6.0, 6.0);
+    for (const char* name : {"silu_mul", "gelu_mul"}) {
+      const bool gelu = std::string(name) == "gelu_mul";
+      std::vector<double> ref(size_t{c.m} * c.i), scale(ref.size());
+      for (uint32_t r = 0; r < c.m; ++r)
+        for (uint32_t j = 0; j < c.i; ++j) {
+          const double g = bf16_value(gate_up[size_t{r} * 2 * c.i + j]);
+          const double u = bf16_value(gate_up[size_t{r} * 2 * c.i + c.i + j]);
+          const double act = gelu ? 0.5 * g * (1 + std::tanh(kSqrt2OverPi * (g + 0.044715 * g * g * g)))
+                                  : g / (1 + std::exp(-g));
+          ref[size_t{r} * c.i + j] = act * u;
+          scale[size_t{r} * c.i + j] = std::fabs(g * u);
+        }
+      Backend& b = tier_backend("baseline");
+      const uint64_t in = b.upload(gate_up), out = b.alloc(size_t{c.m} * c.i * 2);
+      Args args;
+      args.ptr(in).ptr(out).u32(c.m).u32(c.i);
+      REQUIRE_MESSAGE(b.launch(b.kernel("act", name), {ceil_div(c.i, 1024), c.m}, args, 256) ==
+                          METRALE_STATUS_OK,
+                      b.last_error());
+      const auto got = widen_bf16(b.download<uint16_t>(out, size_t{c.m} * c.i));
+      // bf16 rounding, plus the f32 evaluation of exp/tanh: about 2^-22 of |g * u| absolute
+      // (the 1 + tanh cancellation for very negative g), allowed 2^-20.
+      const Mismatch m = compare(
+          got, ref,
+          [&](size_t i) { return std::ldexp(std::fabs(ref[i]), -8) + std::ldexp(scale[i], -20) + 1e-30; },
+          c.i);
+      INFO(name << " m=" << c.m << " i=" << c.i << ": worst " << m.worst);
+      CHECK(m.count == 0);
+      b.free(in);
+      b.free(out);
+    }
+  }
+}
+
+TEST_CASE("router_gemm matches the reference") {
+  struct RouterCase {
+    uint32_t m, e, h;
+  };
+  for (const RouterCase c : {RouterCase{3, 129, 2048}, RouterCase{1, 1, 7}, RouterCase{2, 64, 128}}) {
+    std::mt19937_64 rng(c.m + 31 * c.e + 977 * c.h);
+    const auto x = random_bf16(rng, size_t{c.m} * c.h, -2.0, 2.0);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    std::vector<float> w(size_t{c.e} * c.h);
+    for (auto& v : w) v = normal(rng);
+    std::vector<double> ref(size_t{c.m} * c.e), absum(ref.size());
+    for (uint32_t r = 0; r < c.m; ++r)
+      for (uint32_t e = 0; e < c.e; ++e) {
+        double sum = 0, abs_sum = 0;
+        for (uint32_t t = 0; t < c.h; ++t) {
+          const double term = bf16_value(x[size_t{r} * c.h + t]) * double{w[size_t{e} * c.h + t]};
+          sum += term;
+          abs_sum += std::fabs(term);
+        }
+        ref[size_t{r} * c.e + e] = sum;
+        absum[size_t{r} * c.e + e] = abs_sum;
+      }
+    Backend& b = tier_backend("baseline");
+    const uint64_t dx = b.upload(x), dw = b.upload(w), dl = b.alloc(size_t{c.m} * c.e * 4);
+    Args args;
+    args.ptr(dx).ptr(dw).ptr(dl).u32(c.m).u32(c.e).u32(c.h);
+    REQUIRE_MESSAGE(b.launch(b.kernel("moe", "router_gemm"), {ceil_div(c.e, 64), c.m}, args) ==
+                        METRALE_STATUS_OK,
+                    b.last_error());
+    const auto got = b.download<float>(dl, size_t{c.m} * c.e);
+    std::vector<double> gotd(got.begin(), got.end());
+    // f32 result: only the summation error, within 2^-16 of the sum of |terms|.
+    const Mismatch m = compare(
+        gotd, ref, [&](size_t i) { return std::ldexp(absum[i], -16) + 1e-30; }, c.e);
+    INFO("router m=" << c.m << " e=" << c.e << " h=" << c.h << ": worst " << m.worst);
+    CHECK(m.count == 0);
+    for (uint64_t a : {dx, dw, dl}) b.free(a);
+  }
+}
+
+TEST_CASE("topk_softmax: ids exact, weights within f32 rounding, ties to the lower id") {
+  struct TopkCase {
+    uint32_t m, e, k, renormalize;
+  };
+  for (const TopkCase c : {TopkCase{5, 129, 8, 1}, TopkCase{5, 129, 8, 0}, TopkCase{2, 129, 129, 0},
+                           TopkCase{3, 1, 1, 1}, TopkCase{4, 16, 4, 1}}) {
+    std::mt19937_64 rng(c.m * 13 + c.e * 101 + c.k * 7 + c.renormalize);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> logits(size_t{c.m} * c.e);
+    for (auto& v : logits) v = normal(rng);
+    // Row 1 of the e=16 case: all equal (every id ties); row 2: pairs of equal values.
+    if (c.e == 16) {
+      for (uint32_t e = 0; e < c.e; ++e) logits[c.e + e] = 0.5f;
+      for (uint32_t e = 0; e < c.e; ++e) logits[2 * c.e + e] = static_cast<float>(e / 2);
+    }
+    std::vector<int32_t> want_ids(size_t{c.m} * c.k);
+    std::vector<double> want_w(size_t{c.m} * c.k);
+    for (uint32_t r = 0; r < c.m; ++r) {
+      const float* l = &logits[size_t{r} * c.e];
+      const double peak = *std::max_element(l, l + c.e);
+      std::vector<double> p(c.e);
+      double sum = 0;
+      for (uint32_t e = 0; e < c.e; ++e) sum += p[e] = std::exp(l[e] - peak);
+      for (auto& v : p) v /= sum;
+      std::vector<int32_t> order(c.e);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      double picked = 0;
+      for (uint32_t j = 0; j < c.k; ++j) picked += p[order[j]];
+      for (uint32_t j = 0; j < c.k; ++j) {
+        want_ids[size_t{r} * c.k + j] = order[j];
+        want_w[size_t{r} * c.k + j] = p[order[j]] / (c.renormalize ? picked : 1.0);
+      }
+    }
+    Backend& b = tier_backend("baseline");
+    const uint64_t dl = b.upload(logits), di = b.alloc(size_t{c.m} * c.k * 4),
+                   dw = b.alloc(size_t{c.m} * c.k * 4);
+    Args args;
+    args.ptr(dl).ptr(di).ptr(dw).u32(c.m).u32(c.e).u32(c.k).u32(c.renormalize);
+    REQUIRE_MESSAGE(b.launch(b.kernel("moe", "topk_softmax"), {c.m, 1}, args) == METRALE_STATUS_OK,
+                    b.last_error());
+    INFO("topk m=" << c.m << " e=" << c.e << " k=" << c.k << " renormalize=" << c.renormalize);
+    CHECK(b.download<int32_t>(di, size_t{c.m} * c.k) == want_ids);
+    const auto got = b.download<float>(dw, size_t{c.m} * c.k);
+    std::vector<double> gotd(got.begin(), got.end());
+    // f32 exp and divisions over e terms: relative 2^-16 is ample.
+    const Mismatch m = compare(
+        gotd, want_w, [&](size_t i) { return std::ldexp(want_w[i], -16) + 1e-30; }, c.k);
+    INFO("worst " << m.worst);
+    CHECK(m.count == 0);
+    for (uint64_t a : {dl, di, dw}) b.free(a);
+  }
+}
+
+TEST_CASE("moe_gather copies the named rows exactly") {
+  const uint32_t rows = 20, h = 300;
+  std::mt19937_64 rng(5);
+  const auto x = random_bf16(rng, size_t{rows} * h, -3, 3);
+  const std::vector<int32_t> index{7, 0, 19, 7, 3, 3, 12};
+  const auto t = static_cast<uint32_t>(index.size());
+  Backend& b = tier_backend("baseline");
+  const uint64_t dx = b.upload(x), dr = b.upload(index), dout = b.alloc(size_t{t} * h * 2);
+  Args args;
+  args.ptr(dx).ptr(dr).ptr(dout).u32(t).u32(h);
+  REQUIRE_MESSAGE(b.launch(b.kernel("moe", "moe_gather"), {t, 1}, args) == METRALE_STATUS_OK,
+                  b.last_error());
+  const auto out = b.download<uint16_t>(dout, size_t{t} * h);
+  for (uint32_t i = 0; i < t; ++i)
+    CHECK(std::equal(out.begin() + i * h, out.begin() + (i + 1) * h, x.begin() + index[i] * h));
+  for (uint64_t a : {dx, dr, dout}) b.free(a);
+}
+
+TEST_CASE("moe_combine matches the reference") {
+  const uint32_t rows = 20, m = 4, k = 3, h = 1000;
+  std::mt19937_64 rng(9);
+  const auto expert_out = random_bf16(rng, size_t{rows} * h, -4, 4);
+  std::vector<int32_t> slots(size_t{m} * k);
+  for (auto& s : slots) s = static_cast<int32_t>(rng() % rows);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> weights(size_t{m} * k);
+  for (auto& w : weights) w = unit(rng);
+  std::vector<double> ref(size_t{m} * h), absum(ref.size());
+  for (uint32_t r = 0; r < m; ++r)
+    for (uint32_t c = 0; c < h; ++c)
+      for (uint32_t j = 0; j < k; ++j) {
+        const double term = double{weights[r * k + j]} *
+                            bf16_value(expert_out[size_t(slots[r * k + j]) * h + c]);
+        ref[size_t{r} * h + c] += term;
+        absum[size_t{r} * h + c] += std::fabs(term);
+      }
+  Backend& b = tier_backend("baseline");
+  const uint64_t de = b.upload(expert_out), ds = b.upload(slots), dw = b.upload(weights),
+                 dout = b.alloc(size_t{m} * h * 2);
+  Args args;
+  args.ptr(de).ptr(ds).ptr(dw).ptr(dout).u32(m).u32(k).u32(h);
+  REQUIRE_MESSAGE(b.launch(b.kernel("moe", "moe_combine"), {m, 1}, args) == METRALE_STATUS_OK,
+                  b.last_error());
+  const Mismatch mm = compare(
+      widen_bf16(b.download<uint16_t>(dout, size_t{m} * h)), ref,
+      [&](size_t i) { return bf16_budget(ref[i], absum[i]); }, h);
+  INFO("worst " << mm.worst);
+  CHECK(mm.count == 0);
+  for (uint64_t a : {de, ds, dw, dout}) b.free(a);
+}

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Host-side FFN weights: synthetic (seeded), loaded from safetensors (the project's tensor names
+// or a symmetric group-128 GPTQ checkpoint), and saved in the project's names. docs/layers.md
+// lists the tensor names and layouts.
+#pragma once
+
+#include "config.hpp"
+#include "w4a16.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace metrale::layers {
+
+// One dense FFN: gate and up fused into one [2I, H] projection (gate rows first), down [H, I].
+struct DenseFfnWeights {
+  W4a16Matrix gate_up;
+  W4a16Matrix down;
+  uint32_t hidden() const noexcept { return down.n; }
+  uint32_t intermediate() const noexcept { return down.k; }
+  size_t bytes() const noexcept { return gate_up.bytes() + down.bytes(); }
+  // Shapes agree with each other and with (hidden, intermediate); throws Error naming the tensor.
+  void validate(uint32_t hidden, uint32_t intermediate) const;
+};
+
+struct MoeWeights {
+  uint32_t experts = 0;
+  uint32_t hidden = 0;
+  std::vector<float> router;  // f32 [E, H]
+  W4a16Matrix gate_up;        // stack of E matrices [2I, H]
+  W4a16Matrix down;           // stack of E matrices [H, I]
+  std::optional<DenseFfnWeights> shared_expert;
+  std::vector<float> shared_expert_gate;  // f32 [1, H]; empty: the shared expert is added ungated
+  uint32_t intermediate() const noexcept { return down.k; }
+  size_t bytes() const noexcept;
+  size_t expert_bytes() const noexcept { return gate_up.bytes_per_matrix() + down.bytes_per_matrix(); }
+  void validate(const ModelConfig& config) const;
+};
+
+struct FfnWeights {
+  FfnKind kind = FfnKind::none;
+  std::optional<DenseFfnWeights> dense;
+  std::optional<MoeWeights> moe;
+  size_t bytes() const noexcept;
+  // Matches the config's kind and shapes; throws Error naming the tensor otherwise.
+  void validate(const ModelConfig& config) const;
+};
+
+// Deterministic weights for `config` from `seed`; each tensor has its own stream.
+FfnWeights synthetic_ffn_weights(const ModelConfig& config, uint64_t seed);
+
+struct WeightLoadOptions {
+  // GPTQ checkpoints hold many layers: the decoder layer whose FFN to load; nullopt: the lowest
+  // numbered layer that has one.
+  std::optional<uint32_t> layer;
+};
+
+// Loads from a .safetensors file, a *.safetensors.index.json (sharded checkpoint), or a directory
+// holding either. Recognises the project's names (docs/layers.md) and GPTQ names
+// (model.layers.<L>.mlp.*); converts GPTQ's [K/8, N] layout to ours.
+FfnWeights load_ffn_weights(const std::filesystem::path& path, const ModelConfig& config,
+                            const WeightLoadOptions& options = {});
+
+// Writes `weights` in the project's tensor names (metadata: format metrale-w4a16, the config).
+void save_ffn_weights(const FfnWeights& weights, const ModelConfig& config, const std::filesystem::path& path);
+
+}  // namespace metrale::layers

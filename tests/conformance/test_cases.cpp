@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The case list covers what the issue asks of it, for the k64 threshold this process sees.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "conformance.hpp"
+#include "selectors.hpp"
+
+#include <algorithm>
+#include <set>
+
+using namespace metrale::conformance;
+
+TEST_CASE("the conformance cases cover rows, odd N, both sides of the k64 switch and MoE routing") {
+  const auto all = cases();
+  std::set<std::string> names;
+  for (const auto& c : all) CHECK_MESSAGE(names.insert(c.name).second, "duplicate case " << c.name);
+
+  const uint32_t min_k = metrale::layers::w4a16_k64_min_k();
+  std::set<uint32_t> dispatch_rows;
+  bool below = false, above = false, odd_n = false;
+  for (const auto& c : all) {
+    if (c.kind != CaseKind::dispatch) continue;
+    dispatch_rows.insert(c.m);
+    below |= c.k < min_k;
+    above |= c.k >= min_k;
+    odd_n |= c.n % 2 == 1;
+  }
+  CHECK(dispatch_rows == std::set<uint32_t>{1, 3, 8, 9, 64, 200});
+  CHECK(above);
+  CHECK(below == (min_k > 128));
+  CHECK(odd_n);
+
+  // Every w4a16 kernel is exercised at the rows it accepts, and only those.
+  for (const char* kernel : {"w4a16_gemv", "w4a16_gemv_b8", "w4a16_gemm_t", "w4a16_gemm_t_k64", "w4a16_gemm_t_p3",
+                             "w4a16_gemm_t_k64_p3", "w4a16_gemm_t_k64_n64_p3", "w4a16_gemm_t_m128_v2", "w4a16_gemm_t_m128_v3"}) {
+    CAPTURE(kernel);
+    std::set<uint32_t> rows;
+    for (const auto& c : all)
+      if (c.kind == CaseKind::kernel && c.kernel == kernel) rows.insert(c.m);
+    REQUIRE(!rows.empty());
+    const uint32_t max_m = std::string(kernel) == "w4a16_gemv" ? 1 : std::string(kernel) == "w4a16_gemv_b8" ? 8 : 200;
+    CHECK(*rows.rbegin() == max_m);
+  }
+
+  // MoE: uneven routing with idle experts on both expert paths, renormalisation on and off, a
+  // shared expert; and the top-k ties case.
+  bool uneven_grouped = false, uneven_per_expert = false, no_renorm = false, shared = false, ties = false;
+  for (const auto& c : all) {
+    if (c.kind == CaseKind::topk_ties) ties = true;
+    if (c.kind != CaseKind::moe) continue;
+    if (c.routing == Routing::uneven) (c.moe_options.use_grouped_kernel ? uneven_grouped : uneven_per_expert) = true;
+    no_renorm |= !c.config.norm_topk_prob;
+    shared |= c.config.shared_expert_intermediate_size > 0;
+  }
+  CHECK(uneven_grouped);
+  CHECK(uneven_per_expert);
+  CHECK(no_renorm);
+  CHECK(shared);
+  CHECK(ties);
+}

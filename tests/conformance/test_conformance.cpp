@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Runs the conformance suite on every loaded backend. Exit 77 (skipped) when discovery loaded no
+// backend at all (only unavailable ones, e.g. CUDA without a driver). Options before doctest's:
+//   --cases=GLOB   run only the cases whose name matches ('*' any run)
+// Run it on a fault plugin with METRALE_MANIFESTS=<its manifest>: a wrong kernel fails here.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include "conformance.hpp"
+
+#include <metrale/registry.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<std::shared_ptr<metrale::Backend>> g_backends;
+std::string g_filter = "*";
+
+}  // namespace
+
+TEST_CASE("every loaded backend passes the conformance cases it does not skip") {
+  using namespace metrale::conformance;
+  const auto all = cases();
+  for (const auto& backend : g_backends) {
+    CAPTURE(backend->name());
+    std::vector<CaseResult> results;
+    for (const auto& c : all) {
+      if (!metrale::glob_match(g_filter, c.name)) continue;
+      results.push_back(run_case(*backend, c));
+      const CaseResult& r = results.back();
+      CHECK_MESSAGE(r.outcome != Outcome::failed, r.name << ": " << r.detail);
+    }
+    std::cout << "== backend " << backend->name() << " (" << backend->target() << ")\n" << render_results(results);
+    // A suite that skipped everything has tested nothing.
+    CHECK_MESSAGE(summarize(results).passed > 0, "backend " << backend->name() << " ran no case");
+  }
+}
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--cases=", 8) == 0) {
+      g_filter = argv[i] + 8;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  static metrale::Registry registry = metrale::Registry::discover();
+  for (const auto& e : registry.entries()) {
+    if (e.state == metrale::EntryState::loaded && e.instance) g_backends.push_back(e.instance);
+  }
+  if (g_backends.empty()) {
+    std::fprintf(stderr, "no backend loaded; conformance skipped. Discovery found:\n");
+    for (const auto& e : registry.entries()) {
+      std::fprintf(stderr, "  %s: %s %s\n", e.manifest_path.c_str(), metrale::entry_state_name(e.state), e.reason.c_str());
+    }
+    return 77;
+  }
+  doctest::Context context(static_cast<int>(rest.size()), rest.data());
+  return context.run();
+}

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The CUDA backend through the real runtime: discovery of its manifest, METRALE_CUDA_DRIVER and
+// METRALE_CUDA_DEVICE reaching create(), "unavailable" without a driver (and a refusal when cuda
+// was asked for), gating by target with the audit's reason, and a typed launch.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "cuda_test_support.hpp"
+
+#include "test_support.hpp"
+
+#include <metrale/registry.hpp>
+
+using namespace metrale;
+using namespace metrale::cuda_test;
+using metrale::testing::EnvGuard;
+using metrale::testing::TempDir;
+
+namespace {
+
+Registry discover_cuda() {
+  DiscoveryOptions options;
+  options.manifests = std::vector<fs::path>{METRALE_TEST_CUDA_MANIFEST};
+  return Registry::discover(options);
+}
+
+const RegistryEntry& cuda_entry(const Registry& registry) {
+  REQUIRE(registry.entries().size() == 1);
+  CHECK(registry.entries()[0].backend == "cuda");
+  return registry.entries()[0];
+}
+
+}  // namespace
+
+TEST_CASE("without a driver the CUDA backend is unavailable with the reason; asking for it is a refusal") {
+  TempDir cache;
+  EnvGuard env({{"METRALE_CUDA_DRIVER", "/nonexistent/libcuda.so.1"},
+                {"METRALE_CACHE_DIR", cache.path().string()},
+                {"METRALE_BACKEND", std::nullopt}});
+  const Registry registry = discover_cuda();
+  const auto& entry = cuda_entry(registry);
+  CHECK(entry.state == EntryState::unavailable);
+  CHECK(entry.reason.find("no CUDA driver") != std::string::npos);
+  CHECK(entry.reason.find("/nonexistent/libcuda.so.1") != std::string::npos);
+  CHECK(registry.find("cuda") == nullptr);
+  CHECK_THROWS_AS(registry.select(std::string("cuda")), Refusal);
+}
+
+TEST_CASE("with a driver (the fake): loaded, target from the device, kernels gated by min_target") {
+  TempDir cache;
+  TempDir records;
+  for (const auto& [cc, target] : {std::pair{"8.0", "sm_80"}, std::pair{"9.0", "sm_90a"}}) {
+    CAPTURE(cc);
+    const fs::path log = records / (std::string("driver-") + cc + ".log");
+    EnvGuard env({{"METRALE_CUDA_DRIVER", METRALE_TEST_FAKE_DRIVER},
+                  {"METRALE_CACHE_DIR", cache.path().string()},
+                  {"METRALE_KERNEL_SRC", std::nullopt},
+                  {"METRALE_CUDA_DEVICE", "1"},
+                  {"FAKECUDA_DEVICES", "2"},
+                  {"FAKECUDA_CC", std::string("7.5,") + cc},
+                  {"FAKECUDA_FAIL", std::nullopt},
+                  {"FAKECUDA_LOG", log.string()}});
+    const Registry registry = discover_cuda();
+    const auto& entry = cuda_entry(registry);
+    REQUIRE_MESSAGE(entry.state == EntryState::loaded, entry.reason);
+    CHECK(entry.cross_check.empty());  // everything listed is provided, with the same parameters
+    auto backend = registry.select();
+    REQUIRE(backend != nullptr);
+    CHECK(backend->name() == "cuda");
+    CHECK(backend->target() == target);  // device 1, by METRALE_CUDA_DEVICE
+
+    const KernelHandle v3 = backend->try_kernel("w4a16_v3", "w4a16_gemm_t_m128_v3");
+    const auto rows = registry.audit()->snapshot();
+    REQUIRE(!rows.empty());
+    if (std::string(cc) == "8.0") {
+      CHECK_FALSE(v3);
+      CHECK(rows.back().outcome == LookupOutcome::null_handle);
+      CHECK(rows.back().reason.find("sm_90") != std::string::npos);
+      CHECK(rows.back().target == "sm_80");
+    } else {
+      CHECK(v3);
+      CHECK(rows.back().outcome == LookupOutcome::resolved);
+    }
+
+    // A typed launch through the runtime reaches the driver with the values given.
+    const KernelHandle silu = backend->kernel("act", "silu_mul");
+    const DevicePtr in = backend->alloc(4 * 2 * 300 * 2);
+    const DevicePtr out = backend->alloc(4 * 300 * 2);
+    LaunchShape shape;
+    shape.grid = {1, 4, 1};
+    shape.block = {256, 1, 1};
+    backend->launch(silu, shape, in, out, uint32_t{4}, uint32_t{300});
+    backend->synchronize();
+    bool launched = false;
+    for (const auto& r : read_records(log)) {
+      if (r.kind != "launch") continue;
+      launched = true;
+      CHECK(r.name == "silu_mul");
+      CHECK(r.fields.at("grid") == "1,4,1");
+      CHECK(r.fields.at("args").ends_with(",0x4,0x12c"));
+    }
+    CHECK(launched);
+    backend->free(in);
+    backend->free(out);
+  }
+}

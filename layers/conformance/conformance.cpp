@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-#include "conformance.hpp"
+#include "conformance/conformance.hpp"
 
 #include "model/ffn.hpp"
 #include "model/numeric.hpp"
@@ -395,18 +395,28 @@ std::optional<std::string> skip_reason(Backend& backend, const Case& c) {
     }
     return std::nullopt;
   };
+  // Every tile-GEMM site needs the deep-K kernel (k64_kernel() requires it); a backend that
+  // provides only part of the family cannot run those sites at all.
+  auto lacks_tile_gemm = [&]() -> std::optional<std::string> {
+    if (backend.manifest().find_kernel("w4a16", "w4a16_gemm_t_k64") ||
+        backend.manifest().find_kernel("w4a16", "w4a16_gemm_t_k64_p3"))
+      return std::nullopt;
+    return "backend '" + backend.name() + "' lists no deep-K tile GEMM (w4a16/w4a16_gemm_t_k64[_p3]), which every "
+           "tile-GEMM site requires";
+  };
   switch (c.kind) {
     case CaseKind::kernel: return lacks(c.module, c.kernel);
     case CaseKind::topk_ties: return lacks("moe", "topk_softmax");
     case CaseKind::dense:
     case CaseKind::moe:
+      if (auto r = lacks_tile_gemm()) return r;
       if (auto r = lacks("act", c.config.activation == Activation::silu ? "silu_mul" : "gelu_mul")) return r;
       if (c.kind == CaseKind::moe) {
         for (const char* k : {"router_gemm", "topk_softmax", "moe_gather", "moe_combine"})
           if (auto r = lacks("moe", k)) return r;
       }
       return std::nullopt;
-    case CaseKind::dispatch: return std::nullopt;
+    case CaseKind::dispatch: return lacks_tile_gemm();
   }
   return std::nullopt;
 }

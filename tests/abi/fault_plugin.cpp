@@ -5,8 +5,12 @@
 // backend), so tests shape backends by writing manifests.
 //
 // Kernels: "test/fill" (out: ptr, n: u32, value: f32) fills n floats, really, block by block;
-// every other listed kernel resolves and launching it only counts the launch.
+// "w4a16/w4a16_gemv" (docs/kernels.md) computes — correctly, or with FAULT_WRONG_GEMV without the
+// last packed word of K (8 codes), a plausible bug the conformance suite must catch; every other listed kernel
+// resolves and launching it only counts the launch.
 #include <metrale/plugin_abi.h>
+
+#include "numeric.hpp"  // the CPU plugin's bf16/f16 conversions (internal linkage)
 
 #include <nlohmann/json.hpp>
 
@@ -195,7 +199,32 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   size_t index = kernel - 1;
   if (arg_count != b->params[index].size()) return fail(b, METRALE_STATUS_INVALID_ARGUMENT, "wrong argument count");
   ++b->launches;
-  if (b->modules[index] == "test" && b->names[index] == "fill") {
+  if (b->modules[index] == "w4a16" && b->names[index] == "w4a16_gemv") {
+    auto arg_ptr = [&](size_t i) { return *static_cast<const uint64_t*>(args[i]); };
+    auto arg_u32 = [&](size_t i) { return *static_cast<const uint32_t*>(args[i]); };
+    const auto* x = reinterpret_cast<const uint16_t*>(arg_ptr(0));
+    const auto* q = reinterpret_cast<const uint32_t*>(arg_ptr(1));
+    const auto* scales = reinterpret_cast<const uint16_t*>(arg_ptr(2));
+    auto* y = reinterpret_cast<uint16_t*>(arg_ptr(3));
+    uint32_t n = arg_u32(5), k = arg_u32(6);
+    uint32_t groups = k / 128;
+#if defined(FAULT_WRONG_GEMV)
+    const uint32_t k_read = k - 8;  // the bug: the last packed word of K is never read
+#else
+    const uint32_t k_read = k;
+#endif
+    for (uint32_t row = 0; row < n; ++row) {
+      float sum = 0;
+      for (uint32_t g = 0; g < groups; ++g) {
+        float scale = metrale::cpu::f16_to_f32(scales[size_t{row} * (k / 128) + g]);
+        for (uint32_t i = g * 128; i < (g + 1) * 128 && i < k_read; ++i) {
+          uint32_t code = (q[size_t{row} * (k / 8) + i / 8] >> (4 * (i % 8))) & 0xfu;
+          sum += metrale::cpu::bf16_to_f32(x[i]) * (static_cast<float>(code) - 8.0f) * scale;
+        }
+      }
+      y[row] = metrale::cpu::f32_to_bf16(sum);
+    }
+  } else if (b->modules[index] == "test" && b->names[index] == "fill") {
     auto* out = reinterpret_cast<float*>(*static_cast<const uint64_t*>(args[0]));
     uint32_t n = *static_cast<const uint32_t*>(args[1]);
     float value = *static_cast<const float*>(args[2]);

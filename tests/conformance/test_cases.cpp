@@ -3,7 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include "conformance.hpp"
+#include "conformance/conformance.hpp"
 #include "selectors.hpp"
 
 #include <algorithm>

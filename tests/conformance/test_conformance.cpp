@@ -6,7 +6,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include "conformance.hpp"
+#include "conformance/conformance.hpp"
 
 #include <metrale/registry.hpp>
 

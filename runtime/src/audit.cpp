@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include <sstream>
 #include <string_view>
 
@@ -47,25 +49,54 @@ std::string Site::to_string() const {
 }
 
 uint64_t AuditLog::append(AuditRow row) {
+  auto prototype = std::make_shared<const AuditRow>(std::move(row));
   std::lock_guard lock(mutex_);
-  row.sequence = next_sequence_++;
-  rows_.push_back(std::move(row));
-  return rows_.back().sequence;
+  uint64_t sequence = next_sequence_++;
+  rows_.push_back(Stored{sequence, std::source_location(), false, prototype, prototype->kind, prototype->outcome,
+                         prototype->lever});
+  return sequence;
+}
+
+uint64_t AuditLog::append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
+                          LookupOutcome outcome, std::string lever) {
+  std::lock_guard lock(mutex_);
+  uint64_t sequence = next_sequence_++;
+  rows_.push_back(Stored{sequence, site, true, std::move(resolved), kind, outcome, std::move(lever)});
+  return sequence;
 }
 
 void AuditLog::note_lever(uint64_t sequence, const std::string& lever) {
   std::lock_guard lock(mutex_);
-  for (auto& row : rows_) {
-    if (row.sequence == sequence) {
-      row.lever = row.lever.empty() ? lever : row.lever + ", " + lever;
-      return;
-    }
-  }
+  // Sequences are assigned in order and rows are only appended (or all cleared): binary search.
+  auto it = std::lower_bound(rows_.begin(), rows_.end(), sequence,
+                             [](const Stored& s, uint64_t seq) { return s.sequence < seq; });
+  if (it == rows_.end() || it->sequence != sequence) return;
+  it->lever = it->lever.empty() ? lever : it->lever + ", " + lever;
 }
 
 std::vector<AuditRow> AuditLog::snapshot() const {
+  std::vector<Stored> stored;
+  {
+    std::lock_guard lock(mutex_);
+    stored = rows_;
+  }
+  std::vector<AuditRow> rows;
+  rows.reserve(stored.size());
+  for (const auto& s : stored) {
+    AuditRow row = *s.prototype;
+    row.sequence = s.sequence;
+    if (s.has_site) row.site = Site::from(s.site);
+    row.kind = s.kind;
+    row.outcome = s.outcome;
+    row.lever = s.lever;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+size_t AuditLog::size() const {
   std::lock_guard lock(mutex_);
-  return rows_;
+  return rows_.size();
 }
 
 void AuditLog::clear() {

@@ -168,72 +168,111 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
   return KernelHandle{handle};
 }
 
+std::shared_ptr<const AuditRow> Backend::make_prototype(std::string_view module, std::string_view name,
+                                                       KernelHandle handle, std::string reason,
+                                                       std::string substitute) const {
+  auto row = std::make_shared<AuditRow>();
+  row->backend = manifest_.backend;
+  row->target = target_;
+  row->module = std::string(module);
+  row->kernel = std::string(name);
+  row->substitute = std::move(substitute);
+  row->reason = std::move(reason);
+  row->handle = handle.value;
+  return row;
+}
+
+const Backend::Resolution& Backend::cached_resolution(std::string_view module, std::string_view name) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = resolutions_.find(KernelKeyView{module, name}); it != resolutions_.end()) return it->second;
+  }
+  Resolution resolution;
+  std::string reason;
+  resolution.handle = resolve(module, name, {}, resolution.failure, reason);
+  resolution.listed = manifest_.find_kernel(module, name);
+  resolution.prototype = make_prototype(module, name, resolution.handle, std::move(reason));
+  std::lock_guard lock(mutex_);
+  // Another thread may have resolved it meanwhile; either answer is the same. Map nodes are stable.
+  return resolutions_.try_emplace(KernelKey{std::string(module), std::string(name)}, std::move(resolution))
+      .first->second;
+}
+
 KernelHandle Backend::lookup(std::string_view module, std::string_view name, const LookupRequest& request,
                              std::source_location site) {
-  AuditRow row;
-  row.site = Site::from(site);
-  row.backend = manifest_.backend;
-  row.target = target_;
-  row.module = std::string(module);
-  row.kernel = std::string(name);
-  row.kind = request.kind;
-  row.lever = request.lever;
-
-  Status failure = Status::ok;
   KernelHandle handle;
+  Status failure = Status::ok;
+  std::shared_ptr<const AuditRow> prototype;
+  std::string lever = request.lever;
   std::string refusal = request.refuse_because;
-  auto substitute = substitute_for(module, name);
-  if (substitute) {
+
+  if (auto substitute = substitute_for(module, name)) {
     // A kernel developer's substitute: it must resolve and declare the caller's parameters, or
     // the runtime refuses — never a silent fall back to the original.
     auto slash = substitute->find('/');
     std::string sub_module = substitute->substr(0, slash), sub_name = substitute->substr(slash + 1);
-    row.substitute = *substitute;
-    row.lever = row.lever.empty() ? lever_note("METRALE_KERNEL_SUBST")
-                                  : row.lever + ", " + lever_note("METRALE_KERNEL_SUBST");
+    std::string note = lever_note("METRALE_KERNEL_SUBST");
+    lever = lever.empty() ? note : lever + ", " + note;
     std::vector<metrale_param_type> expected(request.expected.begin(), request.expected.end());
     if (expected.empty()) {
       if (const ManifestKernel* original = manifest_.find_kernel(module, name))
         for (const auto& p : original->params) expected.push_back(p.type);
     }
+    std::string reason;
     if (const ManifestKernel* replacement = manifest_.find_kernel(sub_module, sub_name);
         replacement && !expected.empty()) {
       std::vector<metrale_param_type> declared;
       for (const auto& p : replacement->params) declared.push_back(p.type);
       if (declared != expected) {
         failure = Status::incompatible;
-        row.reason = "substitute " + *substitute + " declares " + join_params(replacement->params) + " but " +
-                     key_of(module, name) + " takes " + join_types(expected);
+        reason = "substitute " + *substitute + " declares " + join_params(replacement->params) + " but " +
+                 key_of(module, name) + " takes " + join_types(expected);
       }
     }
-    if (failure == Status::ok) handle = resolve(sub_module, sub_name, expected, failure, row.reason);
-    if (handle) row.reason = "substituted by " + *substitute + ": " + row.reason;
-    refusal = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + *substitute +
-              ", which cannot be used";
+    if (failure == Status::ok) handle = resolve(sub_module, sub_name, expected, failure, reason);
+    if (handle) reason = "substituted by " + *substitute + ": " + reason;
+    refusal = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + *substitute + ", which cannot be used";
+    prototype = make_prototype(module, name, handle, std::move(reason), *substitute);
   } else {
-    handle = resolve(module, name, request.expected, failure, row.reason);
+    const Resolution& resolution = cached_resolution(module, name);
+    handle = resolution.handle;
+    failure = resolution.failure;
+    prototype = resolution.prototype;
+    if (handle && !request.expected.empty() && resolution.listed) {
+      const auto& params = resolution.listed->params;
+      bool same = request.expected.size() == params.size();
+      for (size_t i = 0; same && i < params.size(); ++i) same = request.expected[i] == params[i].type;
+      if (!same) {
+        handle = {};
+        failure = Status::incompatible;
+        prototype = make_prototype(module, name, handle,
+                                   "signature differs: caller expects " + join_types(request.expected) +
+                                       ", manifest declares " + join_params(params));
+      }
+    }
   }
-  row.handle = handle.value;
-  if (handle) {
-    row.outcome = LookupOutcome::resolved;
-  } else if (!refusal.empty()) {
-    row.outcome = LookupOutcome::refused;
-  } else {
-    row.outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
+
+  LookupOutcome outcome = LookupOutcome::resolved;
+  if (!handle) {
+    if (!refusal.empty()) outcome = LookupOutcome::refused;
+    else outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
   }
-  std::string reason = row.reason;
-  audit_->append(std::move(row));
+  audit_->append(site, prototype, request.kind, outcome, std::move(lever));
   if (handle) return handle;
-  std::string what = key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + reason;
-  if (!refusal.empty()) throw Refusal(refusal + ": " + what);
-  if (request.kind == LookupKind::require) throw Error(failure, what);
-  logger()->debug("try_kernel {} -> null", what);
+  auto what = [&] {
+    return key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + prototype->reason;
+  };
+  if (!refusal.empty()) throw Refusal(refusal + ": " + what());
+  if (request.kind == LookupKind::require) throw Error(failure, what());
+  if (logger()->should_log(spdlog::level::debug)) logger()->debug("try_kernel {} -> null", what());
   return {};
 }
 
 std::optional<std::string> Backend::substitute_for(std::string_view module, std::string_view name) const {
+  const auto& substitutions = kernel_substitutions();
+  if (substitutions.empty()) return std::nullopt;  // the usual case: no string work at all
   std::string key = key_of(module, name);
-  for (const auto& [from, to] : kernel_substitutions())
+  for (const auto& [from, to] : substitutions)
     if (from == key) return to;
   return std::nullopt;
 }

@@ -71,6 +71,8 @@ std::vector<LeverSpec> make_specs() {
 struct Cache {
   std::mutex mutex;
   std::map<std::string, std::optional<std::string>, std::less<>> values;
+  // METRALE_KERNEL_SUBST parsed once: every kernel lookup consults it.
+  std::optional<std::vector<std::pair<std::string, std::string>>> substitutions;
 };
 
 Cache& cache() {
@@ -244,10 +246,18 @@ std::vector<UnknownLever> unknown_levers() {
   return unknown;
 }
 
-std::vector<std::pair<std::string, std::string>> kernel_substitutions() {
+const std::vector<std::pair<std::string, std::string>>& kernel_substitutions() {
+  auto& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    if (c.substitutions) return *c.substitutions;
+  }
   auto value = lever_raw("METRALE_KERNEL_SUBST");
-  if (!value) return {};
-  return parse_kernel_map(require_spec("METRALE_KERNEL_SUBST"), *value);
+  auto parsed = value ? parse_kernel_map(require_spec("METRALE_KERNEL_SUBST"), *value)
+                      : std::vector<std::pair<std::string, std::string>>{};
+  std::lock_guard lock(c.mutex);
+  if (!c.substitutions) c.substitutions = std::move(parsed);
+  return *c.substitutions;
 }
 
 bool process_is_elevated() { return getauxval(AT_SECURE) != 0; }
@@ -256,6 +266,7 @@ void reset_lever_cache_for_tests() {
   auto& c = cache();
   std::lock_guard lock(c.mutex);
   c.values.clear();
+  c.substitutions.reset();
 }
 
 }  // namespace metrale

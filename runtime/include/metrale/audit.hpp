@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <source_location>
 #include <string>
@@ -45,14 +46,29 @@ class AuditLog {
  public:
   // Appends a row, assigning its sequence number; returns that number.
   uint64_t append(AuditRow row);
-  // Attaches a lever note to an existing row (selectors learn the lever after the lookup).
+  // The lookup hot path: `resolved` holds everything but the site, kind, outcome and lever, and
+  // is shared by every row of the same resolution, so a warm lookup allocates nothing here.
+  // The site is formatted when rows are read, not when they are written.
+  uint64_t append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
+                  LookupOutcome outcome, std::string lever);
+  // Attaches a lever note to an existing row (a site learns which lever steered it after lookup).
   void note_lever(uint64_t sequence, const std::string& lever);
   std::vector<AuditRow> snapshot() const;
+  size_t size() const;
   void clear();
 
  private:
+  struct Stored {
+    uint64_t sequence;
+    std::source_location site;     // used when has_site
+    bool has_site;                 // false: the prototype carries its own Site
+    std::shared_ptr<const AuditRow> prototype;
+    LookupKind kind;
+    LookupOutcome outcome;
+    std::string lever;
+  };
   mutable std::mutex mutex_;
-  std::vector<AuditRow> rows_;
+  std::vector<Stored> rows_;
   uint64_t next_sequence_ = 1;
 };
 

@@ -165,6 +165,27 @@ class Backend {
   // Resolves or returns the null handle with `failure` and `reason` filled in.
   KernelHandle resolve(std::string_view module, std::string_view name,
                        std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
+  // What a lookup of one (module, name) resolved to; shared by every later lookup of it.
+  struct Resolution {
+    KernelHandle handle;
+    Status failure = Status::ok;
+    const ManifestKernel* listed = nullptr;      // the manifest entry, when there is one
+    std::shared_ptr<const AuditRow> prototype;   // the audit row minus site, kind, outcome, lever
+  };
+  using KernelKey = std::pair<std::string, std::string>;
+  using KernelKeyView = std::pair<std::string_view, std::string_view>;
+  struct KernelKeyLess {
+    using is_transparent = void;
+    static KernelKeyView view(const KernelKey& k) { return {k.first, k.second}; }
+    static KernelKeyView view(const KernelKeyView& k) { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const { return view(a) < view(b); }
+  };
+  // resolve() once per (module, name); later lookups reuse the answer (resolutions do not change
+  // within a process: the manifest, the target and the plugin's kernel set are fixed).
+  const Resolution& cached_resolution(std::string_view module, std::string_view name);
+  std::shared_ptr<const AuditRow> make_prototype(std::string_view module, std::string_view name, KernelHandle handle,
+                                                 std::string reason, std::string substitute = {}) const;
   // METRALE_KERNEL_SUBST's replacement for module/name, if any.
   std::optional<std::string> substitute_for(std::string_view module, std::string_view name) const;
   [[noreturn]] void fail(Status status, std::string_view what) const;
@@ -183,6 +204,7 @@ class Backend {
   mutable std::mutex mutex_;
   mutable std::string library_checksum_;
   std::map<uint64_t, Resolved> resolved_;  // plugin handle -> what it is
+  std::map<KernelKey, Resolution, KernelKeyLess> resolutions_;
 };
 
 }  // namespace metrale

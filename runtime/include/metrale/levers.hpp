@@ -58,9 +58,10 @@ struct UnknownLever {
 };
 std::vector<UnknownLever> unknown_levers();
 
-// METRALE_KERNEL_SUBST parsed: requested "module/name" -> substitute "module/name".
-// Throws Refusal on a malformed value.
-std::vector<std::pair<std::string, std::string>> kernel_substitutions();
+// METRALE_KERNEL_SUBST parsed once: requested "module/name" -> substitute "module/name".
+// Throws Refusal on a malformed value. The reference stays valid until the next
+// reset_lever_cache_for_tests().
+const std::vector<std::pair<std::string, std::string>>& kernel_substitutions();
 
 // Whether this process runs with elevated privileges (setuid/setgid/capabilities).
 bool process_is_elevated();

@@ -35,5 +35,7 @@ void register_audit(CLI::App& app, CliContext& ctx);
 void register_check_manifest(CLI::App& app, CliContext& ctx);
 void register_run(CLI::App& app, CliContext& ctx);      // layers issue (cmd_run.cpp)
 void register_compile(CLI::App& app, CliContext& ctx);  // CUDA issue (cmd_compile.cpp)
+void register_conformance(CLI::App& app, CliContext& ctx);  // cmd_conformance.cpp
+void register_bench(CLI::App& app, CliContext& ctx);        // cmd_bench.cpp
 
 }  // namespace metrale::cli

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   register_check_manifest(app, ctx);
   register_run(app, ctx);
   register_compile(app, ctx);
+  register_conformance(app, ctx);
+  register_bench(app, ctx);
   app.require_subcommand(0, 1);
   app.footer("Exit codes: 0 ok, 1 error, 2 usage, 3 refusal. Levers: `metrale levers`.");
 

@@ -111,6 +111,8 @@ TEST_CASE("w4a16 family matches the reference on every tier, and the tiers agree
       {3, 129, 384, b8_up},  {8, 65, 8192, b8_up},  {3, 1, 128, b8_up},
       {9, 129, 384, tiles},  {64, 129, 8192, tiles}, {200, 129, 384, tiles},
       {200, 1, 128, tiles},  {65, 257, 256, tiles},
+      // K past the BF16 tier's 16384-wide GEMV activation chunk (a second, partial chunk).
+      {1, 67, 16512, all},   {5, 33, 16512, b8_up},
   };
   const auto tiers = supported_tiers();
   REQUIRE(!tiers.empty());
@@ -153,6 +155,17 @@ TEST_CASE("w4a16: results do not depend on the thread count; extra blocks are ha
       const auto c = run_w4(three, kernel, p, {grid[0] + 2, grid[1] + 1});
       CHECK(a == c);
     }
+  }
+}
+
+TEST_CASE("w4a16 GEMV tiers: results do not depend on the thread count") {
+  const W4Problem p = make_w4(3, 300, 384, 78);
+  for (const std::string& tier : supported_tiers()) {
+    Backend one({{"target", tier}, {"threads", "1"}});
+    Backend three({{"target", tier}, {"threads", "3"}});
+    INFO("w4a16_gemv_b8 on " << tier);
+    const auto grid = w4_grid("w4a16_gemv_b8", p.m, p.n);
+    CHECK(run_w4(one, "w4a16_gemv_b8", p, grid) == run_w4(three, "w4a16_gemv_b8", p, grid));
   }
 }
 

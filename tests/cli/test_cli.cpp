@@ -42,7 +42,7 @@ Result run(const std::string& args, const std::vector<std::pair<std::string, std
     if (var.starts_with("METRALE_")) command += " -u " + std::string(var.substr(0, var.find('=')));
   }
   for (const auto& [name, value] : env) command += " " + name + "=" + quote(value);
-  command += " " + quote(METRALE_EXE) + " " + args + " >" + quote((dir / "out").string()) + " 2>" +
+  command += std::string(" ") + quote(METRALE_EXE) + " " + args + " >" + quote((dir / "out").string()) + " 2>" +
              quote((dir / "err").string()) + " </dev/null";
   int status = std::system(command.c_str());
   Result result;

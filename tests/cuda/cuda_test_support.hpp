@@ -76,7 +76,13 @@ class LogCapture {
   std::string dump() const {
     std::lock_guard lock(mutex_);
     std::string out;
-    for (const auto& [l, m] : messages_) out += "[" + std::to_string(static_cast<int>(l)) + "] " + m + "\n";
+    for (const auto& [l, m] : messages_) {
+      out += '[';
+      out += std::to_string(static_cast<int>(l));
+      out += "] ";
+      out += m;
+      out += '\n';
+    }
     return out;
   }
   void clear() {

@@ -470,7 +470,8 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int gx, unsigned i
     uint64_t value = 0;
     if (params[i] == nullptr || f->params[i].size > sizeof(value)) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(&value, params[i], f->params[i].size);
-    args += (i ? "," : "") + hex(value);
+    args += i ? "," : "";  // appended in pieces: GCC 12 -O3 reports a false -Wrestrict otherwise
+    args += hex(value);
   }
   const uint64_t stream_id = stream ? static_cast<uint64_t>(reinterpret_cast<FakeStream*>(stream)->id) : 0;
   log_line("launch " + f->name + " grid=" + std::to_string(gx) + "," + std::to_string(gy) + "," + std::to_string(gz) +

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/test_support.hpp"  // EnvGuard, TempDir
+
 namespace metrale::cuda_test {
 
 namespace fs = std::filesystem;
@@ -96,28 +98,7 @@ class LogCapture {
 };
 
 // Sets FAKECUDA_* (and other) variables for one scope and restores them after.
-class Env {
- public:
-  Env(std::initializer_list<std::pair<std::string, std::optional<std::string>>> vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name.c_str());
-      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-      apply(name, value);
-    }
-  }
-  ~Env() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) apply(it->first, it->second);
-  }
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-
- private:
-  static void apply(const std::string& name, const std::optional<std::string>& value) {
-    if (value) setenv(name.c_str(), value->c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
+using Env = metrale::testing::EnvGuard;
 
 struct CreateOptions {
   std::optional<std::string> driver = std::string(METRALE_TEST_FAKE_DRIVER);

@@ -4,6 +4,8 @@
 
 #include <metrale/status.hpp>
 
+#include "../support/test_support.hpp"  // TempDir, write_file
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,32 +14,9 @@
 
 namespace layers_test {
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("metrale-layers-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignore;
-    std::filesystem::remove_all(path_, ignore);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+// Temporary directories and files: the one implementation all test programs share.
+using metrale::testing::TempDir;
+using metrale::testing::write_file;
 
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,7 +11,8 @@ namespace {
 
 struct SmTarget {
   int number = 0;
-  bool arch_specific = false;  // the "a" suffix
+  bool arch_specific = false;  // the "a" suffix: exactly this architecture
+  bool family = false;         // the "f" suffix: this major version, this minor or later
 };
 
 std::optional<SmTarget> parse_sm(std::string_view text) {
@@ -20,6 +21,9 @@ std::optional<SmTarget> parse_sm(std::string_view text) {
   SmTarget target;
   if (text.ends_with('a')) {
     target.arch_specific = true;
+    text.remove_suffix(1);
+  } else if (text.ends_with('f')) {
+    target.family = true;
     text.remove_suffix(1);
   }
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), target.number);
@@ -45,6 +49,7 @@ bool target_satisfies(std::string_view device, std::string_view min_target) {
   auto need = parse_sm(min_target);
   if (have && need) {
     if (need->arch_specific) return have->arch_specific && have->number == need->number;
+    if (need->family) return have->number / 10 == need->number / 10 && have->number >= need->number;
     return have->number >= need->number;
   }
   auto have_tier = cpu_tier(device);

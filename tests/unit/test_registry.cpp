@@ -153,6 +153,10 @@ TEST_CASE("target_satisfies and CPU tier features") {
   CHECK(target_satisfies("sm_90a", "sm_90a"));
   CHECK_FALSE(target_satisfies("sm_100", "sm_90a"));  // arch-specific features do not carry forward
   CHECK_FALSE(target_satisfies("sm_90", "sm_90a"));
+  CHECK(target_satisfies("sm_103", "sm_100f"));
+  CHECK(target_satisfies("sm_100a", "sm_100f"));
+  CHECK_FALSE(target_satisfies("sm_120", "sm_100f"));  // another major: family features differ
+  CHECK_FALSE(target_satisfies("sm_90", "sm_100f"));
   CHECK(target_satisfies("cpu-x86_64-avx512", "cpu-x86_64-avx2"));
   CHECK_FALSE(target_satisfies("cpu-x86_64-avx2", "cpu-x86_64-avx512"));
   CHECK_FALSE(target_satisfies("cpu-x86_64-avx2", "sm_80"));

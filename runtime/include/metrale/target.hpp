@@ -12,7 +12,8 @@ namespace metrale {
 
 // Does a device of `device` target satisfy a kernel's `min_target`?
 // CUDA: sm_XY compares numerically; an "a" (arch-specific) requirement such as sm_90a is met only
-// by exactly that architecture. CPU: tiers order baseline < avx2 < avx512 < avx512bf16.
+// by exactly that architecture; an "f" (family) requirement such as sm_100f by the same major
+// version at that minor or later (sm_103 meets it, sm_120 does not). CPU: tiers order baseline < avx2 < avx512 < avx512bf16.
 // Targets of different families, or unknown spellings, must be equal.
 bool target_satisfies(std::string_view device, std::string_view min_target);
 

@@ -455,17 +455,6 @@ constexpr std::array kParamKeys{
 
 constexpr std::string_view kIdentifierRule = "an identifier ([A-Za-z_][A-Za-z0-9_]*)";
 
-struct ParamTypeName {
-  std::string_view name;
-  metrale_param_type type;
-};
-constexpr std::array kParamTypes{
-    ParamTypeName{"ptr", METRALE_PARAM_PTR}, ParamTypeName{"u32", METRALE_PARAM_U32},
-    ParamTypeName{"i32", METRALE_PARAM_I32}, ParamTypeName{"u64", METRALE_PARAM_U64},
-    ParamTypeName{"i64", METRALE_PARAM_I64}, ParamTypeName{"f32", METRALE_PARAM_F32},
-    ParamTypeName{"f64", METRALE_PARAM_F64},
-};
-
 class Validator {
  public:
   Validator(fs::path file, fs::path manifest_dir, bool strict)
@@ -862,17 +851,14 @@ std::string ManifestProblem::to_string() const {
 }
 
 std::optional<metrale_param_type> param_type_from_name(std::string_view name) {
-  for (const ParamTypeName& p : kParamTypes) {
-    if (p.name == name) return p.type;
-  }
+  metrale_param_type type;
+  if (metrale_param_type_parse(std::string(name).c_str(), &type)) return type;
   return std::nullopt;
 }
 
 const char* param_type_name(metrale_param_type type) {
-  for (const ParamTypeName& p : kParamTypes) {
-    if (p.type == type) return p.name.data();  // the literals are NUL-terminated
-  }
-  return "unknown";
+  const char* name = metrale_param_type_name(type);
+  return name ? name : "unknown";
 }
 
 ManifestResult parse_manifest(const std::filesystem::path& file, const std::string& text) {

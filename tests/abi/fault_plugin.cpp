@@ -52,10 +52,9 @@ metrale_status fail(metrale_backend* b, metrale_status status, const std::string
 }
 
 [[maybe_unused]] metrale_param_type type_of(const std::string& name) {
-  static const std::map<std::string, metrale_param_type> kTypes{
-      {"ptr", METRALE_PARAM_PTR}, {"u32", METRALE_PARAM_U32}, {"i32", METRALE_PARAM_I32}, {"u64", METRALE_PARAM_U64},
-      {"i64", METRALE_PARAM_I64}, {"f32", METRALE_PARAM_F32}, {"f64", METRALE_PARAM_F64}};
-  return kTypes.at(name);
+  metrale_param_type type;
+  if (!metrale_param_type_parse(name.c_str(), &type)) throw std::invalid_argument("unknown parameter type " + name);
+  return type;
 }
 
 metrale_status describe(metrale_plugin_info* out) {

@@ -25,19 +25,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-const char* param_name(metrale_param_type type) {
-  switch (type) {
-    case METRALE_PARAM_PTR: return "ptr";
-    case METRALE_PARAM_U32: return "u32";
-    case METRALE_PARAM_I32: return "i32";
-    case METRALE_PARAM_U64: return "u64";
-    case METRALE_PARAM_I64: return "i64";
-    case METRALE_PARAM_F32: return "f32";
-    case METRALE_PARAM_F64: return "f64";
-  }
-  return "?";
-}
-
 nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
@@ -109,7 +96,10 @@ TEST_CASE("the manifest lists exactly the kernels the plugin provides, with the 
   std::map<std::string, std::vector<std::string>> provided;
   for (size_t i = 0; i < count; ++i) {
     std::vector<std::string> params;
-    for (uint32_t p = 0; p < kernels[i].param_count; ++p) params.push_back(param_name(kernels[i].param_types[p]));
+    for (uint32_t p = 0; p < kernels[i].param_count; ++p) {
+      const char* name = metrale_param_type_name(kernels[i].param_types[p]);
+      params.push_back(name ? name : "?");
+    }
     provided.emplace(std::string(kernels[i].module) + "/" + kernels[i].name, params);
   }
   CHECK(provided == listed);

@@ -30,13 +30,8 @@ std::string string_member(const json& object, const char* key, const std::string
 }
 
 metrale_param_type param_type(const std::string& name, const std::string& origin, const std::string& pointer) {
-  static const std::pair<const char*, metrale_param_type> kTypes[] = {
-      {"ptr", METRALE_PARAM_PTR}, {"u32", METRALE_PARAM_U32}, {"i32", METRALE_PARAM_I32},
-      {"u64", METRALE_PARAM_U64}, {"i64", METRALE_PARAM_I64}, {"f32", METRALE_PARAM_F32},
-      {"f64", METRALE_PARAM_F64}};
-  for (const auto& [text, type] : kTypes) {
-    if (name == text) return type;
-  }
+  metrale_param_type type;
+  if (metrale_param_type_parse(name.c_str(), &type)) return type;
   bad(origin, pointer, "unknown parameter type \"" + name + "\" (ptr, u32, i32, u64, i64, f32, f64)");
 }
 
@@ -58,16 +53,8 @@ uint32_t param_size(metrale_param_type type) noexcept {
 }
 
 const char* param_type_text(metrale_param_type type) noexcept {
-  switch (type) {
-    case METRALE_PARAM_PTR: return "ptr";
-    case METRALE_PARAM_U32: return "u32";
-    case METRALE_PARAM_I32: return "i32";
-    case METRALE_PARAM_U64: return "u64";
-    case METRALE_PARAM_I64: return "i64";
-    case METRALE_PARAM_F32: return "f32";
-    case METRALE_PARAM_F64: return "f64";
-  }
-  return "?";
+  const char* name = metrale_param_type_name(type);
+  return name ? name : "?";
 }
 
 const CatalogKernel* CatalogModule::find(std::string_view kernel) const {

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +72,36 @@ typedef enum metrale_param_type {
   METRALE_PARAM_F32 = 6,
   METRALE_PARAM_F64 = 7
 } metrale_param_type;
+
+/* The spelling manifests use for a parameter type: "ptr", "u32", "i32", "u64", "i64", "f32",
+ * "f64"; NULL for a value outside the enum. */
+static inline const char* metrale_param_type_name(metrale_param_type type) {
+  switch (type) {
+    case METRALE_PARAM_PTR: return "ptr";
+    case METRALE_PARAM_U32: return "u32";
+    case METRALE_PARAM_I32: return "i32";
+    case METRALE_PARAM_U64: return "u64";
+    case METRALE_PARAM_I64: return "i64";
+    case METRALE_PARAM_F32: return "f32";
+    case METRALE_PARAM_F64: return "f64";
+  }
+  return NULL;
+}
+
+/* The parameter type a manifest spelling names: 1 and *type set, or 0 for an unknown name. */
+static inline int metrale_param_type_parse(const char* name, metrale_param_type* type) {
+  static const metrale_param_type all[] = {METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_I32,
+                                           METRALE_PARAM_U64, METRALE_PARAM_I64, METRALE_PARAM_F32,
+                                           METRALE_PARAM_F64};
+  size_t i;
+  for (i = 0; i < sizeof all / sizeof all[0]; ++i) {
+    if (strcmp(name, metrale_param_type_name(all[i])) == 0) {
+      *type = all[i];
+      return 1;
+    }
+  }
+  return 0;
+}
 
 /* Log levels of metrale_host_callbacks.log, matching spdlog's order. */
 typedef enum metrale_log_level {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <metrale/levers.hpp>
+#include <metrale/registry.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,13 @@ inline nlohmann::json w4a16_kernel(const std::string& name) {
   return {{"name", name}, {"params", params}};
 }
 
+// w4a16-family entries for these kernel names.
+inline nlohmann::json w4a16_kernels(const std::vector<std::string>& names) {
+  auto list = nlohmann::json::array();
+  for (const auto& name : names) list.push_back(w4a16_kernel(name));
+  return list;
+}
+
 // A valid manifest for `library`, with the given modules (name -> kernel entries).
 inline nlohmann::json manifest_json(const std::string& backend, const std::filesystem::path& library, int priority,
                                     const std::map<std::string, nlohmann::json>& modules) {
@@ -86,6 +94,14 @@ inline nlohmann::json manifest_json(const std::string& backend, const std::files
   for (const auto& [name, kernels] : modules) list.push_back({{"name", name}, {"kernels", kernels}});
   return {{"format_version", "1.0"}, {"backend", backend},      {"library", library.string()},
           {"abi_version", 1},        {"priority", priority},    {"modules", list}};
+}
+
+// Writes `manifest` into `dir` and discovers exactly that file.
+inline Registry discover_manifest(const TempDir& dir, const nlohmann::json& manifest) {
+  DiscoveryOptions options;
+  options.manifests = std::vector<std::filesystem::path>{
+      write_file(dir / (manifest.value("backend", std::string("manifest")) + ".json"), manifest.dump())};
+  return Registry::discover(options);
 }
 
 }  // namespace metrale::testing

@@ -20,20 +20,10 @@ struct Shaped {
   std::shared_ptr<Backend> backend;
 
   explicit Shaped(std::vector<std::string> w4a16, std::vector<std::string> v2 = {}, std::vector<std::string> v3 = {}) {
-    std::map<std::string, nlohmann::json> modules;
-    auto kernels = [](const std::vector<std::string>& names) {
-      auto list = nlohmann::json::array();
-      for (const auto& n : names) list.push_back(w4a16_kernel(n));
-      return list;
-    };
-    modules["w4a16"] = kernels(w4a16);
-    if (!v2.empty()) modules["w4a16_v2"] = kernels(v2);
-    if (!v3.empty()) modules["w4a16_v3"] = kernels(v3);
-    auto file = write_file(dir / "fault.json",
-                           manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1, modules).dump());
-    DiscoveryOptions options;
-    options.manifests = std::vector<fs::path>{file};
-    registry = Registry::discover(options);
+    std::map<std::string, nlohmann::json> modules{{"w4a16", w4a16_kernels(w4a16)}};
+    if (!v2.empty()) modules["w4a16_v2"] = w4a16_kernels(v2);
+    if (!v3.empty()) modules["w4a16_v3"] = w4a16_kernels(v3);
+    registry = discover_manifest(dir, manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1, modules));
     backend = registry.find("fault");
     REQUIRE(backend);
   }

@@ -19,15 +19,11 @@ struct Vendor {
   Registry registry;
   std::shared_ptr<Backend> backend;
   explicit Vendor(std::vector<std::string> w4a16 = {"w4a16_gemm_t", "w4a16_gemm_t_k64"}) {
-    auto kernels = nlohmann::json::array();
-    for (const auto& n : w4a16) kernels.push_back(w4a16_kernel(n));
     auto odd = nlohmann::json::array({{{"name", "odd_gemm"}, {"params", {{{"name", "x"}, {"type", "ptr"}}}}}});
-    auto vendor = nlohmann::json::array({w4a16_kernel("fast_gemm")});
-    auto json = manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1,
-                              {{"w4a16", kernels}, {"vendor", vendor}, {"odd", odd}});
-    DiscoveryOptions options;
-    options.manifests = std::vector<fs::path>{write_file(dir / "fault.json", json.dump())};
-    registry = Registry::discover(options);
+    registry = discover_manifest(dir, manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1,
+                                                    {{"w4a16", w4a16_kernels(w4a16)},
+                                                     {"vendor", w4a16_kernels({"fast_gemm"})},
+                                                     {"odd", odd}}));
     backend = registry.find("fault");
     REQUIRE(backend);
   }

@@ -150,13 +150,27 @@ std::vector<Row> run(Backend& b, const std::vector<Variant>& variants, const std
                      const Options& options, const std::string& baseline) {
   if (options.repeat == 0) throw Error(Status::invalid_argument, "bench: --repeat must be at least 1");
   std::vector<Row> rows;
-  // Resolve once per variant; a miss is the same for every shape.
-  std::map<std::string, std::pair<KernelHandle, std::string>> handles;
+  // Weights are loaded as the layers load them: through the backend's repack, when it has one.
+  const KernelHandle repack = resolve_w4a16_repack(b);
+  const std::string weight_layout = weight_layout_of(b, repack);
+  // Resolve once per variant; a miss, or a layout the variant cannot read, is the same for every shape.
+  struct ResolvedVariant {
+    KernelHandle handle;
+    std::string miss;            // why the lookup failed
+    std::string layout_problem;  // why the variant cannot read the loaded weights
+  };
+  std::map<std::string, ResolvedVariant> handles;
   for (const auto& v : variants) {
     Backend::LookupRequest request{.kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {},
                                    .refuse_because = {}};
-    const KernelHandle h = b.lookup(v.module, v.name, request);
-    handles[v.full_name()] = {h, h ? std::string() : miss_reason(b, v)};
+    ResolvedVariant& r = handles[v.full_name()];
+    r.handle = b.lookup(v.module, v.name, request);
+    if (!r.handle) r.miss = miss_reason(b, v);
+    try {
+      require_weight_layout(b, r.handle, weight_layout);
+    } catch (const Error& e) {
+      r.layout_problem = e.what();
+    }
   }
   std::map<std::pair<uint32_t, uint32_t>, W4a16Matrix> weights;  // by (n, k): one matrix per projection
   for (const auto& shape : shapes) {
@@ -170,7 +184,7 @@ std::vector<Row> run(Backend& b, const std::vector<Variant>& variants, const std
     f.cols = verify_columns(shape.n, options.verify_columns);
     f.reference = reference_projection(select_rows(f.w, f.cols).view(), f.x, shape.m);
 
-    DeviceW4a16 dw = DeviceW4a16::upload(b, f.w);
+    DeviceW4a16 dw = DeviceW4a16::upload(b, f.w, repack);
     DeviceBuffer dx(b, f.x.size() * 2);
     dx.upload(std::span<const uint16_t>(f.x));
     const size_t count = size_t{shape.m} * shape.n;
@@ -185,12 +199,18 @@ std::vector<Row> run(Backend& b, const std::vector<Variant>& variants, const std
       r.weight_bytes = static_cast<double>(f.w.bytes());
       r.flops = 2.0 * shape.m * shape.n * shape.k;
       r.columns_checked = static_cast<uint32_t>(f.cols.size());
-      const auto& [handle, miss] = handles[v.full_name()];
+      const auto& [handle, miss, layout_problem] = handles[v.full_name()];
       const GridConvention g = grid_convention(v.module, v.name);
       if (!g.documented) r.why = "grid not in docs/kernels.md: N128xM64 tile grid assumed";
       if (!handle) {
         r.disposition = Disposition::not_supported;
         r.why = "not available on this backend: " + miss;
+        rows.push_back(std::move(r));
+        continue;
+      }
+      if (!layout_problem.empty()) {
+        r.disposition = Disposition::not_run;  // a backend bug, not a capability gap: exit 1
+        r.why = layout_problem;
         rows.push_back(std::move(r));
         continue;
       }

@@ -195,7 +195,8 @@ CaseResult run_kernel(Backend& b, const Case& c, CaseResult r) {
     return r;
   }
   auto [w, x, ref] = fixture(c.m, c.n, c.k);
-  DeviceW4a16 dw = DeviceW4a16::upload(b, w);
+  DeviceW4a16 dw = DeviceW4a16::upload(b, w);  // through the backend's repack, as the layers load weights
+  require_weight_layout(b, h, dw.layout);
   DeviceBuffer dx(b, x.size() * 2);
   dx.upload(std::span<const uint16_t>(x));
   // The output is poisoned and followed by a guard row: unwritten elements and writes past
@@ -225,6 +226,7 @@ CaseResult run_dispatch(Backend& b, const Case& c, CaseResult r) {
   r.kernels.push_back(b.kernel_name(plan_projection(kernels, c.m, c.n, c.k).kernel));
   auto [w, x, ref] = fixture(c.m, c.n, c.k);
   DeviceW4a16 dw = DeviceW4a16::upload(b, w);
+  require_weight_layout(b, kernels, dw.layout);
   DeviceBuffer dx(b, x.size() * 2);
   dx.upload(std::span<const uint16_t>(x));
   DeviceBuffer dy(b, size_t{c.m} * c.n * 2);

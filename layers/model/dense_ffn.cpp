@@ -36,6 +36,8 @@ DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name
   DenseFfnKernels k;
   k.projections = resolve_projection_kernels(backend, shapes, model_type);
   k.act = resolve_act(backend, activation, std::source_location::current());
+  k.repack = resolve_w4a16_repack(backend);
+  require_weight_layout(backend, k.projections, weight_layout_of(backend, k.repack));
   return k;
 }
 
@@ -49,8 +51,8 @@ DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, co
   layer.intermediate_ = weights.intermediate();
   layer.activation_ = activation;
   layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type);
-  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up);
-  layer.down_ = DeviceW4a16::upload(backend, weights.down);
+  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up, layer.kernels_.repack);
+  layer.down_ = DeviceW4a16::upload(backend, weights.down, layer.kernels_.repack);
   // Uploads may be asynchronous; the caller may free the host weights once build returns.
   backend.synchronize();
   return layer;

@@ -24,15 +24,17 @@ namespace metrale::layers {
 // What a dense FFN asks the backend for.
 struct DenseFfnKernels {
   ProjectionKernels projections;
-  KernelHandle act;  // act/silu_mul or act/gelu_mul, required
+  KernelHandle act;     // act/silu_mul or act/gelu_mul, required
+  KernelHandle repack;  // w4a16/w4a16_repack, try; null: the weights stay canonical
 };
 
 class DenseFfnLayer {
  public:
-  // Resolves the kernels only (audit rows, no memory): what build() does first.
+  // Resolves the kernels only (audit rows, no memory): what build() does first. Throws
+  // Error(incompatible) when a projection kernel cannot read the layout the weights will be in.
   static DenseFfnKernels resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
                                  Activation activation, std::string_view model_type);
-  // Resolves, then uploads `weights` (checked against hidden/intermediate).
+  // Resolves, then uploads `weights` (checked against hidden/intermediate) through the repack.
   static DenseFfnLayer build(Backend& backend, const std::string& name, const DenseFfnWeights& weights,
                              Activation activation, std::string_view model_type);
   static DenseFfnLayer build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights);

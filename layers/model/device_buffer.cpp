@@ -3,6 +3,7 @@
 
 #include <metrale/status.hpp>
 
+#include <array>
 #include <utility>
 
 namespace metrale::layers {
@@ -66,7 +67,39 @@ void DeviceBuffer::download_bytes(void* dst, size_t bytes, size_t offset, uint64
   }
 }
 
-DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix) {
+namespace {
+
+// w4a16_repack(qweight_in, scales_in, qweight_out, scales_out, n, k, count): docs/kernels.md.
+constexpr std::array<metrale_param_type, 7> kW4a16RepackSignature{
+    METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
+    METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+constexpr uint32_t kRepackRowsPerBlock = 64;
+
+}  // namespace
+
+KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site) {
+  const Backend::LookupRequest request{
+      .kind = LookupKind::try_lookup, .expected = kW4a16RepackSignature, .lever = {}, .refuse_because = {}};
+  return backend.lookup("w4a16", "w4a16_repack", request, site);
+}
+
+std::string weight_layout_of(const Backend& backend, KernelHandle kernel) {
+  if (!kernel) return std::string(kCanonicalW4a16Layout);
+  return backend.manifest_entry(kernel).weight_layout.value_or(std::string(kCanonicalW4a16Layout));
+}
+
+void require_weight_layout(const Backend& backend, KernelHandle kernel, std::string_view layout) {
+  if (!kernel) return;
+  const std::string expected = weight_layout_of(backend, kernel);
+  if (expected == layout) return;
+  throw Error(Status::incompatible,
+              backend.kernel_name(kernel) + " on backend '" + backend.name() + "' reads W4A16 weights in layout '" +
+                  expected + "', but the weights are in layout '" + std::string(layout) +
+                  "'; the backend must declare w4a16/w4a16_repack with \"weight_layout\": \"" + expected +
+                  "\" in its manifest, so the weights are repacked into that layout at load (docs/manifest.md)");
+}
+
+DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix, KernelHandle repack) {
   matrix.validate();
   DeviceW4a16 d;
   d.name = matrix.name;
@@ -77,7 +110,23 @@ DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix) {
   d.qweight.upload(std::span<const uint32_t>(matrix.qweight));
   d.scales = DeviceBuffer(backend, matrix.scales_bytes());
   d.scales.upload(std::span<const uint16_t>(matrix.scales));
+  if (!repack) return d;
+  // Same byte sizes in and out (docs/kernels.md), and the two never alias: fresh buffers.
+  DeviceBuffer qweight(backend, matrix.qweight_bytes());
+  DeviceBuffer scales(backend, matrix.scales_bytes());
+  LaunchShape shape;
+  shape.grid = {(d.n + kRepackRowsPerBlock - 1) / kRepackRowsPerBlock, d.batch, 1};
+  shape.block = {128, 1, 1};
+  backend.launch(repack, shape, d.qweight.ptr(), d.scales.ptr(), qweight.ptr(), scales.ptr(), d.n, d.k, d.batch);
+  backend.synchronize();  // the canonical buffers are freed next
+  d.qweight = std::move(qweight);
+  d.scales = std::move(scales);
+  d.layout = weight_layout_of(backend, repack);
   return d;
+}
+
+DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix, std::source_location site) {
+  return upload(backend, matrix, resolve_w4a16_repack(backend, site));
 }
 
 }  // namespace metrale::layers

@@ -8,8 +8,10 @@
 #include <metrale/backend.hpp>
 
 #include <cstddef>
+#include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace metrale::layers {
@@ -50,7 +52,26 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// A W4A16 matrix (or stack) on the device in the layout of docs/kernels.md.
+// The W4A16 layout of docs/kernels.md. A kernel whose manifest entry names no weight_layout
+// reads this one.
+inline constexpr std::string_view kCanonicalW4a16Layout = "w4a16-nk-g128";
+
+// The backend's w4a16/w4a16_repack (a try lookup: one audit row at `site`), or the null handle
+// when it declares none and keeps the canonical layout.
+KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site = std::source_location::current());
+
+// The layout `kernel` reads or, for a repack kernel, writes: its manifest weight_layout; the
+// canonical layout when the entry names none or `kernel` is null (no repack: the bytes stay canonical).
+std::string weight_layout_of(const Backend& backend, KernelHandle kernel);
+
+// Throws Error(incompatible) unless `kernel` reads weights in `layout` (a null kernel reads
+// nothing and passes). The message names the kernel, both layouts and the fix. Layers call it
+// once per kernel when they resolve, never per launch.
+void require_weight_layout(const Backend& backend, KernelHandle kernel, std::string_view layout);
+
+// A W4A16 matrix (or stack) on the device, in the layout `layout` names: the byte sizes and the
+// per-matrix offsets of docs/kernels.md whatever the layout, the contents readable only by
+// kernels that declare that layout.
 struct DeviceW4a16 {
   std::string name;
   uint32_t batch = 1;
@@ -58,8 +79,15 @@ struct DeviceW4a16 {
   uint32_t k = 0;
   DeviceBuffer qweight;
   DeviceBuffer scales;
+  std::string layout{kCanonicalW4a16Layout};
 
-  static DeviceW4a16 upload(Backend& backend, const W4a16Matrix& matrix);
+  // Uploads the canonical bytes; with a non-null `repack` (resolve_w4a16_repack) runs it once over
+  // the whole stack into fresh buffers, waits, frees the canonical ones and takes the repack
+  // kernel's layout.
+  static DeviceW4a16 upload(Backend& backend, const W4a16Matrix& matrix, KernelHandle repack);
+  // The same with the backend's own repack kernel, looked up at `site`.
+  static DeviceW4a16 upload(Backend& backend, const W4a16Matrix& matrix,
+                            std::source_location site = std::source_location::current());
   DevicePtr qweight_of(uint32_t index) const noexcept { return qweight.at(size_t{index} * n * (k / 8) * 4); }
   DevicePtr scales_of(uint32_t index) const noexcept { return scales.at(size_t{index} * n * (k / kW4a16GroupSize) * 2); }
   size_t bytes_per_matrix() const noexcept { return size_t{n} * (k / 8) * 4 + size_t{n} * (k / kW4a16GroupSize) * 2; }

@@ -55,6 +55,10 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   }
   k.act = resolve_act(backend, c.activation, std::source_location::current());
   k.combine = backend.lookup("moe", "moe_combine", request(LookupKind::require, kCombineSig));
+  k.repack = resolve_w4a16_repack(backend);
+  const std::string layout = weight_layout_of(backend, k.repack);
+  require_weight_layout(backend, k.grouped, layout);
+  require_weight_layout(backend, k.per_expert, layout);
   return k;
 }
 
@@ -75,8 +79,8 @@ MoeLayer MoeLayer::build(Backend& backend, const ModelConfig& c, const MoeWeight
   }
   layer.router_ = DeviceBuffer(backend, weights.router.size() * sizeof(float));
   layer.router_.upload(std::span<const float>(weights.router));
-  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up);
-  layer.down_ = DeviceW4a16::upload(backend, weights.down);
+  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up, layer.kernels_.repack);
+  layer.down_ = DeviceW4a16::upload(backend, weights.down, layer.kernels_.repack);
   if (!weights.shared_expert_gate.empty()) {
     layer.shared_gated_ = true;
     layer.shared_gate_ = DeviceBuffer(backend, weights.shared_expert_gate.size() * sizeof(float));

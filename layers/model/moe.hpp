@@ -39,11 +39,14 @@ struct MoeKernels {
   KernelHandle grouped;      // try; null -> per-expert launches
   KernelHandle combine;      // required
   KernelHandle act;          // required
+  KernelHandle repack;       // w4a16/w4a16_repack, try; null: the expert weights stay canonical
   ProjectionKernels per_expert;  // resolved only when grouped is null
 };
 
 class MoeLayer {
  public:
+  // Resolves the kernels only (audit rows, no memory). Throws Error(incompatible) when an expert
+  // kernel cannot read the layout the weights will be in.
   static MoeKernels resolve(Backend& backend, const ModelConfig& config, const MoeBuildOptions& options = {});
   static MoeLayer build(Backend& backend, const ModelConfig& config, const MoeWeights& weights,
                         const MoeBuildOptions& options = {});

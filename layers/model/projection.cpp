@@ -77,6 +77,12 @@ ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const P
   return k;
 }
 
+void require_weight_layout(const Backend& backend, const ProjectionKernels& kernels, std::string_view layout) {
+  for (KernelHandle kernel : {kernels.gemv, kernels.gemv_b8, kernels.m128, kernels.tile.tgemm, kernels.tile.k64,
+                              kernels.tile.k64_n64})
+    require_weight_layout(backend, kernel, layout);
+}
+
 ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, uint32_t n, uint32_t k) {
   ProjectionLaunch launch;
   launch.shape.block = {128, 1, 1};

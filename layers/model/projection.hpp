@@ -53,10 +53,15 @@ ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const P
                                              std::string_view model_type,
                                              std::source_location site = std::source_location::current());
 
+// Throws Error(incompatible) unless every kernel of `kernels` reads weights in `layout`
+// (require_weight_layout of device_buffer.hpp on each non-null handle).
+void require_weight_layout(const Backend& backend, const ProjectionKernels& kernels, std::string_view layout);
+
 // The launch for m rows of an [n, k] projection. Throws Error(unavailable) when no kernel serves.
 ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, uint32_t n, uint32_t k);
 
-// y[m, n] = x[m, k] * W^T for matrix `index` of `weights`.
+// y[m, n] = x[m, k] * W^T for matrix `index` of `weights`, which must be in the layout the kernels
+// read (checked once, by require_weight_layout, when the layer resolves them).
 void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceW4a16& weights,
                        uint32_t index, DevicePtr x, DevicePtr y, uint32_t m, uint64_t stream);
 

@@ -119,6 +119,41 @@ metrale_status check_tile(const KernelArgs& a, const MemoryView& mem, BlockRange
   return check_w4a16(a, mem, needed, error, 0, kTileN, kTileM);
 }
 
+// [first, first + bytes) and [other, other + bytes_other) share no byte.
+bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other) {
+  return first >= other + bytes_other || other >= first + bytes;
+}
+
+// w4a16_repack: `count` stacked canonical [n, k] matrices in, the same byte sizes out; outputs
+// overlap neither the inputs nor each other (a block reads rows another block may be writing).
+metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
+                            std::string& error) {
+  const uint32_t n = arg_u32(a, 4), k = arg_u32(a, 5), count = arg_u32(a, 6);
+  if (!at_least_one({{"n", n}, {"count", count}}, error) || !k_ok(k, error)) return kInvalid;
+  const uint64_t code_bytes = product({count, n, k / 2});
+  const uint64_t scale_bytes = product({count, n, k / kGroup, 2});
+  if (!buffer(a, mem, 0, "qweight_in", code_bytes, "count*n*k/8 u32", error) ||
+      !buffer(a, mem, 1, "scales_in", scale_bytes, "count*n*k/128 f16", error) ||
+      !buffer(a, mem, 2, "qweight_out", code_bytes, "count*n*k/8 u32", error) ||
+      !buffer(a, mem, 3, "scales_out", scale_bytes, "count*n*k/128 f16", error))
+    return kInvalid;
+  static constexpr const char* kNames[] = {"qweight_in", "scales_in", "qweight_out", "scales_out"};
+  const uint64_t bytes[] = {code_bytes, scale_bytes, code_bytes, scale_bytes};
+  for (unsigned out = 2; out < 4; ++out) {
+    for (unsigned other = 0; other < out; ++other) {
+      if (!disjoint(a.v[out], bytes[out], a.v[other], bytes[other])) {
+        error = std::string("argument '") + kNames[out] + "' (" + hex(a.v[out]) + ", " +
+                std::to_string(bytes[out]) + " bytes) overlaps '" + kNames[other] + "' (" +
+                hex(a.v[other]) + ", " + std::to_string(bytes[other]) +
+                " bytes); the repack's output never aliases its input";
+        return kInvalid;
+      }
+    }
+  }
+  needed = {ceil_div(n, kRepackRows), count};
+  return kOk;
+}
+
 metrale_status check_act(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
                          std::string& error) {
   const uint32_t m = arg_u32(a, 2), i = arg_u32(a, 3);
@@ -236,6 +271,8 @@ metrale_status check_combine(const KernelArgs& a, const MemoryView& mem, BlockRa
 
 constexpr const char* kW4Names[] = {"x", "qweight", "scales", "y", "m", "n", "k"};
 constexpr metrale_param_type kW4Types[] = {P, P, P, P, U, U, U};
+constexpr const char* kRepackNames[] = {"qweight_in", "scales_in", "qweight_out", "scales_out", "n", "k", "count"};
+constexpr metrale_param_type kRepackTypes[] = {P, P, P, P, U, U, U};
 constexpr const char* kActNames[] = {"gate_up", "out", "m", "i"};
 constexpr metrale_param_type kActTypes[] = {P, P, U, U};
 constexpr const char* kRouterNames[] = {"x", "w", "logits", "m", "e", "h"};
@@ -251,7 +288,7 @@ constexpr metrale_param_type kCombineTypes[] = {P, P, P, P, U, U, U};
 
 #define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
 
-const std::array<KernelSpec, 11> kSpecs{{
+const std::array<KernelSpec, 12> kSpecs{{
     {"w4a16", "w4a16_gemv", METRALE_CPU_PARAMS(W4), check_gemv, baseline::w4a16_gemv, 0,
      "(ceil(n/64), 1)"},
     {"w4a16", "w4a16_gemv_b8", METRALE_CPU_PARAMS(W4), check_gemv_b8, baseline::w4a16_gemv_b8, 1,
@@ -260,6 +297,8 @@ const std::array<KernelSpec, 11> kSpecs{{
      "(ceil(n/128), ceil(m/64))"},
     {"w4a16", "w4a16_gemm_t_k64", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t_k64,
      3, "(ceil(n/128), ceil(m/64))"},
+    {"w4a16", "w4a16_repack", METRALE_CPU_PARAMS(Repack), check_repack, baseline::w4a16_repack, 5,
+     "(ceil(n/64), count)"},
     {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, -1,
      "(ceil(i/1024), m)"},
     {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, -1,
@@ -295,6 +334,7 @@ BlockFn w4a16_slot(const W4a16Bodies& bodies, int slot) {
     case 2: return bodies.gemm_t;
     case 3: return bodies.gemm_t_k64;
     case 4: return bodies.grouped_gemm;
+    case 5: return bodies.repack;
     default: return nullptr;
   }
 }
@@ -311,22 +351,28 @@ BlockFn kernel_body(size_t index, Tier tier) {
   if (spec.w4a16_slot < 0 || tier == Tier::baseline) return spec.baseline;
 #if defined(METRALE_CPU_X86_SIMD)
   // Each tier's table is fetched only once that tier was chosen: even bodies() of a higher tier
-  // is compiled with its -m flags and may not run on a lesser CPU.
+  // is compiled with its -m flags and may not run on a lesser CPU. A tier leaves a body null
+  // when the baseline's serves it (the repack of a tier that keeps the canonical layout).
+  BlockFn body = nullptr;
   switch (tier) {
     case Tier::avx2: {
       static const W4a16Bodies bodies = avx2::bodies();
-      return w4a16_slot(bodies, spec.w4a16_slot);
+      body = w4a16_slot(bodies, spec.w4a16_slot);
+      break;
     }
     case Tier::avx512: {
       static const W4a16Bodies bodies = avx512::bodies();
-      return w4a16_slot(bodies, spec.w4a16_slot);
+      body = w4a16_slot(bodies, spec.w4a16_slot);
+      break;
     }
     case Tier::avx512bf16: {
       static const W4a16Bodies bodies = avx512bf16::bodies();
-      return w4a16_slot(bodies, spec.w4a16_slot);
+      body = w4a16_slot(bodies, spec.w4a16_slot);
+      break;
     }
     case Tier::baseline: break;
   }
+  if (body != nullptr) return body;
 #endif
   return spec.baseline;
 }

@@ -35,6 +35,7 @@ inline constexpr uint32_t kGroup = 128;        // quantisation group along K
 inline constexpr uint32_t kGemvMaxRows = 8;    // w4a16_gemv_b8
 inline constexpr uint32_t kActColumns = 1024;  // silu_mul / gelu_mul block width
 inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
+inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
 
 // The W4A16 bodies a SIMD tier provides; everything else runs the baseline body.
 struct W4a16Bodies {
@@ -43,6 +44,10 @@ struct W4a16Bodies {
   BlockFn gemm_t;
   BlockFn gemm_t_k64;
   BlockFn grouped_gemm;
+  // w4a16_repack into the layout this tier's bodies above read (manifest layout "cpu-native").
+  // Null: the tier keeps the canonical layout and the repack is a copy (the baseline body).
+  // Defaulted so that tiers without one need not name it.
+  BlockFn repack = nullptr;
 };
 
 namespace baseline {
@@ -51,6 +56,7 @@ void w4a16_gemv_b8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a16_gemm_t(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a16_gemm_t_k64(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a16_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void silu_mul(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void gelu_mul(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void router_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
@@ -109,6 +115,21 @@ inline GroupedCall grouped_call(const KernelArgs& args) {
           arg_ptr<const uint16_t>(args, 2), arg_ptr<const int32_t>(args, 3),
           arg_ptr<uint16_t>(args, 4),       arg_u32(args, 5),
           arg_u32(args, 6),                 arg_u32(args, 7)};
+}
+
+// w4a16_repack: (qweight_in, scales_in, qweight_out, scales_out, n, k, count).
+struct RepackCall {
+  const uint32_t* qweight_in;
+  const uint16_t* scales_in;
+  uint32_t* qweight_out;
+  uint16_t* scales_out;
+  uint32_t n, k, count;
+};
+inline RepackCall repack_call(const KernelArgs& args) {
+  return {arg_ptr<const uint32_t>(args, 0), arg_ptr<const uint16_t>(args, 1),
+          arg_ptr<uint32_t>(args, 2),       arg_ptr<uint16_t>(args, 3),
+          arg_u32(args, 4),                 arg_u32(args, 5),
+          arg_u32(args, 6)};
 }
 
 // 64-byte aligned sub-buffer `offset` bytes into a scratch area.

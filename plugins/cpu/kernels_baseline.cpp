@@ -7,6 +7,7 @@
 #include "numeric.hpp"
 
 #include <cmath>
+#include <cstring>
 
 namespace metrale::cpu::baseline {
 namespace {
@@ -158,6 +159,19 @@ void w4a16_grouped_gemm(const KernelArgs& args, uint32_t bx, uint32_t by,
                c.qweight + by * expert_words, c.scales + by * expert_scales,
                c.y + static_cast<size_t>(r) * c.n, c.n, c.k, n0, nt, scratch);
   }
+}
+
+// The canonical layout is the baseline's own: block (bx, by) copies rows [64 bx, 64 bx + 64) of
+// matrix `by`, codes and scales, unchanged.
+void w4a16_repack(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char*) {
+  const RepackCall c = repack_call(args);
+  const uint32_t n0 = bx * kRepackRows;
+  if (n0 >= c.n || by >= c.count) return;
+  const uint32_t rows = min_u32(kRepackRows, c.n - n0);
+  const size_t words = c.k / 8, groups = c.k / kGroup;
+  const size_t first = static_cast<size_t>(by) * c.n + n0;  // row index within the stack
+  std::memcpy(c.qweight_out + first * words, c.qweight_in + first * words, sizeof(uint32_t) * rows * words);
+  std::memcpy(c.scales_out + first * groups, c.scales_in + first * groups, sizeof(uint16_t) * rows * groups);
 }
 
 void silu_mul(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char*) {

@@ -163,7 +163,7 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
     return {};
   }
   std::lock_guard lock(mutex_);
-  resolved_.try_emplace(handle, Resolved{module_text, name_text, listed->params});
+  resolved_.try_emplace(handle, Resolved{module_text, name_text, listed});
   reason = "provided";
   return KernelHandle{handle};
 }
@@ -295,12 +295,14 @@ KernelHandle Backend::try_kernel(std::string_view module, std::string_view name,
   return lookup(module, name, LookupRequest{}, site);
 }
 
-std::span<const KernelParam> Backend::params(KernelHandle handle) const {
+const ManifestKernel& Backend::manifest_entry(KernelHandle handle) const {
   std::lock_guard lock(mutex_);
   auto it = resolved_.find(handle.value);
   if (it == resolved_.end()) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
-  return it->second.params;
+  return *it->second.listed;
 }
+
+std::span<const KernelParam> Backend::params(KernelHandle handle) const { return manifest_entry(handle).params; }
 
 std::string Backend::kernel_name(KernelHandle handle) const {
   std::lock_guard lock(mutex_);
@@ -399,7 +401,7 @@ void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::
     auto it = resolved_.find(kernel.value);
     if (it == resolved_.end())
       throw Error(Status::invalid_argument, "backend " + name() + ": launch of a handle this backend did not return");
-    params = &it->second.params;
+    params = &it->second.listed->params;
     label = key_of(it->second.module, it->second.name);
   }
   if (types.size() != params->size())

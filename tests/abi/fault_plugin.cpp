@@ -6,8 +6,11 @@
 //
 // Kernels: "test/fill" (out: ptr, n: u32, value: f32) fills n floats, really, block by block;
 // "w4a16/w4a16_gemv" (docs/kernels.md) computes — correctly, or with FAULT_WRONG_GEMV without the
-// last packed word of K (8 codes), a plausible bug the conformance suite must catch; every other listed kernel
-// resolves and launching it only counts the launch.
+// last packed word of K (8 codes), a plausible bug the conformance suite must catch;
+// "w4a16/w4a16_repack" copies, or with FAULT_XOR_LAYOUT XORs every code word with kXorLayout (the
+// layout "fault-xor"), which that variant's w4a16_gemv undoes, so weights that skipped the repack
+// give wrong results; "act/silu_mul" and "act/gelu_mul" compute, so a dense FFN runs end to end on
+// one row. Every other listed kernel resolves and launching it only counts the launch.
 #include <metrale/plugin_abi.h>
 
 #include "numeric.hpp"  // the CPU plugin's bf16/f16 conversions (internal linkage)
@@ -27,6 +30,11 @@
 #ifndef FAULT_BACKEND_NAME
 #define FAULT_BACKEND_NAME "fault"
 #endif
+
+#include <cmath>
+
+// Every nibble non-zero: every code changes under the "fault-xor" layout.
+[[maybe_unused]] constexpr uint32_t kXorLayout = 0x9abcdef1u;
 
 struct metrale_backend {
   std::vector<std::string> modules, names;              // storage for descriptors
@@ -217,11 +225,45 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
       for (uint32_t g = 0; g < groups; ++g) {
         float scale = metrale::cpu::f16_to_f32(scales[size_t{row} * (k / 128) + g]);
         for (uint32_t i = g * 128; i < (g + 1) * 128 && i < k_read; ++i) {
-          uint32_t code = (q[size_t{row} * (k / 8) + i / 8] >> (4 * (i % 8))) & 0xfu;
+          uint32_t word = q[size_t{row} * (k / 8) + i / 8];
+#if defined(FAULT_XOR_LAYOUT)
+          word ^= kXorLayout;  // the weights are in layout "fault-xor"
+#endif
+          uint32_t code = (word >> (4 * (i % 8))) & 0xfu;
           sum += metrale::cpu::bf16_to_f32(x[i]) * (static_cast<float>(code) - 8.0f) * scale;
         }
       }
       y[row] = metrale::cpu::f32_to_bf16(sum);
+    }
+  } else if (b->modules[index] == "w4a16" && b->names[index] == "w4a16_repack") {
+    auto arg_ptr = [&](size_t i) { return *static_cast<const uint64_t*>(args[i]); };
+    auto arg_u32 = [&](size_t i) { return *static_cast<const uint32_t*>(args[i]); };
+    const auto* q_in = reinterpret_cast<const uint32_t*>(arg_ptr(0));
+    const auto* s_in = reinterpret_cast<const uint16_t*>(arg_ptr(1));
+    auto* q_out = reinterpret_cast<uint32_t*>(arg_ptr(2));
+    auto* s_out = reinterpret_cast<uint16_t*>(arg_ptr(3));
+    const size_t rows = size_t{arg_u32(4)} * arg_u32(6), k = arg_u32(5);
+    for (size_t i = 0; i < rows * (k / 8); ++i) {
+#if defined(FAULT_XOR_LAYOUT)
+      q_out[i] = q_in[i] ^ kXorLayout;
+#else
+      q_out[i] = q_in[i];
+#endif
+    }
+    std::memcpy(s_out, s_in, rows * (k / 128) * sizeof(uint16_t));
+  } else if (b->modules[index] == "act" && (b->names[index] == "silu_mul" || b->names[index] == "gelu_mul")) {
+    const auto* gate_up = reinterpret_cast<const uint16_t*>(*static_cast<const uint64_t*>(args[0]));
+    auto* out = reinterpret_cast<uint16_t*>(*static_cast<const uint64_t*>(args[1]));
+    const uint32_t m = *static_cast<const uint32_t*>(args[2]), inter = *static_cast<const uint32_t*>(args[3]);
+    const bool silu = b->names[index] == "silu_mul";
+    for (size_t r = 0; r < m; ++r) {
+      for (size_t j = 0; j < inter; ++j) {
+        const float g = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + j]);
+        const float u = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + inter + j]);
+        const float act = silu ? g / (1.0f + std::exp(-g))
+                               : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        out[r * inter + j] = metrale::cpu::f32_to_bf16(act * u);
+      }
     }
   } else if (b->modules[index] == "test" && b->names[index] == "fill") {
     auto* out = reinterpret_cast<float*>(*static_cast<const uint64_t*>(args[0]));

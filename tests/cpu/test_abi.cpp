@@ -103,9 +103,18 @@ TEST_CASE("the manifest lists exactly the kernels the plugin provides, with the 
     provided.emplace(std::string(kernels[i].module) + "/" + kernels[i].name, params);
   }
   CHECK(provided == listed);
+  // The kernels that read W4A16 weights read the layout the repack produces (docs/kernels.md).
+  for (const auto& module : manifest.at("modules"))
+    for (const auto& kernel : module.at("kernels")) {
+      bool reads_weights = false;
+      for (const auto& param : kernel.at("params"))
+        reads_weights = reads_weights || param.at("name").get<std::string>().starts_with("qweight");
+      CAPTURE(kernel.at("name"));
+      CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? "cpu-native" : ""));
+    }
   const std::set<std::string> expected{
       "w4a16/w4a16_gemv", "w4a16/w4a16_gemv_b8", "w4a16/w4a16_gemm_t", "w4a16/w4a16_gemm_t_k64",
-      "act/silu_mul", "act/gelu_mul", "moe/router_gemm", "moe/topk_softmax", "moe/moe_gather",
+      "w4a16/w4a16_repack", "act/silu_mul", "act/gelu_mul", "moe/router_gemm", "moe/topk_softmax", "moe/moe_gather",
       "moe/w4a16_grouped_gemm", "moe/moe_combine"};
   std::set<std::string> names;
   for (const auto& [name, params] : provided) names.insert(name);
@@ -427,6 +436,61 @@ TEST_CASE("launch errors name the problem") {
     CHECK(b.table().launch(b.raw(), gemv, &config, args, 7) == METRALE_STATUS_INVALID_ARGUMENT);
     CHECK(contains(b.last_error(), "argument 0 ('x') points to NULL"));
     CHECK(b.table().launch(b.raw(), gemv, nullptr, args, 7) == METRALE_STATUS_INVALID_ARGUMENT);
+  }
+}
+
+TEST_CASE("w4a16_repack: argument checks name the problem") {
+  Backend b(Options{{"threads", "2"}});
+  const uint64_t repack = b.kernel("w4a16", "w4a16_repack");
+  const uint32_t n = 65, k = 256, count = 2;
+  const size_t code_bytes = size_t{count} * n * k / 2, scale_bytes = size_t{count} * n * (k / 128) * 2;
+  const uint64_t q_in = b.alloc(code_bytes), s_in = b.alloc(scale_bytes), q_out = b.alloc(code_bytes),
+                 s_out = b.alloc(scale_bytes);
+  for (auto [address, bytes] : {std::pair{q_in, code_bytes}, std::pair{s_in, scale_bytes}})
+    REQUIRE(b.table().memset_device(b.raw(), address, 0, bytes, 0) == METRALE_STATUS_OK);
+  auto args = [&](uint64_t qi, uint64_t si, uint64_t qo, uint64_t so, uint32_t nn, uint32_t kk, uint32_t c) {
+    Args a;
+    a.ptr(qi).ptr(si).ptr(qo).ptr(so).u32(nn).u32(kk).u32(c);
+    return a;
+  };
+  SUBCASE("a correct launch covers (ceil(n/64), count)") {
+    Args ok = args(q_in, s_in, q_out, s_out, n, k, count);
+    CHECK(b.launch(repack, {2, 2}, ok) == METRALE_STATUS_OK);
+    Args short_grid = args(q_in, s_in, q_out, s_out, n, k, count);
+    CHECK(b.launch(repack, {2, 1}, short_grid) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "(ceil(n/64), count) = (2, 2, 1)"));
+  }
+  SUBCASE("shape rules") {
+    Args no_rows = args(q_in, s_in, q_out, s_out, 0, k, count);
+    CHECK(b.launch(repack, {2, 2}, no_rows) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "n must be at least 1"));
+    Args no_matrices = args(q_in, s_in, q_out, s_out, n, k, 0);
+    CHECK(b.launch(repack, {2, 2}, no_matrices) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "count must be at least 1"));
+    Args odd_k = args(q_in, s_in, q_out, s_out, n, 200, count);
+    CHECK(b.launch(repack, {2, 2}, odd_k) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "multiple of 128"));
+  }
+  SUBCASE("pointers: null, too small, aliasing") {
+    Args null_out = args(q_in, s_in, 0, s_out, n, k, count);
+    CHECK(b.launch(repack, {2, 2}, null_out) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "argument 'qweight_out' is a null pointer"));
+    Args three = args(q_in, s_in, q_out, s_out, n, k, 3);
+    CHECK(b.launch(repack, {2, 3}, three) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "argument 'qweight_in'"));
+    CHECK(contains(b.last_error(), "count*n*k/8 u32"));
+    Args in_place = args(q_in, s_in, q_in, s_out, n, k, count);
+    CHECK(b.launch(repack, {2, 2}, in_place) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "'qweight_out'"));
+    CHECK(contains(b.last_error(), "overlaps 'qweight_in'"));
+    // Codes are 64x the scales' bytes: the scales' output fits inside the codes' input.
+    Args scales_into_codes = args(q_in, s_in, q_out, q_in + 64, n, k, count);
+    CHECK(b.launch(repack, {2, 2}, scales_into_codes) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "'scales_out'"));
+    CHECK(contains(b.last_error(), "overlaps 'qweight_in'"));
+    Args outputs_overlap = args(q_in, s_in, q_out, q_out + 64, n, k, count);
+    CHECK(b.launch(repack, {2, 2}, outputs_overlap) == METRALE_STATUS_INVALID_ARGUMENT);
+    CHECK(contains(b.last_error(), "overlaps 'qweight_out'"));
   }
 }
 

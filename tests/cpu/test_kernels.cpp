@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Every kernel of the CPU backend against the double-precision reference, on every instruction
 // set tier this CPU has (forced through the "target" option), plus agreement between tiers and
-// between thread counts.
+// between thread counts. W4A16 weights reach the kernels as the layers hand them over: through
+// w4a16_repack, into the layout the manifest says the kernels read ("cpu-native").
 #include "reference.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -59,17 +61,95 @@ std::array<uint32_t, 2> w4_grid(const std::string& kernel, uint32_t m, uint32_t 
   return {ceil_div(n, 128), ceil_div(m, 64)};
 }
 
+// w4a16_repack of `count` stacked canonical [n, k] matrices already on the device into outputs
+// of the same sizes (docs/kernels.md: grid (ceil(n/64), count)).
+void repack(Backend& b, uint64_t q_in, uint64_t s_in, uint64_t q_out, uint64_t s_out, uint32_t n,
+            uint32_t k, uint32_t count, std::array<uint32_t, 2> extra_blocks = {0, 0}) {
+  Args args;
+  args.ptr(q_in).ptr(s_in).ptr(q_out).ptr(s_out).u32(n).u32(k).u32(count);
+  const metrale_status status = b.launch(
+      b.kernel("w4a16", "w4a16_repack"),
+      {ceil_div(n, 64) + extra_blocks[0], count + extra_blocks[1]}, args);
+  REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
+}
+
+// A canonical W4A16 stack on the device in the layout the kernels read (the manifest's
+// "cpu-native"): uploaded, then passed through w4a16_repack, as the layers load weights.
+struct DeviceW4 {
+  uint64_t qweight = 0;
+  uint64_t scales = 0;
+};
+DeviceW4 upload_w4(Backend& b, const std::vector<uint32_t>& qweight,
+                   const std::vector<uint16_t>& scales, uint32_t n, uint32_t k,
+                   uint32_t count = 1) {
+  const uint64_t q_in = b.upload(qweight), s_in = b.upload(scales);
+  const DeviceW4 packed{b.alloc(qweight.size() * 4), b.alloc(scales.size() * 2)};
+  repack(b, q_in, s_in, packed.qweight, packed.scales, n, k, count);
+  b.free(q_in);
+  b.free(s_in);
+  return packed;
+}
+
 std::vector<uint16_t> run_w4(Backend& b, const std::string& kernel, const W4Problem& p,
                              std::array<uint32_t, 2> grid) {
-  const uint64_t x = b.upload(p.x), q = b.upload(p.qweight), s = b.upload(p.scales);
+  const DeviceW4 w = upload_w4(b, p.qweight, p.scales, p.n, p.k);
+  const uint64_t x = b.upload(p.x);
   const uint64_t y = b.alloc(size_t{p.m} * p.n * 2);
   Args args;
-  args.ptr(x).ptr(q).ptr(s).ptr(y).u32(p.m).u32(p.n).u32(p.k);
+  args.ptr(x).ptr(w.qweight).ptr(w.scales).ptr(y).u32(p.m).u32(p.n).u32(p.k);
   const metrale_status status = b.launch(b.kernel("w4a16", kernel.c_str()), grid, args);
   REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
   auto out = b.download<uint16_t>(y, size_t{p.m} * p.n);
-  for (uint64_t a : {x, q, s, y}) b.free(a);
+  for (uint64_t a : {x, w.qweight, w.scales, y}) b.free(a);
   return out;
+}
+
+// Experts stacked [E][n][k], rows of x grouped by expert (docs/kernels.md, moe).
+struct GroupedProblem {
+  uint32_t n = 0, k = 0, experts = 0, t = 0;
+  std::vector<int32_t> offsets;  // [E + 1]
+  std::vector<uint16_t> x;       // [t][k]
+  std::vector<uint32_t> qweight;
+  std::vector<uint16_t> scales;
+  std::vector<double> ref, absum;  // [t][n]
+};
+
+GroupedProblem make_grouped(uint32_t n, uint32_t k, const std::vector<int32_t>& rows_per_expert,
+                            uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  GroupedProblem p;
+  p.n = n;
+  p.k = k;
+  p.experts = static_cast<uint32_t>(rows_per_expert.size());
+  p.offsets = {0};
+  for (int32_t rows : rows_per_expert) p.offsets.push_back(p.offsets.back() + rows);
+  p.t = static_cast<uint32_t>(p.offsets.back());
+  p.x = random_bf16(rng, size_t{p.t} * k, -1.0, 1.0);
+  p.qweight.resize(size_t{p.experts} * n * (k / 8));
+  for (auto& word : p.qweight) word = static_cast<uint32_t>(rng());
+  p.scales = random_scales(rng, size_t{p.experts} * n * (k / 128));
+  p.ref.resize(size_t{p.t} * n);
+  p.absum.resize(size_t{p.t} * n);
+  for (uint32_t e = 0; e < p.experts; ++e)
+    w4_reference(p.x, p.qweight.data() + size_t{e} * n * (k / 8),
+                 p.scales.data() + size_t{e} * n * (k / 128), n, k,
+                 static_cast<uint32_t>(p.offsets[e]), static_cast<uint32_t>(rows_per_expert[e]),
+                 p.ref.data() + size_t(p.offsets[e]) * n, p.absum.data() + size_t(p.offsets[e]) * n);
+  return p;
+}
+
+std::vector<uint16_t> run_grouped(Backend& b, const GroupedProblem& p) {
+  const DeviceW4 w = upload_w4(b, p.qweight, p.scales, p.n, p.k, p.experts);
+  const uint64_t dx = b.upload(p.x), doff = b.upload(p.offsets),
+                 dy = b.alloc(size_t{std::max(p.t, 1u)} * p.n * 2);
+  Args args;
+  args.ptr(dx).ptr(w.qweight).ptr(w.scales).ptr(doff).ptr(dy).u32(p.n).u32(p.k).u32(p.experts);
+  REQUIRE_MESSAGE(b.launch(b.kernel("moe", "w4a16_grouped_gemm"), {ceil_div(p.n, 128), p.experts},
+                           args) == METRALE_STATUS_OK,
+                  b.last_error());
+  auto y = b.download<uint16_t>(dy, size_t{p.t} * p.n);
+  for (uint64_t a : {dx, w.qweight, w.scales, doff, dy}) b.free(a);
+  return y;
 }
 
 void check_against(const W4Problem& p, const std::vector<uint16_t>& y, const std::string& what) {
@@ -181,36 +261,111 @@ TEST_CASE("w4a16_grouped_gemm matches the reference on every tier (empty experts
   };
   uint64_t seed = 100;
   for (const GroupedCase& c : cases) {
-    std::mt19937_64 rng(seed++);
-    const auto experts = static_cast<uint32_t>(c.rows_per_expert.size());
-    std::vector<int32_t> offsets{0};
-    for (int32_t rows : c.rows_per_expert) offsets.push_back(offsets.back() + rows);
-    const auto t = static_cast<uint32_t>(offsets.back());
-    const auto x = random_bf16(rng, size_t{t} * c.k, -1.0, 1.0);
-    std::vector<uint32_t> qweight(size_t{experts} * c.n * (c.k / 8));
-    for (auto& word : qweight) word = static_cast<uint32_t>(rng());
-    const auto scales = random_scales(rng, size_t{experts} * c.n * (c.k / 128));
-    std::vector<double> ref(size_t{t} * c.n), absum(size_t{t} * c.n);
-    for (uint32_t e = 0; e < experts; ++e)
-      w4_reference(x, qweight.data() + size_t{e} * c.n * (c.k / 8),
-                   scales.data() + size_t{e} * c.n * (c.k / 128), c.n, c.k,
-                   static_cast<uint32_t>(offsets[e]), static_cast<uint32_t>(c.rows_per_expert[e]),
-                   ref.data() + size_t(offsets[e]) * c.n, absum.data() + size_t(offsets[e]) * c.n);
+    const GroupedProblem p = make_grouped(c.n, c.k, c.rows_per_expert, seed++);
     for (const std::string& tier : supported_tiers()) {
-      Backend& b = tier_backend(tier);
-      const uint64_t dx = b.upload(x), dq = b.upload(qweight), ds = b.upload(scales),
-                     doff = b.upload(offsets), dy = b.alloc(size_t{t} * c.n * 2);
-      Args args;
-      args.ptr(dx).ptr(dq).ptr(ds).ptr(doff).ptr(dy).u32(c.n).u32(c.k).u32(experts);
-      REQUIRE_MESSAGE(b.launch(b.kernel("moe", "w4a16_grouped_gemm"), {ceil_div(c.n, 128), experts},
-                               args) == METRALE_STATUS_OK,
-                      b.last_error());
-      const auto y = b.download<uint16_t>(dy, size_t{t} * c.n);
+      const auto y = run_grouped(tier_backend(tier), p);
       const Mismatch m = compare(
-          widen_bf16(y), ref, [&](size_t i) { return bf16_budget(ref[i], absum[i]); }, c.n);
+          widen_bf16(y), p.ref, [&](size_t i) { return bf16_budget(p.ref[i], p.absum[i]); }, c.n);
       INFO("grouped n=" << c.n << " k=" << c.k << " on " << tier << ": worst " << m.worst);
       CHECK(m.count == 0);
-      for (uint64_t a : {dx, dq, ds, doff, dy}) b.free(a);
+    }
+  }
+}
+
+// The repack's contract (docs/kernels.md): whatever the layout, the output has the input's byte
+// sizes, matrix i of a stack lands where it was (so per-matrix offsets stay valid), the input is
+// not touched and nothing is written past the output. A tier without a layout of its own copies;
+// the baseline tier always does.
+TEST_CASE("w4a16_repack keeps sizes and per-matrix offsets on every tier") {
+  constexpr uint32_t kCount = 3;
+  constexpr size_t kGuardWords = 16;  // after each output: must survive the repack
+  constexpr uint32_t kGuardWord = 0xdeadbeefu;
+  constexpr uint16_t kGuardHalf = 0xbeefu;
+  uint64_t seed = 300;
+  for (const uint32_t n : {1u, 17u, 100u, 129u}) {
+    for (const uint32_t k : {128u, 384u}) {
+      std::mt19937_64 rng(seed++);
+      std::vector<uint32_t> qweight(size_t{kCount} * n * (k / 8));
+      for (auto& word : qweight) word = static_cast<uint32_t>(rng());
+      const auto scales = random_scales(rng, size_t{kCount} * n * (k / 128));
+      const size_t words = size_t{n} * (k / 8), groups = size_t{n} * (k / 128);
+      for (const std::string& tier : supported_tiers()) {
+        INFO("n=" << n << " k=" << k << " count=" << kCount << " on " << tier);
+        Backend& b = tier_backend(tier);
+        const uint64_t q_in = b.upload(qweight), s_in = b.upload(scales);
+        std::vector<uint32_t> q_fill(qweight.size() + kGuardWords, kGuardWord);
+        std::vector<uint16_t> s_fill(scales.size() + 2 * kGuardWords, kGuardHalf);
+        const uint64_t q_out = b.upload(q_fill), s_out = b.upload(s_fill);
+        repack(b, q_in, s_in, q_out, s_out, n, k, kCount);
+        auto q = b.download<uint32_t>(q_out, q_fill.size());
+        auto sc = b.download<uint16_t>(s_out, s_fill.size());
+        CHECK(std::all_of(q.begin() + static_cast<std::ptrdiff_t>(qweight.size()), q.end(),
+                          [&](uint32_t v) { return v == kGuardWord; }));
+        CHECK(std::all_of(sc.begin() + static_cast<std::ptrdiff_t>(scales.size()), sc.end(),
+                          [&](uint16_t v) { return v == kGuardHalf; }));
+        q.resize(qweight.size());
+        sc.resize(scales.size());
+        CHECK(b.download<uint32_t>(q_in, qweight.size()) == qweight);
+        CHECK(b.download<uint16_t>(s_in, scales.size()) == scales);
+        if (tier == "baseline") {
+          CHECK(q == qweight);  // the canonical layout is the baseline's own
+          CHECK(sc == scales);
+        }
+
+        // Matrix by matrix: each matrix repacked alone is the stack's slice at its canonical offset.
+        for (uint32_t i = 0; i < kCount; ++i) {
+          const std::vector<uint32_t> one_q(qweight.begin() + static_cast<std::ptrdiff_t>(i * words),
+                                            qweight.begin() + static_cast<std::ptrdiff_t>((i + 1) * words));
+          const std::vector<uint16_t> one_s(scales.begin() + static_cast<std::ptrdiff_t>(i * groups),
+                                            scales.begin() + static_cast<std::ptrdiff_t>((i + 1) * groups));
+          const DeviceW4 alone = upload_w4(b, one_q, one_s, n, k);
+          CHECK(b.download<uint32_t>(alone.qweight, words) ==
+                std::vector<uint32_t>(q.begin() + static_cast<std::ptrdiff_t>(i * words),
+                                      q.begin() + static_cast<std::ptrdiff_t>((i + 1) * words)));
+          CHECK(b.download<uint16_t>(alone.scales, groups) ==
+                std::vector<uint16_t>(sc.begin() + static_cast<std::ptrdiff_t>(i * groups),
+                                      sc.begin() + static_cast<std::ptrdiff_t>((i + 1) * groups)));
+          b.free(alone.qweight);
+          b.free(alone.scales);
+        }
+
+        // Blocks past the grid the problem needs do nothing; the result does not depend on them.
+        const uint64_t q_again = b.alloc(qweight.size() * 4), s_again = b.alloc(scales.size() * 2);
+        repack(b, q_in, s_in, q_again, s_again, n, k, kCount, {2, 1});
+        CHECK(b.download<uint32_t>(q_again, qweight.size()) == q);
+        CHECK(b.download<uint16_t>(s_again, scales.size()) == sc);
+        for (uint64_t a : {q_in, s_in, q_out, s_out, q_again, s_again}) b.free(a);
+      }
+    }
+  }
+}
+
+// Every W4A16 kernel on repacked weights, on shapes that end inside a block, a panel or a group
+// of rows: n = 1, 17, 100, 129 (odd tails), k = 128, 384, m = 1, 3, 8, 70.
+TEST_CASE("w4a16 kernels read repacked weights correctly on every tier (awkward shapes)") {
+  uint64_t seed = 400;
+  for (const uint32_t n : {1u, 17u, 100u, 129u}) {
+    for (const uint32_t k : {128u, 384u}) {
+      for (const uint32_t m : {1u, 3u, 8u, 70u}) {
+        const W4Problem p = make_w4(m, n, k, seed++);
+        std::vector<std::string> kernels{"w4a16_gemm_t", "w4a16_gemm_t_k64"};
+        if (m <= 8) kernels.push_back("w4a16_gemv_b8");
+        if (m == 1) kernels.push_back("w4a16_gemv");
+        for (const std::string& kernel : kernels)
+          for (const std::string& tier : supported_tiers())
+            check_against(p, run_w4(tier_backend(tier), kernel, p, w4_grid(kernel, m, n)),
+                          kernel + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                              " k=" + std::to_string(k) + " on " + tier);
+      }
+      // Experts with 1, none, 3, 8 and 70 rows: the BF16 tier's GEMV path (<= 8 rows) and the tile.
+      const GroupedProblem p = make_grouped(n, k, {1, 0, 3, 8, 70}, seed++);
+      for (const std::string& tier : supported_tiers()) {
+        const Mismatch mm = compare(
+            widen_bf16(run_grouped(tier_backend(tier), p)), p.ref,
+            [&](size_t i) { return bf16_budget(p.ref[i], p.absum[i]); }, n);
+        INFO("grouped n=" << n << " k=" << k << " on " << tier << ": worst " << mm.worst);
+        CHECK(mm.count == 0);
+      }
     }
   }
 }

@@ -118,6 +118,8 @@ TEST_CASE("the audit shows what the dense layer resolved and the fallbacks it to
   CHECK(find_row(rows, "w4a16_gemv")->outcome == LookupOutcome::resolved);
   CHECK(find_row(rows, "w4a16_gemv_b8")->outcome == LookupOutcome::resolved);
   CHECK(find_row(rows, "silu_mul")->outcome == LookupOutcome::resolved);
+  REQUIRE(find_row(rows, "w4a16_repack"));  // the weights are loaded through the backend's repack
+  CHECK(find_row(rows, "w4a16_repack")->outcome == LookupOutcome::resolved);
   CHECK(!find_row(rows, "w4a16_gemm_t_m128_v2"));  // no lookup unless METRALE_W4A16_VARIANT opts in
   if (some_below) {
     REQUIRE(find_row(rows, "w4a16_gemm_t_p3"));
@@ -259,4 +261,30 @@ TEST_CASE("forward entry points check their row ranges; build checks the weights
   b->copy_to_host(second.data(), ffn.forward(x.ptr(), 5), second.size() * 2);
   b->synchronize();
   CHECK(first == second);
+}
+
+TEST_CASE("the CPU backend loads W4A16 weights into its cpu-native layout, sizes kept") {
+  auto b = cpu_backend();
+  const W4a16Matrix w = synthetic_w4a16("experts", 17, 384, 5, 3);  // a stack of 3, odd N
+  const DeviceW4a16 d = DeviceW4a16::upload(*b, w);
+  CHECK(d.layout == "cpu-native");
+  CHECK(d.batch == 3);
+  CHECK(d.qweight.bytes() == w.qweight_bytes());
+  CHECK(d.scales.bytes() == w.scales_bytes());
+  CHECK(d.qweight_of(2) == d.qweight.at(2 * w.qweight_bytes() / 3));  // per-matrix offsets stay canonical
+  for (const char* name : {"w4a16_gemv", "w4a16_gemv_b8", "w4a16_gemm_t", "w4a16_gemm_t_k64"}) {
+    CAPTURE(name);
+    CHECK(weight_layout_of(*b, b->kernel("w4a16", name)) == "cpu-native");
+    CHECK_NOTHROW(require_weight_layout(*b, b->kernel("w4a16", name), d.layout));
+  }
+  CHECK(weight_layout_of(*b, b->kernel("moe", "w4a16_grouped_gemm")) == "cpu-native");
+  CHECK(weight_layout_of(*b, KernelHandle{}) == kCanonicalW4a16Layout);
+  try {
+    require_weight_layout(*b, b->kernel("w4a16", "w4a16_gemv"), kCanonicalW4a16Layout);
+    FAIL("canonical weights accepted for a cpu-native kernel");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::incompatible);
+    CHECK(contains(e.what(), "w4a16/w4a16_gemv on backend 'cpu' reads W4A16 weights in layout 'cpu-native', "
+                             "but the weights are in layout 'w4a16-nk-g128'"));
+  }
 }

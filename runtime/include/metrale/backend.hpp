@@ -122,6 +122,10 @@ class Backend {
   KernelHandle try_kernel(std::string_view module, std::string_view name,
                           std::source_location site = std::source_location::current());
 
+  // The manifest entry of a handle this Backend returned: what the kernel that runs declares
+  // (under METRALE_KERNEL_SUBST, the substitute's entry). Throws Error(not_found) for a handle
+  // this Backend did not return.
+  const ManifestKernel& manifest_entry(KernelHandle handle) const;
   // Manifest's parameter list for a handle this Backend returned.
   std::span<const KernelParam> params(KernelHandle handle) const;
   // "module/name" for a handle this Backend returned.
@@ -160,7 +164,7 @@ class Backend {
   struct Resolved {
     std::string module;
     std::string name;
-    std::vector<KernelParam> params;
+    const ManifestKernel* listed = nullptr;  // into manifest_, which never changes after construction
   };
   // Resolves or returns the null handle with `failure` and `reason` filled in.
   KernelHandle resolve(std::string_view module, std::string_view name,

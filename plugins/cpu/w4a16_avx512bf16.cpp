@@ -1,7 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// W4A16 bodies for the cpu-x86_64-avx512bf16 tier: dot products on `vdpbf16ps`. Codes minus 8
-// are small integers, exact in bf16, and the activations are bf16 already, so each group's dot
-// runs on bf16 pairs with f32 accumulation and the group scale is applied after, in f32.
+// The cpu-x86_64-avx512bf16 tier: every W4A16 body reads the 16-column panel layout that this
+// tier's w4a16_repack writes at load, and computes on `vdpbf16ps`.
+//
+// The layout is described in panel_layout.hpp. Decoding a 64-byte unit (16 columns x 8 k) takes
+// one shift and one ternary-logic op per r: 16 lanes of bf16 pairs (16 + q[2r], 16 + q[2r + 1]),
+// the exact operand of `vdpbf16ps` against a broadcast activation pair. Each decoded vector feeds
+// every activation row of the block, and the group scale is one FMA per 64 dot instructions.
+// A lane accumulates x * (16 + q) starting from -24 * sum(x) over the group (computed once per
+// row and group), so it ends at x * (q - 8) in f32; partial sums stay within a few times those
+// of the direct form, far inside the f32 summation budget.
 // Note: vdpbf16ps treats subnormal bf16 inputs as zero (DAZ); activations below 2^-126 in
 // magnitude contribute nothing on this tier.
 // GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector, which
@@ -17,294 +24,219 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include "w4a16_simd.hpp"
+#include "panel_layout.hpp"
 
 namespace metrale::cpu::avx512bf16 {
 namespace {
 
-// bf16 bits of q - 8 for q = 0..15 (the upper 16 entries are never indexed).
-alignas(64) constexpr uint16_t kCodeBf16[32] = {
-    0xc100, 0xc0e0, 0xc0c0, 0xc0a0, 0xc080, 0xc040, 0xc000, 0xbf80,
-    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
-    0,      0,      0,      0,      0,      0,      0,      0,
-    0,      0,      0,      0,      0,      0,      0,      0};
+constexpr uint32_t kChunkGroups = 16;                // K per pass over a block's panels: 2048
+constexpr uint32_t kMaxRows = 8;                     // activation rows per micro-kernel call
+constexpr uint32_t kBlockCols = kTileN;              // widest block: 128 columns, 8 panels
+// Scratch: accumulators f32 [kTileM][kBlockCols] | group corrections f32 [kTileM][kChunkGroups].
+constexpr size_t kOffTot = 0;
+constexpr size_t kOffCorr = kOffTot + sizeof(float) * kTileM * kBlockCols;
+static_assert(kOffCorr + sizeof(float) * kTileM * kChunkGroups <= kScratchBytes);
+static_assert(kGemvRows <= kBlockCols && kGemvMaxRows <= kTileM);
 
-struct Isa {
-  using vf = __m512;
-  using vo = __m512bh;
-  using Elem = uint16_t;  // bf16 bits
-  static constexpr uint32_t kLanes = 16;
-  static constexpr uint32_t kKPerVector = 32;
-  static constexpr uint32_t kUnitK = 2;  // a lane holds a (k, k + 1) pair
-  static constexpr bool kPreScaled = false;
-  static constexpr uint32_t kDotMR = 4, kDotNR = 2;
-  static constexpr uint32_t kOuterMR = 8, kOuterNV = 2;
+// Decoded pair vector r (0..3) of a unit: per 16-bit word, nibble r moved to mantissa bits 3..6
+// under the exponent of 16, i.e. the bf16 value 16 + q.
+template <uint32_t R>
+inline __m512bh decode(__m512i unit) {
+  const __m512i mask = _mm512_set1_epi16(0x0078), bias = _mm512_set1_epi16(0x4180);
+  const __m512i shifted = R == 0 ? _mm512_slli_epi16(unit, 3) : _mm512_srli_epi16(unit, 4 * R - 3);
+  return reinterpret_cast<__m512bh>(_mm512_ternarylogic_epi32(shifted, mask, bias, 0xea));  // (a & b) | c
+}
 
-  static __m512i table() { return _mm512_load_si512(kCodeBf16); }
+inline __m512bh bcast_pair(const uint16_t* p) {
+  int32_t pair;
+  __builtin_memcpy(&pair, p, sizeof pair);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+}
 
-  static float half(uint16_t bits) { return _cvtsh_ss(bits); }
-  static vf zero() { return _mm512_setzero_ps(); }
-  static vf set1(float value) { return _mm512_set1_ps(value); }
-  static vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-  static vf dot(vf acc, vo w, vo x) { return _mm512_dpbf16_ps(acc, w, x); }
-  static vo load(const uint16_t* p) { return reinterpret_cast<vo>(_mm512_loadu_si512(p)); }
-  static void store(uint16_t* p, vo value) { _mm512_storeu_si512(p, reinterpret_cast<__m512i>(value)); }
-  static vf loadf(const float* p) { return _mm512_loadu_ps(p); }
-  static void storef(float* p, vf value) { _mm512_storeu_ps(p, value); }
-  static vo scale(vo w, vf) { return w; }  // never called: kPreScaled is false
-  // Not _mm512_reduce_add_ps: GCC 12 warns (maybe-uninitialized) inside it under -Werror.
-  static float hsum(vf value) {
-    value = _mm512_add_ps(value, _mm512_shuffle_f32x4(value, value, 0x4e));  // swap 256-bit halves
-    value = _mm512_add_ps(value, _mm512_shuffle_f32x4(value, value, 0xb1));  // swap 128-bit lanes
-    __m128 sum = _mm512_castps512_ps128(value);
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return _mm_cvtss_f32(sum);
+// MR activation rows times NV panels over `groups` groups starting at group g0 of the chunk.
+// Full panels (kTail false) are 16 wide; a tail panel (NV = 1) has `width` < 16 lanes, read and
+// written under a mask. tot rows have stride kBlockCols; corr rows stride kChunkGroups.
+template <uint32_t MR, uint32_t NV, bool kTail>
+void micro(const uint16_t* const* x, const float* corr, const PanelRef* panels, uint32_t g0,
+           uint32_t groups, float* tot) {
+  const uint32_t width = kTail ? panels[0].width : kPanel;
+  const __mmask16 lanes = static_cast<__mmask16>((1u << width) - 1u);
+  const size_t unit_bytes = size_t{width} * 4;
+  const uint8_t* codes[NV];
+  const uint16_t* scales[NV];
+#pragma GCC unroll 4
+  for (uint32_t v = 0; v < NV; ++v) {
+    codes[v] = panels[v].codes + static_cast<size_t>(g0) * kUnitsPerGroup * unit_bytes;
+    scales[v] = panels[v].scales + static_cast<size_t>(g0) * width;
   }
-
-  // 32 bytes = 64 codes: spread to consecutive bytes in k order, widen to 16-bit indices and
-  // look the bf16 value of q - 8 up with one permute.
-  static void decode2(const uint8_t* p, vo& a, vo& b) {
-    const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512i nibbles = _mm512_or_si512(_mm512_and_si512(words, _mm512_set1_epi16(0x000f)),
-                                            _mm512_and_si512(_mm512_slli_epi16(words, 4), _mm512_set1_epi16(0x0f00)));
-    const __m512i lut = table();
-    a = reinterpret_cast<vo>(_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(nibbles)), lut));
-    b = reinterpret_cast<vo>(_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(nibbles, 1)), lut));
-  }
-
-  // bf16 activations are used as they are.
-  static const uint16_t* prepare_x(const uint16_t* src, uint32_t, uint16_t*) { return src; }
-
-  static vo bcast_unit(const uint16_t* p) {
-    uint32_t pair;
-    __builtin_memcpy(&pair, p, sizeof pair);
-    return reinterpret_cast<vo>(_mm512_set1_epi32(static_cast<int>(pair)));
-  }
-
-  // Unit u of a row is the code pair (2u, 2u + 1): byte u of the half group's 32 bytes.
-  static void decode_t(const uint32_t* base, const int32_t* idx, uint16_t* out, uint32_t stride) {
-    const __m512i offsets = _mm512_loadu_si512(idx);
-    const __m512i lut = table();
-    const __m512i low = _mm512_set1_epi32(0x0f), high = _mm512_set1_epi32(0xf0);
-    for (uint32_t w = 0; w < 8; ++w) {
-      __m512i words = _mm512_i32gather_epi32(offsets, base + w, 4);
-      for (uint32_t j = 0; j < 4; ++j) {
-        const __m512i pair = _mm512_or_si512(_mm512_and_si512(words, low),
-                                             _mm512_slli_epi32(_mm512_and_si512(words, high), 12));
-        _mm512_storeu_si512(out + (w * 4 + j) * stride, _mm512_permutexvar_epi16(pair, lut));
-        words = _mm512_srli_epi32(words, 8);
-      }
-    }
-  }
-};
-
-// ------------------------------------------------------------ gemv, gemv_b8 on this tier
-// The shared gemv decodes codes with a table permute per 32 codes; here a group's 64 bytes
-// (128 codes) become four bf16 vectors with one shift and one ternary logic op each, no
-// shuffle: a 16-bit word w of the group holds codes 4w..4w+3 (nibbles 0..3), and nibble r
-// shifted to mantissa bits 3..6 under the exponent of 16 is the bf16 value 16 + q, exact.
-// The activations, shared by every weight row of the block, are permuted once per block to
-// match (X_r[w] = x[4w + r]), and each group's dot starts from the lane sums of -24 * x (also
-// computed once per block), so a lane accumulates x * (16 + q - 24) = x * (q - 8) in f32.
-// Partial sums stay within a few times those of the direct (q - 8) form (bias 24, not 136 as
-// with the 0x43xx encoding of 128 + q), far inside the f32 summation budget.
-struct Gemv {
-  static constexpr uint32_t kChunk = 16384;                      // K per prepared chunk
-  static constexpr uint32_t kGroupsPerChunk = kChunk / kGroup;   // 128
-  static constexpr size_t kOffPart = 0;                          // f32 [8][64]
-  static constexpr size_t kOffX = kOffPart + sizeof(float) * kGemvMaxRows * kGemvRows;
-  static constexpr size_t kOffCorr = kOffX + sizeof(uint16_t) * kGemvMaxRows * kChunk;
-  static constexpr size_t kOffEnd = kOffCorr + 64 * kGemvMaxRows * kGroupsPerChunk;
-  static_assert(kOffEnd <= kScratchBytes && kOffX % 64 == 0 && kOffCorr % 64 == 0);
-
-  // One group's 64 code bytes as bf16 (16 + q) in the permuted order.
-  static void decode(const uint8_t* p, __m512i (&w)[4]) {
-    const __m512i v = _mm512_loadu_si512(p);
-    const __m512i mask = _mm512_set1_epi16(0x0078), bias = _mm512_set1_epi16(0x4180);
-    // (a & b) | c: ternlog immediate 0xEA.
-    w[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 3), mask, bias, 0xea);
-    w[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 1), mask, bias, 0xea);
-    w[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 5), mask, bias, 0xea);
-    w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 9), mask, bias, 0xea);
-  }
-
-  // `len` activations (a multiple of 128) into the permuted order, and per group the lane sums
-  // of -24 * x.
-  static void prepare(const uint16_t* src, uint32_t len, uint16_t* dst, float* corr) {
-    alignas(64) static constexpr uint16_t kIdx[4][32] = {
-#define METRALE_IDX(r)                                                                          \
-  {r, 4 + r, 8 + r, 12 + r, 16 + r, 20 + r, 24 + r, 28 + r, 32 + r, 36 + r, 40 + r, 44 + r,  \
-   48 + r, 52 + r, 56 + r, 60 + r, r, 4 + r, 8 + r, 12 + r, 16 + r, 20 + r, 24 + r, 28 + r,  \
-   32 + r, 36 + r, 40 + r, 44 + r, 48 + r, 52 + r, 56 + r, 60 + r}
-        METRALE_IDX(0), METRALE_IDX(1), METRALE_IDX(2), METRALE_IDX(3)
-#undef METRALE_IDX
-    };
-    const __m512i minus24 = _mm512_set1_epi16(static_cast<short>(0xc1c0));  // bf16 -24
-    for (uint32_t g = 0; g < len / kGroup; ++g) {
-      const uint16_t* s = src + g * kGroup;
-      const __m512i a0 = _mm512_loadu_si512(s), a1 = _mm512_loadu_si512(s + 32);
-      const __m512i a2 = _mm512_loadu_si512(s + 64), a3 = _mm512_loadu_si512(s + 96);
-      __m512 c = _mm512_setzero_ps();
-      for (uint32_t r = 0; r < 4; ++r) {
-        const __m512i idx = _mm512_load_si512(kIdx[r]);
-        const __m512i lo = _mm512_permutex2var_epi16(a0, idx, a1);
-        const __m512i hi = _mm512_permutex2var_epi16(a2, idx, a3);
-        const __m512i xr = _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1);
-        _mm512_storeu_si512(dst + g * kGroup + r * 32, xr);
-        c = _mm512_dpbf16_ps(c, reinterpret_cast<__m512bh>(xr), reinterpret_cast<__m512bh>(minus24));
-      }
-      _mm512_storeu_ps(corr + g * 16, c);
-    }
-  }
-
-  template <uint32_t MR, uint32_t NR>
-  static void micro(const uint16_t* const* xp, const float* const* corr, const uint8_t* const* wb,
-                    const uint16_t* const* sp, uint32_t groups, size_t ahead, float (&out)[MR][NR]) {
-    __m512 tot[MR][NR];
-#pragma GCC unroll 16
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m512 acc[MR][NV];
+#pragma GCC unroll 8
     for (uint32_t i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (uint32_t j = 0; j < NR; ++j) tot[i][j] = _mm512_setzero_ps();
-    for (uint32_t g = 0; g < groups; ++g) {
-      __m512i w[NR][4];
-#pragma GCC unroll 16
-      for (uint32_t j = 0; j < NR; ++j) {
-        // The same group of the next row set: rows stream one after another, a chunk of
-        // each, too short for the hardware prefetcher to ramp up on its own.
-        _mm_prefetch(reinterpret_cast<const char*>(wb[j] + g * 64 + ahead), _MM_HINT_T1);
-        decode(wb[j] + g * 64, w[j]);
+#pragma GCC unroll 4
+      for (uint32_t v = 0; v < NV; ++v) acc[i][v] = _mm512_set1_ps(corr[i * kChunkGroups + g]);
+    const uint32_t kx = (g0 + g) * kGroup;  // activation offset of this group within the chunk
+    for (uint32_t j = 0; j < kUnitsPerGroup; ++j) {
+      __m512i unit[NV];
+#pragma GCC unroll 4
+      for (uint32_t v = 0; v < NV; ++v) {
+        const uint8_t* p = codes[v] + (static_cast<size_t>(g) * kUnitsPerGroup + j) * unit_bytes;
+        // Panels stream side by side; help the prefetcher see each stream early.
+        _mm_prefetch(reinterpret_cast<const char*>(p + 8 * unit_bytes), _MM_HINT_T0);
+        unit[v] = kTail ? _mm512_maskz_loadu_epi32(lanes, p) : _mm512_loadu_si512(p);
       }
-      float s[NR];
-#pragma GCC unroll 16
-      for (uint32_t j = 0; j < NR; ++j) s[j] = Isa::half(sp[j][g]);
-#pragma GCC unroll 16
+      const uint32_t k8 = kx + j * 8;
+#define METRALE_STEP(R)                                                                   \
+  {                                                                                       \
+    __m512bh w[NV];                                                                       \
+    _Pragma("GCC unroll 4") for (uint32_t v = 0; v < NV; ++v) w[v] = decode<R>(unit[v]);  \
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i) {                           \
+      const __m512bh xb = bcast_pair(x[i] + k8 + 2 * (R));                                \
+      _Pragma("GCC unroll 4") for (uint32_t v = 0; v < NV; ++v)                           \
+          acc[i][v] = _mm512_dpbf16_ps(acc[i][v], w[v], xb);                              \
+    }                                                                                     \
+  }
+      METRALE_STEP(0)
+      METRALE_STEP(1)
+      METRALE_STEP(2)
+      METRALE_STEP(3)
+#undef METRALE_STEP
+    }
+#pragma GCC unroll 4
+    for (uint32_t v = 0; v < NV; ++v) {
+      const __m256i half = kTail ? _mm256_maskz_loadu_epi16(lanes, scales[v] + static_cast<size_t>(g) * width)
+                                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[v] + static_cast<size_t>(g) * width));
+      const __m512 s = _mm512_cvtph_ps(half);
+#pragma GCC unroll 8
       for (uint32_t i = 0; i < MR; ++i) {
-        const uint16_t* x = xp[i] + g * kGroup;
-        const auto x0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x));
-        const auto x1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + 32));
-        const auto x2 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + 64));
-        const auto x3 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + 96));
-        const __m512 c = _mm512_loadu_ps(corr[i] + g * 16);
-#pragma GCC unroll 16
-        for (uint32_t j = 0; j < NR; ++j) {
-          __m512 a = _mm512_dpbf16_ps(c, reinterpret_cast<__m512bh>(w[j][0]), x0);
-          __m512 b = _mm512_dpbf16_ps(_mm512_setzero_ps(), reinterpret_cast<__m512bh>(w[j][2]), x2);
-          a = _mm512_dpbf16_ps(a, reinterpret_cast<__m512bh>(w[j][1]), x1);
-          b = _mm512_dpbf16_ps(b, reinterpret_cast<__m512bh>(w[j][3]), x3);
-          tot[i][j] = _mm512_fmadd_ps(_mm512_add_ps(a, b), _mm512_set1_ps(s[j]), tot[i][j]);
-        }
+        float* t = tot + i * kBlockCols + v * kPanel;
+        if constexpr (kTail)
+          _mm512_mask_storeu_ps(t, lanes, _mm512_fmadd_ps(acc[i][v], s, _mm512_maskz_loadu_ps(lanes, t)));
+        else
+          _mm512_storeu_ps(t, _mm512_fmadd_ps(acc[i][v], s, _mm512_loadu_ps(t)));
       }
     }
-#pragma GCC unroll 16
-    for (uint32_t i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (uint32_t j = 0; j < NR; ++j) out[i][j] = Isa::hsum(tot[i][j]);
   }
+}
 
-  template <uint32_t MR, uint32_t NR>
-  static void rows(const uint16_t* const* xp, const float* const* corr, const W4a16Call& c,
-                   uint32_t row, uint32_t kc, uint32_t groups, float* part, uint32_t col) {
-    const auto* codes = reinterpret_cast<const uint8_t*>(c.qweight);
-    const uint8_t* wb[NR];
-    const uint16_t* sp[NR];
-#pragma GCC unroll 16
-    for (uint32_t j = 0; j < NR; ++j) {
-      wb[j] = codes + static_cast<size_t>(row + j) * (c.k / 2) + kc / 2;
-      sp[j] = c.scales + static_cast<size_t>(row + j) * (c.k / kGroup) + kc / kGroup;
+// Every panel of a block for MR rows: as many panels per call as the accumulators allow
+// (MR x NV <= 16 zmm), then a masked call for a partial last panel.
+template <uint32_t MR>
+void rows(const uint16_t* const* x, const float* corr, const PanelRef* panels, uint32_t count,
+          uint32_t g0, uint32_t groups, float* tot) {
+  constexpr uint32_t kWide = MR <= 4 ? 4 : 2;
+  uint32_t p = 0;
+  const uint32_t full = panels[count - 1].width == kPanel ? count : count - 1;
+  for (; p + kWide <= full; p += kWide) micro<MR, kWide, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
+  if constexpr (kWide > 2)
+    for (; p + 2 <= full; p += 2) micro<MR, 2, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
+  for (; p < full; ++p) micro<MR, 1, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
+  if (p < count) micro<MR, 1, true>(x, corr, panels + p, g0, groups, tot + p * kPanel);
+}
+
+// -24 * sum(x) over each group of the chunk, for `count` rows (f32 from bf16 pairs).
+void corrections(const uint16_t* const* x, uint32_t count, uint32_t kx, uint32_t groups, float* corr) {
+  const __m512bh minus24 = reinterpret_cast<__m512bh>(_mm512_set1_epi16(static_cast<short>(0xc1c0)));
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint16_t* p = x[i] + kx + g * kGroup;
+      __m512 c = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (uint32_t t = 0; t < kGroup; t += 32)
+        c = _mm512_dpbf16_ps(c, reinterpret_cast<__m512bh>(_mm512_loadu_si512(p + t)), minus24);
+      // Not _mm512_reduce_add_ps: GCC 12 warns (maybe-uninitialized) inside it under -Werror.
+      c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0x4e));
+      c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xb1));
+      __m128 s = _mm512_castps512_ps128(c);
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      corr[i * kChunkGroups + g] = _mm_cvtss_f32(s);
     }
-    float out[MR][NR];
-    micro<MR, NR>(xp, corr, wb, sp, groups, size_t{NR} * (c.k / 2), out);
-#pragma GCC unroll 16
-    for (uint32_t i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (uint32_t j = 0; j < NR; ++j) part[i * kGemvRows + col + j] += out[i][j];
-  }
+}
 
-  template <uint32_t MR>
-  static void chunk(const uint16_t* const* xp, const float* const* corr, const W4a16Call& c,
-                    uint32_t n0, uint32_t nt, uint32_t kc, uint32_t groups, float* part) {
-    // Each decoded group feeds NR rows of MR activations: more weight rows per x load as MR grows
-    // (the activations come from L1; the accumulators, MR x NR, stay in registers).
-    constexpr uint32_t NR = MR <= 2 ? 4 : 2;
-    uint32_t col = 0;
-    for (; col + NR <= nt; col += NR) rows<MR, NR>(xp, corr, c, n0 + col, kc, groups, part, col);
-    for (; col < nt; ++col) rows<MR, 1>(xp, corr, c, n0 + col, kc, groups, part, col);
-  }
-
-  static void block(const KernelArgs& args, uint32_t bx, unsigned char* scratch) {
-    const W4a16Call c = w4a16_call(args);
-    const uint32_t n0 = bx * kGemvRows;
-    if (n0 >= c.n) return;
-    run(c, n0, min_u32(kGemvRows, c.n - n0), scratch);
-  }
-
-  // Grouped GEMM: an expert with at most 8 rows (decode, small batches) takes this path on its
-  // 128-column tile (two GEMV column blocks); larger ones the shared tile GEMM.
-  static void grouped(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
-    const GroupedCall g = grouped_call(args);
-    const uint32_t n0 = bx * kTileN;
-    if (n0 >= g.n || by >= g.experts) return;
-    const auto first = static_cast<uint32_t>(g.offsets[by]);
-    const auto last = static_cast<uint32_t>(g.offsets[by + 1]);
-    if (last <= first) return;
-    if (last - first > kGemvMaxRows) {
-      W4a16Simd<Isa>::grouped_block(args, bx, by, scratch);
-      return;
-    }
-    const W4a16Call c{g.x + static_cast<size_t>(first) * g.k,
-                      g.qweight + by * (static_cast<size_t>(g.n) * (g.k / 8)),
-                      g.scales + by * (static_cast<size_t>(g.n) * (g.k / kGroup)),
-                      g.y + static_cast<size_t>(first) * g.n,
-                      last - first, g.n, g.k};
-    for (uint32_t c0 = n0; c0 < min_u32(n0 + kTileN, g.n); c0 += kGemvRows)
-      run(c, c0, min_u32(kGemvRows, g.n - c0), scratch);
-  }
-
-  static void run(const W4a16Call& c, uint32_t n0, uint32_t nt, unsigned char* scratch) {
-    float* part = scratch_at<float>(scratch, kOffPart);
-    uint16_t* xbuf = scratch_at<uint16_t>(scratch, kOffX);
-    float* cbuf = scratch_at<float>(scratch, kOffCorr);
-    for (uint32_t i = 0; i < c.m * kGemvRows; ++i) part[i] = 0.0f;
-    // K chunk: the prepared activations of all m rows (320 bytes per row and group) stay
-    // within about 24 KiB, i.e. in L1 while the block's weight rows stream past them.
-    const uint32_t span = min_u32(kChunk, (c.m == 1 ? 64 : 72 / c.m < 4 ? 4 : 72 / c.m) * kGroup);
-    for (uint32_t kc = 0; kc < c.k; kc += span) {
-      const uint32_t len = min_u32(span, c.k - kc);
-      const uint16_t* xp[kGemvMaxRows];
-      const float* corr[kGemvMaxRows];
-      for (uint32_t i = 0; i < c.m; ++i) {
-        uint16_t* dst = xbuf + static_cast<size_t>(i) * kChunk;
-        float* cd = cbuf + static_cast<size_t>(i) * kGroupsPerChunk * 16;
-        prepare(c.x + static_cast<size_t>(i) * c.k + kc, len, dst, cd);
-        xp[i] = dst;
-        corr[i] = cd;
-      }
-      const uint32_t groups = len / kGroup;
-      switch (c.m) {
-        case 1: chunk<1>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 2: chunk<2>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 3: chunk<3>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 4: chunk<4>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 5: chunk<5>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 6: chunk<6>(xp, corr, c, n0, nt, kc, groups, part); break;
-        case 7: chunk<7>(xp, corr, c, n0, nt, kc, groups, part); break;
-        default: chunk<8>(xp, corr, c, n0, nt, kc, groups, part); break;
+// Rows [0, mt) (mt <= kTileM) of x (row stride k) times columns [n0, n0 + nt) (n0 a multiple of
+// 16, nt <= kBlockCols) of one panel-layout matrix, into y (row stride n).
+void block(const uint16_t* x, uint32_t mt, const uint8_t* codes, const uint16_t* scales, uint32_t n,
+           uint32_t k, uint32_t n0, uint32_t nt, uint16_t* y, unsigned char* scratch) {
+  float* tot = scratch_at<float>(scratch, kOffTot);
+  float* corr = scratch_at<float>(scratch, kOffCorr);
+  for (uint32_t i = 0; i < mt; ++i)
+    for (uint32_t j = 0; j < nt; ++j) tot[i * kBlockCols + j] = 0.0f;
+  PanelRef panels[kBlockCols / kPanel];
+  const uint32_t count = (nt + kPanel - 1) / kPanel;
+  for (uint32_t p = 0; p < count; ++p) panels[p] = panel_ref(codes, scales, n, k, n0 / kPanel + p);
+  const uint32_t groups = k / kGroup;
+  for (uint32_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+    const uint32_t gn = min_u32(kChunkGroups, groups - g0);
+    for (uint32_t r0 = 0; r0 < mt; r0 += kMaxRows) {
+      const uint32_t mr = min_u32(kMaxRows, mt - r0);
+      const uint16_t* xr[kMaxRows];
+      for (uint32_t i = 0; i < mr; ++i) xr[i] = x + static_cast<size_t>(r0 + i) * k;
+      float* c = corr + r0 * kChunkGroups;
+      corrections(xr, mr, g0 * kGroup, gn, c);
+      float* t = tot + r0 * kBlockCols;
+      switch (mr) {
+        case 1: rows<1>(xr, c, panels, count, g0, gn, t); break;
+        case 2: rows<2>(xr, c, panels, count, g0, gn, t); break;
+        case 3: rows<3>(xr, c, panels, count, g0, gn, t); break;
+        case 4: rows<4>(xr, c, panels, count, g0, gn, t); break;
+        case 5: rows<5>(xr, c, panels, count, g0, gn, t); break;
+        case 6: rows<6>(xr, c, panels, count, g0, gn, t); break;
+        case 7: rows<7>(xr, c, panels, count, g0, gn, t); break;
+        default: rows<8>(xr, c, panels, count, g0, gn, t); break;
       }
     }
-    for (uint32_t i = 0; i < c.m; ++i)
-      for (uint32_t j = 0; j < nt; ++j)
-        c.y[static_cast<size_t>(i) * c.n + n0 + j] = f32_to_bf16(part[i * kGemvRows + j]);
   }
-};
+  for (uint32_t i = 0; i < mt; ++i)
+    for (uint32_t j = 0; j < nt; ++j)
+      y[static_cast<size_t>(i) * n + n0 + j] = f32_to_bf16(tot[i * kBlockCols + j]);
+}
+
+// ------------------------------------------------------------------------------ the bodies
+// gemv / gemv_b8: N64 blocks, all m (<= 8) rows at once.
+void gemv(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch) {
+  const W4a16Call c = w4a16_call(args);
+  const uint32_t n0 = bx * kGemvRows;
+  if (n0 >= c.n) return;
+  block(c.x, min_u32(c.m, kGemvMaxRows), reinterpret_cast<const uint8_t*>(c.qweight), c.scales, c.n, c.k, n0,
+        min_u32(kGemvRows, c.n - n0), c.y, scratch);
+}
+
+// gemm_t / gemm_t_k64: N128 x M64 tiles. One body serves both: the panel layout already streams
+// K in 64-byte units, which is what the deep-K variant exists for on other tiers.
+void gemm_t(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
+  const W4a16Call c = w4a16_call(args);
+  const uint32_t n0 = bx * kTileN, m0 = by * kTileM;
+  if (n0 >= c.n || m0 >= c.m) return;
+  block(c.x + static_cast<size_t>(m0) * c.k, min_u32(kTileM, c.m - m0), reinterpret_cast<const uint8_t*>(c.qweight),
+        c.scales, c.n, c.k, n0, min_u32(kTileN, c.n - n0), c.y + static_cast<size_t>(m0) * c.n, scratch);
+}
+
+// Grouped GEMM: expert `by`'s rows in tile-height chunks over its 128-column tile; the tile's
+// panels stay cached between chunks, so tokens routed to one expert share one pass over DRAM.
+void grouped(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
+  const GroupedCall g = grouped_call(args);
+  const uint32_t n0 = bx * kTileN;
+  if (n0 >= g.n || by >= g.experts) return;
+  const auto first = static_cast<uint32_t>(g.offsets[by]);
+  const auto last = static_cast<uint32_t>(g.offsets[by + 1]);
+  const auto* codes = reinterpret_cast<const uint8_t*>(g.qweight) + by * (static_cast<size_t>(g.n) * (g.k / 2));
+  const uint16_t* scales = g.scales + by * (static_cast<size_t>(g.n) * (g.k / kGroup));
+  for (uint32_t r = first; r < last; r += kTileM)
+    block(g.x + static_cast<size_t>(r) * g.k, min_u32(kTileM, last - r), codes, scales, g.n, g.k, n0,
+          min_u32(kTileN, g.n - n0), g.y + static_cast<size_t>(r) * g.n, scratch);
+}
 
 }  // namespace
 
 W4a16Bodies bodies() {
-  W4a16Bodies b = W4a16Simd<Isa>::bodies();
-  b.gemv = [](const KernelArgs& a, uint32_t bx, uint32_t, unsigned char* s) { Gemv::block(a, bx, s); };
-  b.gemv_b8 = b.gemv;
-  b.grouped_gemm = &Gemv::grouped;
+  W4a16Bodies b{};
+  b.gemv = &gemv;
+  b.gemv_b8 = &gemv;
+  b.gemm_t = &gemm_t;
+  b.gemm_t_k64 = &gemm_t;
+  b.grouped_gemm = &grouped;
+  b.repack = &panel_repack;
   return b;
 }
 

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// W4A16 bodies for the cpu-x86_64-avx512 tier (AVX-512 F/BW/VL, with AVX2, FMA, F16C).
-// Compiled with the matching -m flags; called only after target detection found them.
+// W4A16 bodies for the cpu-x86_64-avx512 tier (AVX-512 F/BW/VL, with AVX2, FMA, F16C), on the
+// 16-column panel layout (panel_layout.hpp) that this tier's w4a16_repack writes at load; the
+// loop structure is w4a16_panel.hpp's. Compiled with the matching -m flags; called only after
+// target detection found them.
+//
+// A panel is one zmm of 16 columns. Decoding a unit takes one shift and one ternary-logic op per
+// k: the code moved to mantissa bits 19..22 under the exponent of 16 is exactly the f32 value
+// 16 + q, the operand of an FMA against the broadcast f32 activation.
 // GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector, which
 // -Wuninitialized reports wherever they are inlined (GCC bug 105593); silence it for the
 // header's own lines only.
@@ -14,79 +20,75 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include "w4a16_simd.hpp"
+#include "w4a16_panel.hpp"
 
 namespace metrale::cpu::avx512 {
 namespace {
 
 struct Isa {
   using vf = __m512;
-  using vo = __m512;
-  using Elem = float;
+  using vu = __m512i;
+  using vw = __m512;
+  using vx = __m512;
+  using Act = float;
   static constexpr uint32_t kLanes = 16;
-  static constexpr uint32_t kKPerVector = 16;
-  static constexpr uint32_t kUnitK = 1;
-  static constexpr bool kPreScaled = true;  // (q - 8) * scale is exact in f32
-  static constexpr uint32_t kDotMR = 4, kDotNR = 4;
-  static constexpr uint32_t kOuterMR = 8, kOuterNV = 2;
+  static constexpr uint32_t kSteps = 8;
+  // Accumulators MR x panels <= 24 zmm, leaving room for the decoded vectors and constants;
+  // 16 rows of one panel for tall blocks (one decode per 16 FMAs). Measured on Zen 4.
+  static constexpr uint32_t kMaxRows = 16;
+  static constexpr uint32_t panels(uint32_t mr) { return mr <= 4 ? 4 : mr <= 8 ? 3 : 1; }
 
-  static float half(uint16_t bits) { return _cvtsh_ss(bits); }
-  static vf zero() { return _mm512_setzero_ps(); }
+  static vu load_codes(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static vu load_codes_tail(const uint8_t* p, uint32_t valid) {
+    return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u), p);
+  }
+  // k = 2r at bits 4r, k = 2r + 1 at bits 16 + 4r; moved to bits 19..22, masked, under 16.0f.
+  template <uint32_t S>
+  static vw decode(vu unit) {
+    constexpr int kShift = S % 2 == 0 ? 19 - 4 * static_cast<int>(S / 2) : 3 - 4 * static_cast<int>(S / 2);
+    const __m512i shifted = kShift >= 0 ? _mm512_slli_epi32(unit, kShift) : _mm512_srli_epi32(unit, -kShift);
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(shifted, _mm512_set1_epi32(0x00780000),
+                                                         _mm512_set1_epi32(0x41800000), 0xea));  // (a & b) | c
+  }
+  static vx bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static vf dot(vf acc, vw w, vx x) { return _mm512_fmadd_ps(w, x, acc); }
   static vf set1(float value) { return _mm512_set1_ps(value); }
   static vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-  static vf dot(vf acc, vo w, vo x) { return _mm512_fmadd_ps(w, x, acc); }
-  static vo load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, vo value) { _mm512_storeu_ps(p, value); }
   static vf loadf(const float* p) { return _mm512_loadu_ps(p); }
   static void storef(float* p, vf value) { _mm512_storeu_ps(p, value); }
-  static vo scale(vo w, vf s) { return _mm512_mul_ps(w, s); }
-  // Not _mm512_reduce_add_ps: GCC 12 warns (maybe-uninitialized) inside it under -Werror.
-  static float hsum(vf value) {
-    value = _mm512_add_ps(value, _mm512_shuffle_f32x4(value, value, 0x4e));  // swap 256-bit halves
-    value = _mm512_add_ps(value, _mm512_shuffle_f32x4(value, value, 0xb1));  // swap 128-bit lanes
-    __m128 sum = _mm512_castps512_ps128(value);
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return _mm_cvtss_f32(sum);
+  static vf scales(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static vf scales_tail(const uint16_t* p, uint32_t valid) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << valid) - 1u), p));
   }
 
-  // 16 bytes = 32 codes, spread to consecutive bytes in k order (see the AVX2 tier), then
-  // (q - 8) sign-extended to i32 and converted.
-  static void decode2(const uint8_t* p, vo& a, vo& b) {
-    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    __m256i nibbles = _mm256_or_si256(_mm256_and_si256(words, _mm256_set1_epi16(0x000f)),
-                                      _mm256_and_si256(_mm256_slli_epi16(words, 4), _mm256_set1_epi16(0x0f00)));
-    nibbles = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-    a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(nibbles)));
-    b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(nibbles, 1)));
-  }
-
-  static const float* prepare_x(const uint16_t* src, uint32_t count, float* dst) {
-    for (uint32_t t = 0; t < count; t += 16) {
+  // bf16 -> f32 is a 16-bit shift.
+  static const float* prepare(const uint16_t* src, uint32_t len, float* dst) {
+    for (uint32_t t = 0; t < len; t += 16) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t));
       _mm512_storeu_ps(dst + t, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
     }
     return dst;
   }
-
-  static vo bcast_unit(const float* p) { return _mm512_set1_ps(*p); }
-
-  static void decode_t(const uint32_t* base, const int32_t* idx, float* out, uint32_t stride) {
-    const __m512i offsets = _mm512_loadu_si512(idx);
-    const __m512i mask = _mm512_set1_epi32(0xf), eight = _mm512_set1_epi32(8);
-    for (uint32_t w = 0; w < 8; ++w) {
-      __m512i words = _mm512_i32gather_epi32(offsets, base + w, 4);
-      for (uint32_t j = 0; j < 8; ++j) {
-        const __m512i q = _mm512_sub_epi32(_mm512_and_si512(words, mask), eight);
-        _mm512_storeu_ps(out + (w * 8 + j) * stride, _mm512_cvtepi32_ps(q));
-        words = _mm512_srli_epi32(words, 4);
-      }
-    }
+  // Not _mm512_reduce_add_ps: GCC 12 warns (maybe-uninitialized) inside it under -Werror.
+  static float correction(const float* p) {
+    __m512 s[4];
+#pragma GCC unroll 4
+    for (uint32_t t = 0; t < 4; ++t) s[t] = _mm512_add_ps(_mm512_loadu_ps(p + 16 * t), _mm512_loadu_ps(p + 64 + 16 * t));
+    __m512 c = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0x4e));  // swap 256-bit halves
+    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xb1));  // swap 128-bit lanes
+    __m128 sum = _mm512_castps512_ps128(c);
+    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+    return -24.0f * _mm_cvtss_f32(sum);
   }
 };
+static_assert(kGroup == 128);
 
 }  // namespace
 
-W4a16Bodies bodies() { return W4a16Simd<Isa>::bodies(); }
+W4a16Bodies bodies() { return PanelKernels<Isa>::bodies(); }
 
 }  // namespace metrale::cpu::avx512

@@ -2,6 +2,7 @@
 #include "instance.hpp"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -20,6 +21,7 @@ namespace metrale::cpu {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
 // Handles carry a tag so a stray integer is not taken for a kernel ("cpu" in the high bytes).
 constexpr uint64_t kHandleBase = 0x6370750000000000ull;
 constexpr unsigned kMaxThreads = 1024;
@@ -224,13 +226,20 @@ metrale_status Instance::mem_alloc(size_t bytes, uint64_t* device_ptr) {
   if (device_ptr == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, "mem_alloc: device_ptr is NULL");
   *device_ptr = 0;
   if (bytes == 0) return fail(METRALE_STATUS_INVALID_ARGUMENT, "mem_alloc: size is 0 bytes");
-  if (bytes > std::numeric_limits<size_t>::max() - kAlignment)
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePage)
     return fail(METRALE_STATUS_OUT_OF_MEMORY, "mem_alloc: " + std::to_string(bytes) + " bytes is more than the address space");
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* block = std::aligned_alloc(kAlignment, rounded);
+  // Weight-sized buffers go on 2 MiB boundaries and ask for transparent huge pages: the W4A16
+  // kernels stream several panels (and MoE experts) at once across hundreds of MB, and 4 KiB
+  // pages would cost a TLB walk every few cache lines. Where THP is off the advice is a no-op.
+  const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* block = std::aligned_alloc(alignment, rounded);
   if (block == nullptr)
     return fail(METRALE_STATUS_OUT_OF_MEMORY,
                 "mem_alloc: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+#if defined(MADV_HUGEPAGE)
+  if (alignment == kHugePage) ::madvise(block, rounded, MADV_HUGEPAGE);
+#endif
   const auto address = reinterpret_cast<uint64_t>(block);
   try {
     std::unique_lock lock(memory_mutex_);

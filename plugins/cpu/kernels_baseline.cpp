@@ -192,11 +192,20 @@ void router_gemm(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char
   const uint32_t begin = bx * kRouterExperts;
   const uint32_t end = min_u32(experts, begin + kRouterExperts);
   const uint16_t* xr = x + row * hidden;
+  // 16 independent partial sums: the compiler keeps them in vector registers of whatever width
+  // the baseline target has, instead of one serial chain of adds (a MoE decode step's router
+  // reads E x H f32 of weights and must stream them, not wait on add latency).
+  constexpr uint32_t kLanes = 16;
   for (uint32_t e = begin; e < end; ++e) {
     const float* we = w + static_cast<size_t>(e) * hidden;
-    float acc = 0.0f;
-    for (uint32_t t = 0; t < hidden; ++t) acc += bf16_to_f32(xr[t]) * we[t];
-    logits[row * experts + e] = acc;
+    float part[kLanes] = {};
+    uint32_t t = 0;
+    for (; t + kLanes <= hidden; t += kLanes)
+      for (uint32_t j = 0; j < kLanes; ++j) part[j] += bf16_to_f32(xr[t + j]) * we[t + j];
+    for (; t < hidden; ++t) part[t % kLanes] += bf16_to_f32(xr[t]) * we[t];
+    for (uint32_t width = kLanes / 2; width > 0; width /= 2)
+      for (uint32_t j = 0; j < width; ++j) part[j] += part[j + width];
+    logits[row * experts + e] = part[0];
   }
 }
 

@@ -257,11 +257,33 @@ double pass_flops(const ModelConfig& c, uint32_t m) {
   return 0;
 }
 
+// Reads a buffer several times the size of the last-level cache before each timed pass, so the
+// weights of a pass come from memory, as they do in a model whose layers do not fit the cache
+// (otherwise the 20 MB of experts a MoE decode step touches stay in L3 from one repeat to the
+// next and "beat" the read bandwidth). Its size 0 keeps the caches warm.
+class CacheEvictor {
+ public:
+  explicit CacheEvictor(size_t bytes) : words_(bytes / 8), buffer_(words_ ? new uint64_t[words_] : nullptr) {
+    for (size_t i = 0; i < words_; ++i) buffer_[i] = i;
+  }
+  void evict() {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < words_; i += 8) sum += buffer_[i];  // one word per cache line
+    sink_ += sum;
+  }
+  uint64_t sink() const { return sink_; }
+
+ private:
+  size_t words_;
+  std::unique_ptr<uint64_t[]> buffer_;
+  uint64_t sink_ = 0;
+};
+
 // Every preset x m on one backend; bw (GB/s) and dot (GFLOP/s) are the denominators measured on
 // its thread count.
 std::vector<Rate> measure_rates(Backend& b, const std::vector<std::string>& presets,
                                 const std::vector<uint32_t>& m_list, uint32_t repeat, unsigned threads, double bw,
-                                double dot) {
+                                double dot, CacheEvictor& evictor) {
   std::vector<Rate> rates;
   const std::string on = threads_label(threads);
   for (const auto& name : presets) {
@@ -282,6 +304,7 @@ std::vector<Rate> measure_rates(Backend& b, const std::vector<std::string>& pres
       b.synchronize();
       std::vector<double> times;
       for (uint32_t i = 0; i < repeat; ++i) {
+        evictor.evict();
         const auto start = Clock::now();
         ffn.forward(dx.ptr(), m);
         b.synchronize();
@@ -529,6 +552,7 @@ int main(int argc, char** argv) {
   uint32_t repeat = 3;
   uint32_t launches = 2000;
   size_t bandwidth_mb = 1024;
+  size_t evict_mb = 256;
   bool json = false;
   app.add_option("--backend", backend_name, "Backend (default: METRALE_BACKEND or the highest priority)");
   app.add_option("--presets", preset_list, "Presets to measure")->delimiter(',')->capture_default_str();
@@ -543,6 +567,9 @@ int main(int argc, char** argv) {
   app.add_option("--launches", launches, "Launches per launch-overhead sample")->capture_default_str();
   app.add_option("--repeat", repeat, "Timed passes per rate (median)")->capture_default_str();
   app.add_option("--bandwidth-mb", bandwidth_mb, "Buffer size of the bandwidth measurement")->capture_default_str();
+  app.add_option("--evict-mb", evict_mb,
+                 "Buffer read before each timed pass to push the weights out of the caches (0: keep them warm)")
+      ->capture_default_str();
   app.add_flag("--json", json, "JSON on stdout");
   CLI11_PARSE(app, argc, argv);
   repeat = std::max(repeat, 1u);
@@ -568,6 +595,7 @@ int main(int argc, char** argv) {
     // Each thread count selects the backend afresh: METRALE_CPU_THREADS is read at discovery.
     std::vector<ThreadRun> runs;
     std::string name, target, device;
+    CacheEvictor evictor(evict_mb << 20);
     {
       CpuThreadsLever lever;
       for (unsigned requested : thread_list) {
@@ -590,7 +618,7 @@ int main(int argc, char** argv) {
                        run.threads, run.threads);
         run.read_bw = at_threads(bandwidth, run.threads, [](const BandwidthPoint& p) { return p.gb_per_s; });
         run.dot_peak = at_threads(peaks, run.threads, [](const PeakPoint& p) { return p.bf16_dot_gflop_per_s; });
-        run.rates = measure_rates(b, preset_list, m_list, repeat, run.threads, run.read_bw, run.dot_peak);
+        run.rates = measure_rates(b, preset_list, m_list, repeat, run.threads, run.read_bw, run.dot_peak, evictor);
         std::fprintf(stderr, "measuring launch overhead (%s)...\n", threads_label(run.threads).c_str());
         run.launch = measure_launch(b, launches);
         runs.push_back(std::move(run));
@@ -665,7 +693,9 @@ int main(int argc, char** argv) {
         }
         out["targets"].push_back(std::move(j));
       }
-      out["sink"] = sink % 2;  // keeps the bandwidth loop observable
+      out["evict_mb"] = evict_mb;
+      out["repeat"] = repeat;
+      out["sink"] = (sink + evictor.sink()) % 2;  // keeps the read loops observable
       std::cout << out.dump(2) << '\n';
       return 0;
     }
@@ -682,6 +712,11 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::string>> pk;
     for (const auto& p : peaks) pk.push_back({std::to_string(p.threads), f(p.bf16_dot_gflop_per_s, 1), f(p.fma_gflop_per_s, 1)});
     std::cout << "register-only peaks (best of 3):\n" << render_table({"threads", "bf16 dot GFLOP/s", "f32 FMA GFLOP/s"}, pk);
+    std::cout << "\npasses: median of " << repeat << ", "
+              << (evict_mb ? "caches evicted before each (" + std::to_string(evict_mb) + " MB read, parity " +
+                                 std::to_string(evictor.sink() % 2) + ")"
+                           : std::string("caches warm (--evict-mb 0)"))
+              << "\n";
     for (const auto& run : runs) {
       std::cout << "\n== backend threads " << run.threads << ": read bandwidth " << f(run.read_bw, 2) << " GB/s, bf16 dot peak "
                 << f(run.dot_peak, 1) << " GFLOP/s (the denominators below) ==\n";

@@ -66,6 +66,7 @@ struct PanelKernels {
   static constexpr uint32_t kChunkGroups = 16;        // K per pass over a block's panels: 2048
   static constexpr uint32_t kChunkK = kChunkGroups * kGroup;
   static constexpr uint32_t kBlockCols = kTileN;      // widest block: 128 columns, 8 panels
+  static constexpr uint32_t kStartLines = 8;          // lines of each panel prefetched up front
   static_assert(kPanel % kLanes == 0 && 8 % kSteps == 0);
   static_assert(kMaxRows >= 1 && kMaxRows <= kTileM && kGemvRows <= kBlockCols);
 
@@ -198,7 +199,12 @@ struct PanelKernels {
     for (uint32_t i = 0; i < mt; ++i)
       for (uint32_t j = 0; j < count * kPanel; ++j) tot[i * kBlockCols + j] = 0.0f;
     PanelRef panels[kBlockCols / kPanel];
-    for (uint32_t p = 0; p < count; ++p) panels[p] = panel_ref(codes, scales, n, k, n0 / kPanel + p);
+    for (uint32_t p = 0; p < count; ++p) {
+      panels[p] = panel_ref(codes, scales, n, k, n0 / kPanel + p);
+      // A block's panels are short streams (a MoE expert tile: a few KiB each): start them all
+      // at once rather than wait for the hardware prefetcher to notice each in turn.
+      for (uint32_t line = 0; line < kStartLines; ++line) __builtin_prefetch(panels[p].codes + line * 64, 0, 3);
+    }
     const uint32_t groups = k / kGroup;
     for (uint32_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
       const uint32_t gn = min_u32(kChunkGroups, groups - g0);

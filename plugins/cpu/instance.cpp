@@ -15,6 +15,7 @@
 #include <new>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace metrale::cpu {
 
@@ -384,13 +385,14 @@ struct LaunchJob {
   const KernelArgs* args;
   uint32_t blocks_x;
   unsigned char* const* scratch;
+  const uint32_t* rows;  // the grid rows that do work, or null for all of them
 };
 
 void run_block(void* context, uint64_t task, unsigned slot) {
   const auto* job = static_cast<const LaunchJob*>(context);
   const auto bx = static_cast<uint32_t>(task % job->blocks_x);
-  const auto by = static_cast<uint32_t>(task / job->blocks_x);
-  job->body(*job->args, bx, by, job->scratch[slot]);
+  const auto row = static_cast<uint32_t>(task / job->blocks_x);
+  job->body(*job->args, bx, job->rows ? job->rows[row] : row, job->scratch[slot]);
 }
 
 std::string dims(const uint32_t (&d)[3]) {
@@ -476,9 +478,20 @@ metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* co
                 who + "grid " + dims(grid) + " does not cover the problem: it needs " +
                     spec.grid_rule + " = (" + std::to_string(needed.x) + ", " +
                     std::to_string(needed.y) + ", 1)");
-  // Blocks past `needed` would clip to nothing; they are not run.
-  LaunchJob job{bodies_[index], &values, needed.x, scratch_ptrs_.data()};
-  pool_->run(uint64_t{needed.x} * needed.y, run_block, &job);
+  // Blocks past `needed` would clip to nothing, and rows without work (needed.y_offsets) would
+  // return at once; neither is run.
+  uint64_t rows = needed.y;
+  const uint32_t* active = nullptr;
+  if (needed.y_offsets != nullptr) {
+    thread_local std::vector<uint32_t> active_rows;  // reused: no allocation per launch
+    active_rows.clear();
+    for (uint32_t by = 0; by < needed.y; ++by)
+      if (needed.y_offsets[by + 1] > needed.y_offsets[by]) active_rows.push_back(by);
+    rows = active_rows.size();
+    active = active_rows.data();
+  }
+  LaunchJob job{bodies_[index], &values, needed.x, scratch_ptrs_.data(), active};
+  pool_->run(uint64_t{needed.x} * rows, run_block, &job);
   return METRALE_STATUS_OK;
 }
 

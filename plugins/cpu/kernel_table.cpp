@@ -250,7 +250,7 @@ metrale_status check_grouped(const KernelArgs& a, const MemoryView& mem, BlockRa
               error) ||
       !buffer(a, mem, 4, "y", product({rows, n, 2}), "offsets[experts]*n bf16", error))
     return kInvalid;
-  needed = {ceil_div(n, kTileN), experts};
+  needed = {ceil_div(n, kTileN), experts, offsets};
   return kOk;
 }
 

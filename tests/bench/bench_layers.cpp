@@ -345,6 +345,8 @@ struct LaunchCost {
   double runtime_ns = 0;
   double raw_ns = 0;
   double try_kernel_ns = 0;
+  uint32_t pool_blocks = 0;  // blocks of the hand-off launch: one per backend thread
+  double pool_ns = 0;        // that launch through the runtime: wakes the pool's workers and joins them
 };
 
 // A one-block silu_mul (m = 1, 64 columns) through the runtime's typed launch against the same
@@ -378,8 +380,21 @@ LaunchCost measure_launch(Backend& b, uint32_t launches) {
       if (!b.try_kernel("act", "silu_mul")) throw std::runtime_error("try_kernel missed");
     lookups.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / launches);
   }
+  // The same kernel with one tiny block per thread: what a multi-block launch adds for handing
+  // blocks to the pool's workers and joining them (a one-block launch runs inline).
+  const uint32_t blocks = std::max(1u, b.compute_units());
+  DeviceBuffer gu_rows(b, size_t{blocks} * 2 * cols * 2), out_rows(b, size_t{blocks} * cols * 2);
+  b.memset(gu_rows.ptr(), 0, size_t{blocks} * 2 * cols * 2);
+  LaunchShape wide = shape;
+  wide.grid = {1, blocks, 1};
+  std::vector<double> via_pool;
+  for (int sample = 0; sample < 7; ++sample) {
+    const auto start = Clock::now();
+    for (uint32_t i = 0; i < launches; ++i) b.launch(act, wide, gu_rows.ptr(), out_rows.ptr(), blocks, cols);
+    via_pool.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / launches);
+  }
   b.synchronize();
-  return {median(via_runtime), median(via_raw), median(lookups)};
+  return {median(via_runtime), median(via_raw), median(lookups), blocks, median(via_pool)};
 }
 
 // One selection of the backend: the thread count asked for, the one it runs, the denominators
@@ -643,7 +658,8 @@ int main(int argc, char** argv) {
                                 {"f32_fma_gflop_per_s", p.fma_gflop_per_s}});
       auto launch_json = [](const LaunchCost& l) {
         return nlohmann::json{{"runtime_ns", l.runtime_ns}, {"raw_table_ns", l.raw_ns},
-                              {"overhead_ns", l.runtime_ns - l.raw_ns}, {"try_kernel_hit_ns", l.try_kernel_ns}};
+                              {"overhead_ns", l.runtime_ns - l.raw_ns}, {"try_kernel_hit_ns", l.try_kernel_ns},
+                              {"pool_blocks", l.pool_blocks}, {"pool_launch_ns", l.pool_ns}};
       };
       out["threads"] = last.threads;
       out["read_bandwidth_at_threads_gb_per_s"] = last.read_bw;
@@ -744,6 +760,8 @@ int main(int argc, char** argv) {
                 << " us, raw plugin table " << f(run.launch.raw_ns / 1e3, 3) << " us, overhead "
                 << f((run.launch.runtime_ns - run.launch.raw_ns) / 1e3, 3) << " us; warm try_kernel hit "
                 << f(run.launch.try_kernel_ns, 0) << " ns\n";
+      std::cout << "launch, " << run.launch.pool_blocks << " blocks (one per thread, pool hand-off): runtime "
+                << f(run.launch.pool_ns / 1e3, 3) << " us\n";
     }
     if (!by_threads.empty()) {
       std::vector<std::vector<std::string>> st;

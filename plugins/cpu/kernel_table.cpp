@@ -299,9 +299,9 @@ const std::array<KernelSpec, 12> kSpecs{{
      3, "(ceil(n/128), ceil(m/64))"},
     {"w4a16", "w4a16_repack", METRALE_CPU_PARAMS(Repack), check_repack, baseline::w4a16_repack, 5,
      "(ceil(n/64), count)"},
-    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, -1,
+    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, 6,
      "(ceil(i/1024), m)"},
-    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, -1,
+    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, 7,
      "(ceil(i/1024), m)"},
     {"moe", "router_gemm", METRALE_CPU_PARAMS(Router), check_router, baseline::router_gemm, -1,
      "(ceil(e/64), m)"},
@@ -327,7 +327,7 @@ std::array<metrale_kernel_desc, kSpecs.size()> make_descs() {
 const std::array<metrale_kernel_desc, kSpecs.size()> kDescs = make_descs();
 
 #if defined(METRALE_CPU_X86_SIMD)
-BlockFn w4a16_slot(const W4a16Bodies& bodies, int slot) {
+BlockFn simd_slot(const SimdBodies& bodies, int slot) {
   switch (slot) {
     case 0: return bodies.gemv;
     case 1: return bodies.gemv_b8;
@@ -335,6 +335,8 @@ BlockFn w4a16_slot(const W4a16Bodies& bodies, int slot) {
     case 3: return bodies.gemm_t_k64;
     case 4: return bodies.grouped_gemm;
     case 5: return bodies.repack;
+    case 6: return bodies.silu_mul;
+    case 7: return bodies.gelu_mul;
     default: return nullptr;
   }
 }
@@ -348,7 +350,7 @@ std::span<const metrale_kernel_desc> kernel_descs() { return kDescs; }
 
 BlockFn kernel_body(size_t index, Tier tier) {
   const KernelSpec& spec = kSpecs.at(index);
-  if (spec.w4a16_slot < 0 || tier == Tier::baseline) return spec.baseline;
+  if (spec.simd_slot < 0 || tier == Tier::baseline) return spec.baseline;
 #if defined(METRALE_CPU_X86_SIMD)
   // Each tier's table is fetched only once that tier was chosen: even bodies() of a higher tier
   // is compiled with its -m flags and may not run on a lesser CPU. A tier leaves a body null
@@ -356,18 +358,18 @@ BlockFn kernel_body(size_t index, Tier tier) {
   BlockFn body = nullptr;
   switch (tier) {
     case Tier::avx2: {
-      static const W4a16Bodies bodies = avx2::bodies();
-      body = w4a16_slot(bodies, spec.w4a16_slot);
+      static const SimdBodies bodies = avx2::bodies();
+      body = simd_slot(bodies, spec.simd_slot);
       break;
     }
     case Tier::avx512: {
-      static const W4a16Bodies bodies = avx512::bodies();
-      body = w4a16_slot(bodies, spec.w4a16_slot);
+      static const SimdBodies bodies = avx512::bodies();
+      body = simd_slot(bodies, spec.simd_slot);
       break;
     }
     case Tier::avx512bf16: {
-      static const W4a16Bodies bodies = avx512bf16::bodies();
-      body = w4a16_slot(bodies, spec.w4a16_slot);
+      static const SimdBodies bodies = avx512bf16::bodies();
+      body = simd_slot(bodies, spec.simd_slot);
       break;
     }
     case Tier::baseline: break;

@@ -45,7 +45,7 @@ struct KernelSpec {
   uint32_t param_count;
   Validator validate;
   BlockFn baseline;
-  int w4a16_slot;  // index into W4a16Bodies when a SIMD tier may replace `baseline`, else -1
+  int simd_slot;  // index into SimdBodies when a SIMD tier may replace `baseline`, else -1
   const char* grid_rule;  // for messages: "(ceil(n/64), 1)"
 };
 

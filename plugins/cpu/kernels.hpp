@@ -37,17 +37,18 @@ inline constexpr uint32_t kActColumns = 1024;  // silu_mul / gelu_mul block widt
 inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
 inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
 
-// The W4A16 bodies a SIMD tier provides; everything else runs the baseline body.
-struct W4a16Bodies {
-  BlockFn gemv;
-  BlockFn gemv_b8;
-  BlockFn gemm_t;
-  BlockFn gemm_t_k64;
-  BlockFn grouped_gemm;
-  // w4a16_repack into the layout this tier's bodies above read (manifest layout "cpu-native").
+// The bodies a SIMD tier provides; a null one (or a kernel not listed) runs the baseline body.
+struct SimdBodies {
+  BlockFn gemv = nullptr;          // w4a16_gemv
+  BlockFn gemv_b8 = nullptr;       // w4a16_gemv_b8
+  BlockFn gemm_t = nullptr;        // w4a16_gemm_t
+  BlockFn gemm_t_k64 = nullptr;    // w4a16_gemm_t_k64
+  BlockFn grouped_gemm = nullptr;  // moe/w4a16_grouped_gemm
+  // w4a16_repack into the layout this tier's W4A16 bodies read (manifest layout "cpu-native").
   // Null: the tier keeps the canonical layout and the repack is a copy (the baseline body).
-  // Defaulted so that tiers without one need not name it.
   BlockFn repack = nullptr;
+  BlockFn silu_mul = nullptr;      // act/silu_mul
+  BlockFn gelu_mul = nullptr;      // act/gelu_mul
 };
 
 namespace baseline {
@@ -67,13 +68,13 @@ void moe_combine(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 
 #if defined(METRALE_CPU_X86_SIMD)
 namespace avx2 {
-W4a16Bodies bodies();
+SimdBodies bodies();
 }
 namespace avx512 {
-W4a16Bodies bodies();
+SimdBodies bodies();
 }
 namespace avx512bf16 {
-W4a16Bodies bodies();
+SimdBodies bodies();
 }
 #endif
 

@@ -82,6 +82,6 @@ static_assert(kGroup == 128);
 
 }  // namespace
 
-W4a16Bodies bodies() { return PanelKernels<Isa>::bodies(); }
+SimdBodies bodies() { return PanelKernels<Isa>::bodies(); }
 
 }  // namespace metrale::cpu::avx2

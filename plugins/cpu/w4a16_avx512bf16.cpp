@@ -22,6 +22,7 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "act_avx512.hpp"
 #include "w4a16_panel.hpp"
 
 namespace metrale::cpu::avx512bf16 {
@@ -86,6 +87,10 @@ struct Isa {
 
 }  // namespace
 
-W4a16Bodies bodies() { return PanelKernels<Isa>::bodies(); }
+SimdBodies bodies() {
+  SimdBodies b = PanelKernels<Isa>::bodies();
+  ActAvx512::set(b);
+  return b;
+}
 
 }  // namespace metrale::cpu::avx512bf16

@@ -264,8 +264,8 @@ struct PanelKernels {
             n0, min_u32(kTileN, g.n - n0), g.y + static_cast<size_t>(r) * g.n, scratch);
   }
 
-  static W4a16Bodies bodies() {
-    W4a16Bodies b{};
+  static SimdBodies bodies() {
+    SimdBodies b{};
     b.gemv = &gemv;
     b.gemv_b8 = &gemv;
     b.gemm_t = &gemm_t;

@@ -115,6 +115,15 @@ metrale_status Instance::create(const metrale_backend_create_info* info,
                 " (or 'auto')";
         return METRALE_STATUS_INVALID_ARGUMENT;
       }
+    } else if (std::strcmp(option.key, "pin") == 0) {
+      if (std::strcmp(option.value, "0") == 0) {
+        options.pin = false;
+      } else if (std::strcmp(option.value, "1") == 0) {
+        options.pin = true;
+      } else {
+        error = std::string("option pin='") + option.value + "' is not valid: expected 0 or 1";
+        return METRALE_STATUS_INVALID_ARGUMENT;
+      }
     } else {
       unknown.emplace_back(option.key);
     }
@@ -127,19 +136,31 @@ metrale_status Instance::create(const metrale_backend_create_info* info,
     return status;
 
   const unsigned threads = options.threads != 0 ? options.threads : default_threads();
-  out.reset(new Instance(host, tier, features, threads));
+  out.reset(new Instance(host, tier, features, threads, options.pin));
   for (const std::string& key : unknown)
     out->log(METRALE_LOG_WARN, "cpu backend: ignoring unknown option '" + key +
-                                   "' (known options: target, threads)");
+                                   "' (known options: target, threads, pin)");
   if (!features.detected)
     out->log(METRALE_LOG_WARN, "cpu backend: CPU feature detection failed; using the baseline tier");
+  // Pinning is best effort: a worker that cannot be pinned runs unpinned, with a warning.
+  for (const std::string& failure : out->pool_->pin_failures())
+    out->log(METRALE_LOG_WARN, "cpu backend: option pin=1: " + failure);
+  std::string pinning;
+  if (options.pin) {
+    const unsigned workers = out->pool_->threads() - 1;
+    const unsigned pinned = out->pool_->pinned();
+    pinning = pinned == workers ? ", pinned"
+                                : ", pinned " + std::to_string(pinned) + " of " +
+                                      std::to_string(workers) + " workers";
+  }
   out->log(METRALE_LOG_DEBUG, "cpu backend: " + out->device_name_ + ", target " +
-                                  tier_target(tier) + ", " + std::to_string(threads) + " threads");
+                                  tier_target(tier) + ", " + std::to_string(threads) + " threads" +
+                                  pinning);
   return METRALE_STATUS_OK;
 }
 
 Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures features,
-                   unsigned threads)
+                   unsigned threads, bool pin)
     : host_(host), tier_(tier), features_(std::move(features)) {
   device_name_ = features_.model.empty() ? std::string("host CPU") : features_.model;
   memory_bytes_ = physical_memory();
@@ -152,7 +173,7 @@ Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures fe
     scratch_.emplace_back(static_cast<unsigned char*>(block));
     scratch_ptrs_.push_back(static_cast<unsigned char*>(block));
   }
-  pool_ = std::make_unique<ThreadPool>(threads);
+  pool_ = std::make_unique<ThreadPool>(threads, pin);
 }
 
 Instance::~Instance() {

@@ -63,12 +63,14 @@ class Instance final : private MemoryView {
   struct Options {
     const char* target = nullptr;  // nullptr: auto
     unsigned threads = 0;          // 0: default
+    bool pin = false;              // pin each pool worker to one CPU
   };
   struct FreeDeleter {
     void operator()(unsigned char* p) const noexcept;
   };
 
-  Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures features, unsigned threads);
+  Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures features, unsigned threads,
+           bool pin);
 
   void log(metrale_log_level level, const std::string& message) const;
   uint64_t extent(uint64_t address) const override;

@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "thread_pool.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <memory>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,14 +24,46 @@ namespace {
 // one decode step, short enough not to burn a core when the process goes quiet.
 constexpr auto kSpin = std::chrono::microseconds(100);
 
+// The CPUs of the calling thread's affinity mask (the process's, as the application set it), in
+// ascending order; empty with `error` set when the mask cannot be read.
+std::vector<int> affinity_cpus(std::string& error) {
+  std::vector<int> cpus;
+  // The mask may be wider than cpu_set_t's 1024 CPUs: grow until the kernel accepts the size.
+  for (int width = CPU_SETSIZE; width <= (1 << 20); width *= 2) {
+    cpu_set_t* set = CPU_ALLOC(width);
+    if (set == nullptr) {
+      error = "cannot allocate a CPU set";
+      return cpus;
+    }
+    const size_t bytes = CPU_ALLOC_SIZE(width);
+    CPU_ZERO_S(bytes, set);
+    if (sched_getaffinity(0, bytes, set) == 0) {
+      for (int cpu = 0; cpu < width; ++cpu)
+        if (CPU_ISSET_S(cpu, bytes, set)) cpus.push_back(cpu);
+      CPU_FREE(set);
+      if (cpus.empty()) error = "the affinity mask is empty";
+      return cpus;
+    }
+    const int failure = errno;
+    CPU_FREE(set);
+    if (failure != EINVAL) {
+      error = std::string("sched_getaffinity: ") + std::strerror(failure);
+      return cpus;
+    }
+  }
+  error = "sched_getaffinity: the affinity mask is wider than 2^20 CPUs";
+  return cpus;
+}
+
 }  // namespace
 
-ThreadPool::ThreadPool(unsigned threads) {
+ThreadPool::ThreadPool(unsigned threads, bool pin) {
   const unsigned workers = threads > 1 ? threads - 1 : 0;
   workers_.reserve(workers);
   try {
     for (unsigned slot = 1; slot <= workers; ++slot)
       workers_.emplace_back([this, slot] { worker_main(slot); });
+    if (pin) pin_workers();  // inside the try: an exception must still join the workers
   } catch (...) {
     stop_.store(true);
     generation_.fetch_add(2);
@@ -33,6 +71,39 @@ ThreadPool::ThreadPool(unsigned threads) {
     wake_.notify_all();
     for (auto& worker : workers_) worker.join();
     throw;
+  }
+}
+
+void ThreadPool::pin_workers() {
+  if (workers_.empty()) return;
+  std::string error;
+  const std::vector<int> cpus = affinity_cpus(error);
+  if (cpus.empty()) {
+    pin_failures_.push_back("cannot pin the pool's workers: " + error);
+    return;
+  }
+  const int width = cpus.back() + 1;
+  const auto free_set = [](cpu_set_t* set) { CPU_FREE(set); };
+  const std::unique_ptr<cpu_set_t, decltype(free_set)> owned(CPU_ALLOC(width), free_set);
+  cpu_set_t* const set = owned.get();
+  if (set == nullptr) {
+    pin_failures_.push_back("cannot pin the pool's workers: cannot allocate a CPU set");
+    return;
+  }
+  const size_t bytes = CPU_ALLOC_SIZE(width);
+  for (size_t index = 0; index < workers_.size(); ++index) {
+    const size_t slot = index + 1;
+    const int cpu = cpus[slot % cpus.size()];
+    CPU_ZERO_S(bytes, set);
+    CPU_SET_S(cpu, bytes, set);
+    const int status = pthread_setaffinity_np(workers_[index].native_handle(), bytes, set);
+    if (status == 0) {
+      ++pinned_;
+    } else {
+      pin_failures_.push_back("cannot pin worker " + std::to_string(slot) + " to CPU " +
+                              std::to_string(cpu) + ": pthread_setaffinity_np: " +
+                              std::strerror(status) + "; it runs unpinned");
+    }
   }
 }
 

@@ -7,6 +7,11 @@
 // handed out by an atomic counter; the calling thread takes blocks too, so a pool of one thread
 // has no workers at all. Nothing is allocated per run.
 //
+// Pinning (optional): each worker is bound to one CPU of the process's affinity mask when the
+// pool starts; worker slot i gets the i-th CPU of the mask (counting from 0, wrapping around),
+// so with threads <= CPUs the mask's first CPU is left to the calling thread, which is never
+// pinned: it belongs to the application.
+//
 // Thread-safety: run() may be called from several threads; calls are serialised (one job at a
 // time), because the job slot and the per-slot scratch are shared.
 #pragma once
@@ -15,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,14 +31,21 @@ class ThreadPool {
   // fn(context, task, slot): slot 0 is the calling thread, 1..threads-1 the workers.
   using TaskFn = void (*)(void* context, uint64_t task, unsigned slot);
 
-  // `threads` counts the calling thread; threads - 1 workers are started. Throws
-  // std::system_error when a thread cannot be started.
-  explicit ThreadPool(unsigned threads);
+  // `threads` counts the calling thread; threads - 1 workers are started. With `pin`, each
+  // worker is pinned to one CPU before the constructor returns; a worker that cannot be pinned
+  // runs unpinned and the reason is kept in pin_failures(). Throws std::system_error when a
+  // thread cannot be started.
+  explicit ThreadPool(unsigned threads, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
+  // Workers pinned to a CPU (0 unless the pool was asked to pin).
+  unsigned pinned() const noexcept { return pinned_; }
+  // One message per worker that could not be pinned (or one for the whole pool when the
+  // process's affinity mask cannot be read).
+  const std::vector<std::string>& pin_failures() const noexcept { return pin_failures_; }
 
   // Runs fn for every task in [0, count) and returns when all have finished.
   void run(uint64_t count, TaskFn fn, void* context);
@@ -40,8 +53,11 @@ class ThreadPool {
  private:
   void worker_main(unsigned slot);
   bool job_ready(uint32_t seen) const noexcept;
+  void pin_workers();
 
   std::vector<std::thread> workers_;
+  unsigned pinned_ = 0;
+  std::vector<std::string> pin_failures_;
   std::mutex run_mutex_;  // one job at a time
 
   // Generation: even = a job is open, odd = the job slot is being rewritten.

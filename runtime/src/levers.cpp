@@ -42,6 +42,9 @@ std::vector<LeverSpec> make_specs() {
        {"auto", "avx512bf16", "avx512", "avx2", "baseline"}, false},
       {"METRALE_CPU_THREADS", T::u32, "(CPUs in the affinity mask)",
        "Worker threads of the CPU backend's pool, 1 to 1024.", {}, false},
+      {"METRALE_CPU_PIN", T::flag, "0",
+       "1 pins each worker thread of the CPU backend's pool to one CPU of the affinity mask "
+       "(the calling thread is never pinned); 0 leaves them unpinned.", {}, false},
       {"METRALE_CUDA_DRIVER", T::path, "libcuda.so.1",
        "CUDA driver library the CUDA backend opens.", {}, true},
       {"METRALE_CUDA_DEVICE", T::u32, "0", "Index of the CUDA device to drive.", {}, false},

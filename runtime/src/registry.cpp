@@ -23,9 +23,10 @@ struct LeverOption {
   std::string_view lever;
   std::string_view key;
 };
-constexpr std::array<LeverOption, 3> kLeverOptions{{
+constexpr std::array<LeverOption, 4> kLeverOptions{{
     {"cpu", "METRALE_CPU_TARGET", "target"},
     {"cpu", "METRALE_CPU_THREADS", "threads"},
+    {"cpu", "METRALE_CPU_PIN", "pin"},
     {"cuda", "METRALE_CUDA_DRIVER", "driver"},
 }};
 

@@ -127,6 +127,29 @@ TEST_CASE("refusals exit 3 with a message naming what was asked for") {
   CHECK(has(bad.err, "METRALE_W4A16_K64_MIN_K=\"abc\""));
 }
 
+TEST_CASE("METRALE_CPU_THREADS and METRALE_CPU_PIN reach the CPU backend as options threads and pin") {
+  // The backend's debug line reports what create() was given: "..., 2 threads, pinned".
+  auto pinned = run("list", {{"METRALE_LOG", "debug"}, {"METRALE_CPU_THREADS", "2"}, {"METRALE_CPU_PIN", "1"}});
+  CHECK(pinned.code == 0);
+  INFO(pinned.err);
+  CHECK(has(pinned.err, "2 threads, pinned\n"));  // not "pinned 0 of 1 workers"
+  for (const char* pin : {"0", ""}) {
+    std::vector<std::pair<std::string, std::string>> env{{"METRALE_LOG", "debug"}, {"METRALE_CPU_THREADS", "2"}};
+    if (*pin) env.emplace_back("METRALE_CPU_PIN", pin);
+    auto plain = run("list", env);
+    CHECK(plain.code == 0);
+    INFO(plain.err);
+    CHECK(has(plain.err, "2 threads"));
+    CHECK_FALSE(has(plain.err, "pinned"));
+  }
+  for (const char* bad : {"yes", "2", "on", ""}) {
+    auto refused = run("list", {{"METRALE_CPU_PIN", bad}});
+    INFO("METRALE_CPU_PIN='" << bad << "': " << refused.err);
+    CHECK(refused.code == 3);
+    CHECK(has(refused.err, "METRALE_CPU_PIN=\"" + std::string(bad) + "\" is not valid: expected 0 or 1"));
+  }
+}
+
 TEST_CASE("usage errors exit 2; unknown levers are warned about with the nearest name") {
   CHECK(run("--no-such-flag").code == 2);
   CHECK(run("no-such-command").code == 2);

@@ -9,10 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <map>
 #include <set>
 #include <thread>
@@ -29,6 +32,36 @@ nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   return nlohmann::json::parse(in);
+}
+
+// The ids of this process's threads, from /proc/self/task.
+std::set<pid_t> thread_ids() {
+  std::set<pid_t> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ids.insert(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  return ids;
+}
+
+// The CPUs of a thread's affinity mask (tid 0: the calling thread), ascending.
+std::vector<int> affinity(pid_t tid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE_MESSAGE(sched_getaffinity(tid, sizeof set, &set) == 0, "sched_getaffinity(" << tid << ")");
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// The threads a Backend with these options starts (its pool's workers): the ids that appear
+// while it is created. The tests run one at a time, so no other thread starts meanwhile.
+std::vector<pid_t> workers_of(const std::function<void()>& create) {
+  const std::set<pid_t> before = thread_ids();
+  create();
+  std::vector<pid_t> started;
+  for (pid_t id : thread_ids())
+    if (before.count(id) == 0) started.push_back(id);
+  return started;
 }
 
 }  // namespace
@@ -140,6 +173,16 @@ TEST_CASE("create: options, refusals and warnings") {
       INFO("threads='" << value << "': " << c.error);
       CHECK(c.status == METRALE_STATUS_INVALID_ARGUMENT);
       CHECK(contains(c.error, "threads"));
+    }
+  }
+  SUBCASE("a bad pin value names the option and the valid values") {
+    for (const char* value : {"", "2", "yes", "on", "true", "01", "1 "}) {
+      Created c = try_create({{"pin", value}, {"threads", "2"}});
+      INFO("pin='" << value << "': " << c.error);
+      CHECK(c.status == METRALE_STATUS_INVALID_ARGUMENT);
+      CHECK(c.backend == nullptr);
+      CHECK(contains(c.error, std::string("option pin='") + value + "'"));
+      CHECK(contains(c.error, "expected 0 or 1"));
     }
   }
   SUBCASE("an unknown key is logged as a warning and ignored") {
@@ -539,4 +582,57 @@ TEST_CASE("thread pool: concurrent launchers and sparse launches stay correct") 
   first.join();
   second.join();
   CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("pin=1 pins each pool worker to one CPU of the mask; without it they keep the mask") {
+  const std::vector<int> mask = affinity(0);
+  REQUIRE_FALSE(mask.empty());
+  if (mask.size() < 2) {
+    MESSAGE("skipped: the process's affinity mask has one CPU, so every thread is trivially pinned");
+    return;
+  }
+  SUBCASE("threads=2 with pin=1: the one worker is on the mask's second CPU") {
+    std::unique_ptr<Backend> b;
+    const auto workers = workers_of([&] { b = std::make_unique<Backend>(Options{{"threads", "2"}, {"pin", "1"}}); });
+    REQUIRE(workers.size() == 1);
+    CHECK(affinity(workers[0]) == std::vector<int>{mask[1]});
+    CHECK(affinity(0) == mask);  // the calling thread is the application's: left alone
+    bool reported = false;
+    for (const LogLine& line : b->log()) {
+      INFO(line.text);
+      CHECK(line.level != METRALE_LOG_WARN);
+      reported |= line.level == METRALE_LOG_DEBUG && line.text.ends_with("2 threads, pinned");
+    }
+    CHECK(reported);
+  }
+  SUBCASE("more workers than CPUs wrap around the mask") {
+    const size_t threads = mask.size() + 2;
+    std::unique_ptr<Backend> b;
+    const auto workers = workers_of([&] {
+      b = std::make_unique<Backend>(Options{{"threads", std::to_string(threads)}, {"pin", "1"}});
+    });
+    REQUIRE(workers.size() == threads - 1);
+    std::vector<int> expected, got;
+    for (size_t slot = 1; slot < threads; ++slot) expected.push_back(mask[slot % mask.size()]);
+    for (pid_t worker : workers) {
+      const std::vector<int> cpus = affinity(worker);
+      REQUIRE(cpus.size() == 1);
+      got.push_back(cpus[0]);
+    }
+    std::sort(expected.begin(), expected.end());
+    std::sort(got.begin(), got.end());
+    CHECK(got == expected);
+  }
+  SUBCASE("without pin, or with pin=0, the worker keeps the whole mask") {
+    for (const char* pin : {"0", static_cast<const char*>(nullptr)}) {
+      INFO("pin " << (pin ? pin : "(not given)"));
+      Options options{{"threads", "2"}};
+      if (pin != nullptr) options.emplace_back("pin", pin);
+      std::unique_ptr<Backend> b;
+      const auto workers = workers_of([&] { b = std::make_unique<Backend>(options); });
+      REQUIRE(workers.size() == 1);
+      CHECK(affinity(workers[0]) == mask);
+      for (const LogLine& line : b->log()) CHECK_FALSE(contains(line.text, "pinned"));
+    }
+  }
 }

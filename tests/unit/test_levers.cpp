@@ -40,6 +40,16 @@ TEST_CASE("bad values are refusals naming the variable and the value") {
     EnvGuard env({{"METRALE_LOG", "loud"}});
     CHECK_THROWS_WITH_AS(validate_levers(), doctest::Contains("one of trace, debug, info, warn, error, off"), Refusal);
   }
+  for (const char* value : {"yes", "on", "true", "2", ""}) {
+    EnvGuard env({{"METRALE_CPU_PIN", value}});
+    const std::string expected = "METRALE_CPU_PIN=\"" + std::string(value) + "\" is not valid: expected 0 or 1";
+    CHECK_THROWS_WITH_AS(validate_levers(), doctest::Contains(expected.c_str()), Refusal);
+  }
+  for (const char* value : {"0", "1"}) {
+    EnvGuard env({{"METRALE_CPU_PIN", value}});
+    CHECK_NOTHROW(validate_levers());
+    CHECK(lever_on("METRALE_CPU_PIN") == (value[0] == '1'));
+  }
   {
     EnvGuard env({{"METRALE_W4A16_K64_MIN_K", "+7"}});
     CHECK(lever_u32("METRALE_W4A16_K64_MIN_K") == 7u);

@@ -32,11 +32,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <thread>
+
+#include <sys/mman.h>
 #include <vector>
 
 namespace {
@@ -68,8 +71,18 @@ std::vector<unsigned> denominator_counts(const std::vector<unsigned>& requested)
 // optimised away.
 std::vector<BandwidthPoint> measure_read_bandwidth(size_t bytes, unsigned reps, const std::vector<unsigned>& counts,
                                                    uint64_t& sink) {
-  const size_t words = bytes / 8;
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  // Backed like the CPU backend's weight buffers (2 MiB aligned, transparent huge pages asked
+  // for): the denominator must not lose to TLB walks that the kernels do not pay.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t words = rounded / 8;
+  std::unique_ptr<uint64_t, decltype(&std::free)> memory(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, rounded)),
+                                                         &std::free);
+  if (!memory) throw std::runtime_error("cannot allocate the bandwidth buffer");
+#if defined(MADV_HUGEPAGE)
+  ::madvise(memory.get(), rounded, MADV_HUGEPAGE);
+#endif
+  uint64_t* const buffer = memory.get();
   // Touch every page first (first-touch from several threads, like the readers).
   for (size_t i = 0; i < words; ++i) buffer[i] = i * 0x9e3779b97f4a7c15ull;
   std::vector<BandwidthPoint> out;

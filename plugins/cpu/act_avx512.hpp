@@ -70,18 +70,11 @@ struct ActAvx512 {
   // Block (bx, by): columns [1024 bx, 1024 bx + 1024) of row by, as the baseline's `gated`.
   template <__m512 (*Act)(__m512)>
   static void gated(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char*) {
-    const auto* gate_up = arg_ptr<const uint16_t>(args, 0);
-    auto* out = arg_ptr<uint16_t>(args, 1);
-    const uint32_t inter = arg_u32(args, 3);
-    const size_t row = by;
-    const uint32_t begin = bx * kActColumns;
-    const uint32_t end = min_u32(inter, begin + kActColumns);
-    const uint16_t* gate = gate_up + row * 2 * inter;
-    const uint16_t* up = gate + inter;
-    for (uint32_t j = begin; j < end; j += 16) {
-      const auto lanes = static_cast<__mmask16>(end - j >= 16 ? 0xffffu : (1u << (end - j)) - 1u);
-      const __m512 value = _mm512_mul_ps(Act(load_bf16(gate + j, lanes)), load_bf16(up + j, lanes));
-      store_bf16(out + row * inter + j, value, lanes);
+    const ActBlock b = act_block(args, bx, by);
+    for (uint32_t j = b.begin; j < b.end; j += 16) {
+      const auto lanes = static_cast<__mmask16>(b.end - j >= 16 ? 0xffffu : (1u << (b.end - j)) - 1u);
+      const __m512 value = _mm512_mul_ps(Act(load_bf16(b.gate + j, lanes)), load_bf16(b.up + j, lanes));
+      store_bf16(b.out + j, value, lanes);
     }
   }
 

@@ -118,6 +118,21 @@ inline GroupedCall grouped_call(const KernelArgs& args) {
           arg_u32(args, 6),                 arg_u32(args, 7)};
 }
 
+// silu_mul / gelu_mul (gate_up, out, m, i), block (bx, by): columns [begin, end) of row by.
+struct ActBlock {
+  const uint16_t* gate;  // row by's gate half; its up half starts `inter` further
+  const uint16_t* up;
+  uint16_t* out;         // row by of out
+  uint32_t begin, end;
+};
+inline ActBlock act_block(const KernelArgs& args, uint32_t bx, uint32_t by) {
+  const uint32_t inter = arg_u32(args, 3);
+  const uint16_t* gate = arg_ptr<const uint16_t>(args, 0) + size_t{by} * 2 * inter;
+  const uint32_t begin = bx * kActColumns;
+  return {gate, gate + inter, arg_ptr<uint16_t>(args, 1) + size_t{by} * inter, begin,
+          begin + kActColumns < inter ? begin + kActColumns : inter};
+}
+
 // w4a16_repack: (qweight_in, scales_in, qweight_out, scales_out, n, k, count).
 struct RepackCall {
   const uint32_t* qweight_in;

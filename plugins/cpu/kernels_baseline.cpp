@@ -97,16 +97,9 @@ float gelu_tanh(float g) {
 
 template <float (*Act)(float)>
 void gated(const KernelArgs& args, uint32_t bx, uint32_t by) {
-  const auto* gate_up = arg_ptr<const uint16_t>(args, 0);
-  auto* out = arg_ptr<uint16_t>(args, 1);
-  const uint32_t inter = arg_u32(args, 3);
-  const size_t row = by;
-  const uint32_t begin = bx * kActColumns;
-  const uint32_t end = min_u32(inter, begin + kActColumns);
-  const uint16_t* gate = gate_up + row * 2 * inter;
-  const uint16_t* up = gate + inter;
-  for (uint32_t j = begin; j < end; ++j)
-    out[row * inter + j] = f32_to_bf16(Act(bf16_to_f32(gate[j])) * bf16_to_f32(up[j]));
+  const ActBlock b = act_block(args, bx, by);
+  for (uint32_t j = b.begin; j < b.end; ++j)
+    b.out[j] = f32_to_bf16(Act(bf16_to_f32(b.gate[j])) * bf16_to_f32(b.up[j]));
 }
 
 }  // namespace

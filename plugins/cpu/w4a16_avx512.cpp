@@ -21,28 +21,22 @@
 #endif
 
 #include "act_avx512.hpp"
+#include "avx512_panel_ops.hpp"
 #include "w4a16_panel.hpp"
 
 namespace metrale::cpu::avx512 {
 namespace {
 
-struct Isa {
-  using vf = __m512;
-  using vu = __m512i;
+struct Isa : Avx512PanelOps {
   using vw = __m512;
   using vx = __m512;
   using Act = float;
-  static constexpr uint32_t kLanes = 16;
   static constexpr uint32_t kSteps = 8;
   // Accumulators MR x panels <= 24 zmm, leaving room for the decoded vectors and constants;
   // 16 rows of one panel for tall blocks (one decode per 16 FMAs). Measured on Zen 4.
   static constexpr uint32_t kMaxRows = 16;
   static constexpr uint32_t panels(uint32_t mr) { return mr <= 4 ? 4 : mr <= 8 ? 3 : 1; }
 
-  static vu load_codes(const uint8_t* p) { return _mm512_loadu_si512(p); }
-  static vu load_codes_tail(const uint8_t* p, uint32_t valid) {
-    return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u), p);
-  }
   // k = 2r at bits 4r, k = 2r + 1 at bits 16 + 4r; moved to bits 19..22, masked, under 16.0f.
   template <uint32_t S>
   static vw decode(vu unit) {
@@ -53,16 +47,6 @@ struct Isa {
   }
   static vx bcast(const float* p) { return _mm512_set1_ps(*p); }
   static vf dot(vf acc, vw w, vx x) { return _mm512_fmadd_ps(w, x, acc); }
-  static vf set1(float value) { return _mm512_set1_ps(value); }
-  static vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-  static vf loadf(const float* p) { return _mm512_loadu_ps(p); }
-  static void storef(float* p, vf value) { _mm512_storeu_ps(p, value); }
-  static vf scales(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static vf scales_tail(const uint16_t* p, uint32_t valid) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << valid) - 1u), p));
-  }
 
   // bf16 -> f32 is a 16-bit shift.
   static const float* prepare(const uint16_t* src, uint32_t len, float* dst) {
@@ -72,18 +56,11 @@ struct Isa {
     }
     return dst;
   }
-  // Not _mm512_reduce_add_ps: GCC 12 warns (maybe-uninitialized) inside it under -Werror.
   static float correction(const float* p) {
     __m512 s[4];
 #pragma GCC unroll 4
     for (uint32_t t = 0; t < 4; ++t) s[t] = _mm512_add_ps(_mm512_loadu_ps(p + 16 * t), _mm512_loadu_ps(p + 64 + 16 * t));
-    __m512 c = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
-    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0x4e));  // swap 256-bit halves
-    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xb1));  // swap 128-bit lanes
-    __m128 sum = _mm512_castps512_ps128(c);
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return -24.0f * _mm_cvtss_f32(sum);
+    return -24.0f * hsum(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
   }
 };
 static_assert(kGroup == 128);

@@ -23,27 +23,21 @@
 #endif
 
 #include "act_avx512.hpp"
+#include "avx512_panel_ops.hpp"
 #include "w4a16_panel.hpp"
 
 namespace metrale::cpu::avx512bf16 {
 namespace {
 
-struct Isa {
-  using vf = __m512;
-  using vu = __m512i;
+struct Isa : Avx512PanelOps {
   using vw = __m512bh;
   using vx = __m512bh;
   using Act = uint16_t;  // bf16 bits, used as they are
-  static constexpr uint32_t kLanes = 16;
   static constexpr uint32_t kSteps = 4;  // (k, k + 1) pairs
   // Accumulators MR x panels <= 16 zmm, leaving room for decoded vectors and broadcasts.
   static constexpr uint32_t kMaxRows = 8;
   static constexpr uint32_t panels(uint32_t mr) { return mr <= 4 ? 4 : 2; }
 
-  static vu load_codes(const uint8_t* p) { return _mm512_loadu_si512(p); }
-  static vu load_codes_tail(const uint8_t* p, uint32_t valid) {
-    return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u), p);
-  }
   // Per 16-bit word, nibble r moved to mantissa bits 3..6 under the exponent of 16: 16 + q.
   template <uint32_t R>
   static vw decode(vu unit) {
@@ -57,31 +51,15 @@ struct Isa {
     return reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
   }
   static vf dot(vf acc, vw w, vx x) { return _mm512_dpbf16_ps(acc, w, x); }
-  static vf set1(float value) { return _mm512_set1_ps(value); }
-  static vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-  static vf loadf(const float* p) { return _mm512_loadu_ps(p); }
-  static void storef(float* p, vf value) { _mm512_storeu_ps(p, value); }
-  static vf scales(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static vf scales_tail(const uint16_t* p, uint32_t valid) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << valid) - 1u), p));
-  }
   static const uint16_t* prepare(const uint16_t* src, uint32_t, uint16_t*) { return src; }
-  // -24 * sum over the group, f32 from bf16 pairs. Not _mm512_reduce_add_ps: GCC 12 warns
-  // (maybe-uninitialized) inside it under -Werror.
+  // -24 * sum over the group, f32 from bf16 pairs.
   static float correction(const uint16_t* p) {
     const __m512bh minus24 = reinterpret_cast<__m512bh>(_mm512_set1_epi16(static_cast<short>(0xc1c0)));
     __m512 c = _mm512_setzero_ps();
 #pragma GCC unroll 4
     for (uint32_t t = 0; t < kGroup; t += 32)
       c = _mm512_dpbf16_ps(c, reinterpret_cast<__m512bh>(_mm512_loadu_si512(p + t)), minus24);
-    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0x4e));  // swap 256-bit halves
-    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xb1));  // swap 128-bit lanes
-    __m128 s = _mm512_castps512_ps128(c);
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return hsum(c);
   }
 };
 

@@ -13,8 +13,8 @@ namespace {
 constexpr metrale_param_type P = METRALE_PARAM_PTR;
 constexpr metrale_param_type U = METRALE_PARAM_U32;
 
-// Keeps the transposed-decode row offsets of the k64 bodies (127 * k / 8 words) inside i32 and
-// a weight row under 32 MiB.
+// Keeps a weight row under 32 MiB and every offset along K (in elements, bytes or 8-wide units)
+// far inside 32 bits, which the kernels' index arithmetic relies on.
 constexpr uint32_t kMaxK = uint32_t{1} << 26;
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return a / b + (a % b != 0); }

@@ -34,9 +34,11 @@ struct Isa : Avx512PanelOps {
   using vx = __m512bh;
   using Act = uint16_t;  // bf16 bits, used as they are
   static constexpr uint32_t kSteps = 4;  // (k, k + 1) pairs
-  // Accumulators MR x panels <= 16 zmm, leaving room for decoded vectors and broadcasts.
+  // Accumulators MR x panels <= 16 zmm, leaving room for decoded vectors and broadcasts. One
+  // row takes a whole 128-column tile (8 panel streams) at once: a MoE expert's streams are
+  // short (6 KiB per panel in a down projection), and more of them in flight keep memory busy.
   static constexpr uint32_t kMaxRows = 8;
-  static constexpr uint32_t panels(uint32_t mr) { return mr <= 4 ? 4 : 2; }
+  static constexpr uint32_t panels(uint32_t mr) { return mr <= 1 ? 8 : mr <= 4 ? 4 : 2; }
 
   // Per 16-bit word, nibble r moved to mantissa bits 3..6 under the exponent of 16: 16 + q.
   template <uint32_t R>

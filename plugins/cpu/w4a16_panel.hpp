@@ -173,6 +173,8 @@ struct PanelKernels {
     uint32_t p = 0;
     const uint32_t full = panels[count - 1].width == kPanel ? count : count - 1;
     for (; p + kWide <= full; p += kWide) micro<MR, kWide, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
+    if constexpr (kWide > 4)
+      for (; p + 4 <= full; p += 4) micro<MR, 4, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
     if constexpr (kWide > 2)
       for (; p + 2 <= full; p += 2) micro<MR, 2, false>(x, corr, panels + p, g0, groups, tot + p * kPanel);
     if constexpr (kWide > 1)

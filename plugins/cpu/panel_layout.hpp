@@ -39,14 +39,6 @@ inline PanelRef panel_ref(const uint8_t* codes, const uint16_t* scales, uint32_t
           min_u32(kPanel, n - row)};
 }
 
-// Code of (column c of the panel, k) — for scalar code and tests of the layout.
-inline uint32_t panel_code(const PanelRef& p, uint32_t c, uint32_t k) {
-  uint32_t lane;
-  __builtin_memcpy(&lane, p.codes + (static_cast<size_t>(k / 8) * p.width + c) * 4, sizeof lane);
-  const uint32_t r = (k % 8) / 2;
-  return (lane >> (16 * (k % 2) + 4 * r)) & 0xfu;
-}
-
 // Canonical word of codes k = 8kb .. 8kb + 7 -> panel lane: even codes in the low 16 bits, odd
 // codes in the high 16, each in k order.
 inline uint32_t split_even_odd(uint32_t word) {

@@ -11,6 +11,7 @@
 #include "model/ffn.hpp"
 #include "model/reference.hpp"
 #include "selectors.hpp"
+#include "test_support.hpp"
 
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
@@ -552,29 +553,6 @@ std::vector<TargetRow> targets_of(const ThreadRun& run) {
   return out;
 }
 
-// Sets METRALE_CPU_THREADS for one discovery and puts the user's value back when destroyed.
-// Levers are read once per process and cached, so each change also forgets the cached values.
-class CpuThreadsLever {
- public:
-  CpuThreadsLever() {
-    if (const char* value = std::getenv(kName)) user_ = value;
-  }
-  ~CpuThreadsLever() {
-    if (user_) ::setenv(kName, user_->c_str(), 1);
-    else ::unsetenv(kName);
-    reset_lever_cache_for_tests();
-  }
-  CpuThreadsLever(const CpuThreadsLever&) = delete;
-  CpuThreadsLever& operator=(const CpuThreadsLever&) = delete;
-  void set(unsigned threads) {
-    ::setenv(kName, std::to_string(threads).c_str(), 1);
-    reset_lever_cache_for_tests();  // the registry reads the lever through the cache
-  }
-
- private:
-  static constexpr const char* kName = "METRALE_CPU_THREADS";
-  std::optional<std::string> user_;
-};
 
 }  // namespace
 
@@ -632,9 +610,10 @@ int main(int argc, char** argv) {
     std::string name, target, device;
     CacheEvictor evictor(evict_mb << 20);
     {
-      CpuThreadsLever lever;
       for (unsigned requested : thread_list) {
-        lever.set(requested);
+        // Levers are read at discovery and cached: the guard resets the cache both ways and puts
+        // the user's value back.
+        const testing::EnvGuard lever{{"METRALE_CPU_THREADS", std::to_string(requested)}};
         Registry registry = Registry::discover();
         auto backend = registry.select(backend_name.empty() ? std::nullopt : std::optional(backend_name));
         Backend& b = *backend;
@@ -659,7 +638,7 @@ int main(int argc, char** argv) {
         runs.push_back(std::move(run));
         if (!cpu) break;
       }
-    }  // the user's METRALE_CPU_THREADS is back
+    }
     // The bandwidth a shared machine gives swings from minute to minute: measure it again at the
     // end and hold every row to the better of the two, so no ratio flatters a quiet spell.
     std::fprintf(stderr, "measuring read bandwidth again...\n");

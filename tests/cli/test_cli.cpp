@@ -79,7 +79,7 @@ TEST_CASE("metrale audit: a row per lookup with its site, and the visible p3 fal
   auto r = run("audit");
   CHECK(r.code == 0);
   CHECK(has(r.out, "layers/selectors.cpp") == false);  // the site is the caller, not the selector
-  CHECK(has(r.out, "runtime/cli/cmd_audit.cpp:"));
+  CHECK(has(r.out, "cli/cmd_audit.cpp:"));
   auto j = run("audit --json");
   REQUIRE(j.code == 0);
   auto json = nlohmann::json::parse(j.out);
@@ -205,7 +205,7 @@ TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and a
   auto changed = run("audit", {{"METRALE_LOCK", lock}, {"METRALE_NO_K64_N64", "1"}});
   CHECK(changed.code == 3);
   CHECK(has(changed.err, "w4a16/w4a16_gemm_t_k64_n64_p3: in the lock only"));
-  CHECK(has(changed.err, "runtime/cli/cmd_audit.cpp:"));
+  CHECK(has(changed.err, "cli/cmd_audit.cpp:"));
 
   auto a = run("audit --json");
   auto b = run("audit --json", {{"METRALE_NO_TGEMM_PIPELINE3", "1"}});

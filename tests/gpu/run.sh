@@ -33,14 +33,14 @@ if command -v nvidia-smi >/dev/null; then nvidia-smi -L | tee "$out/nvidia-smi.t
 if [ ! -f "$build/build.ninja" ]; then
   step "configure" setup.log meson setup "$build" "$root" -Dbuildtype=release -Dtests=true || { tail -30 "$out/setup.log"; exit 1; }
 fi
-targets=(plugins/cuda/libmetrale_cuda.so plugins/cuda/cuda.json runtime/cli/metrale tests/gpu/gpu_kernel_tests tests/gpu/gpu_bench)
+targets=(plugins/cuda/libmetrale_cuda.so plugins/cuda/cuda.json cli/metrale tests/gpu/gpu_kernel_tests tests/gpu/gpu_bench)
 ninja -C "$build" -t targets all 2>/dev/null | grep -q '^tests/conformance/conformance_tests:' && targets+=(tests/conformance/conformance_tests)
 step "build" build.log ninja -C "$build" -j"$(nproc)" "${targets[@]}" || { tail -40 "$out/build.log"; exit 1; }
 
 # Compiled modules stay in the build tree; nothing from the caller's environment steers the run.
 export METRALE_CACHE_DIR=$build/metrale-cache
 unset METRALE_BACKEND METRALE_MANIFESTS METRALE_ADD_MANIFESTS METRALE_PLUGIN_PATH METRALE_KERNEL_SRC METRALE_CUDA_DRIVER
-metrale=$build/runtime/cli/metrale
+metrale=$build/cli/metrale
 "$metrale" list | tee "$out/list.txt"
 target=$("$metrale" --json list 2>/dev/null | python3 -c '
 import json, sys

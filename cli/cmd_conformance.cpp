@@ -5,6 +5,8 @@
 // certified nothing.
 #include "commands.hpp"
 
+#include <metrale/names.hpp>
+
 #include <layers/conformance/conformance.hpp>
 #include <layers/model/progress.hpp>
 

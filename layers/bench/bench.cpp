@@ -7,6 +7,7 @@
 #include "model/w4a16.hpp"
 #include "selectors.hpp"
 
+#include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
 

@@ -8,6 +8,7 @@
 #include "model/weights.hpp"
 #include "selectors.hpp"
 
+#include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include <metrale/levers.hpp>
+#include <metrale/names.hpp>
 #include <metrale/status.hpp>
 
 #include <sys/auxv.h>
@@ -158,20 +159,6 @@ void check_value(const LeverSpec& spec, const std::string& value) {
   }
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> previous(b.size() + 1), current(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
-    }
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
 }  // namespace
 
 const std::vector<LeverSpec>& lever_specs() {
@@ -238,13 +225,9 @@ std::vector<UnknownLever> unknown_levers() {
     if (!text.starts_with("METRALE_")) continue;
     std::string_view name = text.substr(0, text.find('='));
     if (find_lever(name)) continue;
-    std::string_view nearest;
-    size_t best = SIZE_MAX;
-    for (const auto& spec : lever_specs()) {
-      size_t d = edit_distance(name, spec.name);
-      if (d < best) best = d, nearest = spec.name;
-    }
-    unknown.push_back({std::string(name), std::string(nearest)});
+    std::vector<std::string_view> names;
+    for (const auto& spec : lever_specs()) names.push_back(spec.name);
+    unknown.push_back({std::string(name), nearest_name(name, names).value_or("")});
   }
   return unknown;
 }

@@ -3,6 +3,7 @@
 #include <metrale/log.hpp>
 #include <metrale/paths.hpp>
 #include <metrale/registry.hpp>
+#include <metrale/names.hpp>
 
 #include "plugin_library.hpp"
 
@@ -160,24 +161,6 @@ const char* entry_state_name(EntryState state) noexcept {
     case EntryState::failed: return "failed";
   }
   return "?";
-}
-
-bool glob_match(std::string_view pattern, std::string_view text) {
-  // Iterative matcher with single-star backtracking: linear in practice, no recursion.
-  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p, ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, mark = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1, t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
 }
 
 std::vector<std::pair<fs::path, ManifestOrigin>> discover_manifest_files(const DiscoveryOptions& options) {

@@ -8,6 +8,7 @@
 
 #include "conformance/conformance.hpp"
 
+#include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 
 #include <cstdio>

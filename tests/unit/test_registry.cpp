@@ -3,6 +3,7 @@
 // the test plugins of tests/abi and manifests the tests write into temp dirs.
 #include <doctest/doctest.h>
 
+#include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/target.hpp>
 

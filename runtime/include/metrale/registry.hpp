@@ -74,7 +74,4 @@ class Registry {
 std::vector<std::pair<std::filesystem::path, ManifestOrigin>> discover_manifest_files(
     const DiscoveryOptions& options);
 
-// Simple shell glob: '*' any run, '?' one char. Used for METRALE_BACKENDS_DISABLE.
-bool glob_match(std::string_view pattern, std::string_view text);
-
 }  // namespace metrale

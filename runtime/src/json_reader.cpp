@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "json_reader.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace metrale::json_text {
+
+namespace {
+
+struct ParseError {
+  std::size_t byte = 0;  // nlohmann's 1-based position of the offending character
+  std::string message;
+};
+
+class DomBuilder {
+ public:
+  explicit DomBuilder(std::vector<std::pair<std::string, std::string>>& duplicates)
+      : duplicates_(duplicates) {}
+
+  bool null() { return place(Json(nullptr)) != nullptr; }
+  bool boolean(bool v) { return place(Json(v)) != nullptr; }
+  bool number_integer(Json::number_integer_t v) { return place(Json(v)) != nullptr; }
+  bool number_unsigned(Json::number_unsigned_t v) { return place(Json(v)) != nullptr; }
+  bool number_float(Json::number_float_t v, const Json::string_t& /*text*/) {
+    return place(Json(v)) != nullptr;
+  }
+  bool string(Json::string_t& v) { return place(Json(std::move(v))) != nullptr; }
+  bool binary(Json::binary_t& v) { return place(Json::binary(std::move(v))) != nullptr; }
+
+  bool start_object(std::size_t /*elements*/) {
+    frames_.push_back(Frame{place(Json::object()), {}, {}});
+    return true;
+  }
+  bool key(Json::string_t& k) {
+    Frame& top = frames_.back();
+    if (!top.keys.insert(k).second) {
+      duplicates_.emplace_back(child(container_pointer(), k), k);
+    }
+    top.key = k;
+    return true;
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) {
+    frames_.push_back(Frame{place(Json::array()), {}, {}});
+    return true;
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const Json::exception& ex) {
+    error_ = ParseError{position, ex.what()};
+    return false;
+  }
+
+  Json& root() { return root_; }
+  const std::optional<ParseError>& error() const { return error_; }
+
+ private:
+  struct Frame {
+    Json* container;
+    std::string key;                      // member being filled (objects)
+    std::unordered_set<std::string> keys; // members seen so far (objects)
+  };
+
+  // Puts a finished or newly opened value where it belongs. Pointers to open containers stay
+  // valid: only the innermost open container ever grows.
+  Json* place(Json&& v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Frame& top = frames_.back();
+    if (top.container->is_object()) {
+      Json& slot = (*top.container)[top.key];
+      slot = std::move(v);
+      return &slot;
+    }
+    top.container->push_back(std::move(v));
+    return &top.container->back();
+  }
+
+  // JSON pointer of the innermost open container.
+  std::string container_pointer() const {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      out = f.container->is_object() ? child(out, f.key) : child(out, f.container->size() - 1);
+    }
+    return out;
+  }
+
+  Json root_;
+  std::vector<Frame> frames_;
+  std::optional<ParseError> error_;
+  std::vector<std::pair<std::string, std::string>>& duplicates_;
+};
+
+// "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." ->
+// "syntax error ...": the position is computed by us, from the text itself.
+std::string parser_reason(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    const std::size_t close = what.find("] ");
+    if (close != std::string_view::npos) what.remove_prefix(close + 2);
+  }
+  if (what.starts_with("parse error")) {
+    const std::size_t colon = what.find(": ");
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  }
+  return sanitize_utf8(what);
+}
+
+// Line and column (both 1-based; the column counts UTF-8 characters) of a byte offset.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t offset) {
+  offset = std::min(offset, text.size());
+  std::size_t line = 1;
+  std::size_t column = 1;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+JsonReadResult read_json(std::string_view text) {
+  JsonReadResult result;
+  DomBuilder builder(result.duplicates);
+  if (!Json::sax_parse(text, &builder) || builder.error()) {
+    const ParseError err = builder.error().value_or(ParseError{0, "unknown parser failure"});
+    const auto [line, column] = line_column(text, err.byte == 0 ? 0 : err.byte - 1);
+    result.error = JsonSyntaxError{err.byte, line, column, parser_reason(err.message)};
+    return result;
+  }
+  result.root = std::move(builder.root());
+  return result;
+}
+
+}  // namespace metrale::json_text

@@ -3,6 +3,7 @@
 // 3 refusal (an explicit request that cannot be honoured). Command output goes to stdout (JSON
 // alone with --json); logs, warnings and errors go to stderr.
 #include "commands.hpp"
+#include "metrale_config.h"
 
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>

@@ -26,11 +26,10 @@ const char* lookup_outcome_name(LookupOutcome outcome) noexcept {
 }
 
 Site Site::from(const std::source_location& location) {
-  // Paths relative to the source root read better and do not leak the build machine's layout;
-  // Meson compiles with paths relative to the build dir ("../layers/x.cpp").
+  // Paths relative to the source root read better and do not leak the build machine's layout:
+  // Meson compiles with paths relative to the build dir ("../layers/x.cpp"), and the build maps
+  // the source root away (-fmacro-prefix-map) where a path is absolute.
   std::string_view file = location.file_name();
-  static constexpr std::string_view kRoot = METRALE_SOURCE_ROOT "/";
-  if (file.starts_with(kRoot)) file.remove_prefix(kRoot.size());
   while (file.starts_with("../") || file.starts_with("./")) file.remove_prefix(file.find('/') + 1);
   // "metrale::KernelHandle metrale::layers::tgemm_kernel(Backend&, ...)" -> "layers::tgemm_kernel".
   std::string_view function = location.function_name();

@@ -2,9 +2,14 @@
 #include <metrale/levers.hpp>
 #include <metrale/paths.hpp>
 
+#include "json_reader.hpp"
+#include "metrale_config.h"
+
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -25,23 +30,58 @@ std::optional<fs::path> xdg_dir(const char* variable, const char* fallback_under
   return std::nullopt;
 }
 
+// The build-tree marker Meson writes at the root of a build (metrale-build-tree.json): found in
+// the running program's directory or one of its parents, read once per process.
+struct BuildTree {
+  std::vector<fs::path> plugin_dirs;
+  std::vector<fs::path> kernel_source_dirs;
+};
+
+std::optional<BuildTree> read_build_tree(const fs::path& marker) {
+  std::ifstream in(marker);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json_text::JsonReadResult doc = json_text::read_json(text.str());
+  if (doc.error || !doc.root.is_object()) return std::nullopt;
+  BuildTree tree;
+  for (const auto& [key, list] : {std::pair{"plugin_dirs", &tree.plugin_dirs},
+                                  std::pair{"kernel_source_dirs", &tree.kernel_source_dirs}}) {
+    const auto it = doc.root.find(key);
+    if (it == doc.root.end() || !it->is_array()) return std::nullopt;
+    for (const auto& dir : *it) {
+      if (!dir.is_string()) return std::nullopt;
+      list->emplace_back(dir.get<std::string>());
+    }
+  }
+  return tree;
+}
+
+const std::optional<BuildTree>& build_tree() {
+  static const std::optional<BuildTree> tree = []() -> std::optional<BuildTree> {
+    std::error_code error;
+    const fs::path program = fs::weakly_canonical(boost::dll::program_location(error), error);
+    if (error) return std::nullopt;
+    // Build-tree programs sit at most a few levels below the build root (build/cli/metrale,
+    // build/tests/<suite>/<program>).
+    fs::path dir = program.parent_path();
+    for (int level = 0; level < 4 && !dir.empty(); ++level, dir = dir.parent_path()) {
+      const fs::path marker = dir / "metrale-build-tree.json";
+      if (fs::is_regular_file(marker, error)) return read_build_tree(marker);
+      if (dir == dir.root_path()) break;
+    }
+    return std::nullopt;
+  }();
+  return tree;
+}
+
 }  // namespace
 
-bool running_from_build_tree() {
-  std::error_code error;
-  fs::path program = fs::weakly_canonical(boost::dll::program_location(error), error);
-  if (error) return false;
-  fs::path build_root = fs::weakly_canonical(METRALE_BUILD_ROOT, error);
-  if (error) return false;
-  auto [root_end, ignored] = std::mismatch(build_root.begin(), build_root.end(), program.begin(), program.end());
-  return root_end == build_root.end();
-}
+bool running_from_build_tree() { return build_tree().has_value(); }
 
 fs::path installed_plugin_dir() { return METRALE_INSTALL_PLUGIN_DIR; }
 
 std::vector<fs::path> build_tree_plugin_dirs() {
-  fs::path root = METRALE_BUILD_ROOT;
-  return {root / "plugins" / "cpu", root / "plugins" / "cuda"};
+  return build_tree() ? build_tree()->plugin_dirs : std::vector<fs::path>{};
 }
 
 std::optional<fs::path> user_plugin_dir() {
@@ -60,7 +100,7 @@ std::optional<fs::path> cache_dir() {
 std::vector<fs::path> kernel_source_dirs() {
   std::vector<fs::path> dirs;
   if (auto lever = lever_raw("METRALE_KERNEL_SRC")) dirs.emplace_back(*lever);
-  if (running_from_build_tree()) dirs.emplace_back(fs::path(METRALE_SOURCE_ROOT) / "kernel_src");
+  if (const auto& tree = build_tree()) dirs.insert(dirs.end(), tree->kernel_source_dirs.begin(), tree->kernel_source_dirs.end());
   dirs.emplace_back(METRALE_INSTALL_KERNEL_SRC_DIR);
   return dirs;
 }

@@ -47,8 +47,8 @@ std::vector<uint32_t> verify_columns(uint32_t n, uint32_t count) {
 
 // The rows `cols` of W (an output column of y is a row of W), as their own matrix, so the layers'
 // reference runs on exactly the columns we check.
-W4a16Matrix select_rows(const W4a16Matrix& w, const std::vector<uint32_t>& cols) {
-  W4a16Matrix out = w4a16_zeros(w.name + "[verified columns]", static_cast<uint32_t>(cols.size()), w.k);
+QuantMatrix select_rows(const QuantMatrix& w, const std::vector<uint32_t>& cols) {
+  QuantMatrix out = w4a16_zeros(w.name + "[verified columns]", static_cast<uint32_t>(cols.size()), w.k);
   const size_t words = w.k / 8, groups = w.k / kW4a16GroupSize;
   for (size_t i = 0; i < cols.size(); ++i) {
     std::copy_n(w.qweight.begin() + static_cast<std::ptrdiff_t>(cols[i] * words), words,
@@ -74,7 +74,7 @@ double median_of(std::vector<double> v) {
 
 // Everything one shape needs, shared by the variants: weights on the device, input, reference.
 struct Fixture {
-  W4a16Matrix w;
+  QuantMatrix w;
   std::vector<uint16_t> x;
   std::vector<uint32_t> cols;
   ReferenceOutput reference;
@@ -173,7 +173,7 @@ std::vector<Row> run(Backend& b, const std::vector<Variant>& variants, const std
       r.layout_problem = e.what();
     }
   }
-  std::map<std::pair<uint32_t, uint32_t>, W4a16Matrix> weights;  // by (n, k): one matrix per projection
+  std::map<std::pair<uint32_t, uint32_t>, QuantMatrix> weights;  // by (n, k): one matrix per projection
   for (const auto& shape : shapes) {
     if (shape.m == 0 || shape.n == 0) throw Error(Status::invalid_argument, "bench: shape " + shape.label + " has m or n = 0");
     check_w4a16_shape("bench " + shape.label, shape.n, shape.k);
@@ -185,7 +185,7 @@ std::vector<Row> run(Backend& b, const std::vector<Variant>& variants, const std
     f.cols = verify_columns(shape.n, options.verify_columns);
     f.reference = reference_projection(select_rows(f.w, f.cols).view(), f.x, shape.m);
 
-    DeviceW4a16 dw = DeviceW4a16::upload(b, f.w, repack);
+    DeviceQuantMatrix dw = DeviceQuantMatrix::upload(b, f.w, repack);
     DeviceBuffer dx(b, f.x.size() * 2);
     dx.upload(std::span<const uint16_t>(f.x));
     const size_t count = size_t{shape.m} * shape.n;

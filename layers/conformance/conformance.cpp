@@ -77,7 +77,7 @@ uint64_t shape_seed(uint32_t n, uint32_t k) { return (uint64_t{n} << 32) ^ k ^ 0
 
 // Weights, inputs and references are shared by every kernel run on the same shape.
 struct ProjectionFixture {
-  W4a16Matrix w;
+  QuantMatrix w;
   std::map<uint32_t, std::vector<uint16_t>> x;       // by m
   std::map<uint32_t, ReferenceOutput> reference;     // by m
 };
@@ -86,7 +86,7 @@ std::mutex fixtures_mutex;
 std::map<std::pair<uint32_t, uint32_t>, ProjectionFixture> fixtures;
 
 // Returns copies so the lock is not held while a kernel runs.
-std::tuple<W4a16Matrix, std::vector<uint16_t>, ReferenceOutput> fixture(uint32_t m, uint32_t n, uint32_t k) {
+std::tuple<QuantMatrix, std::vector<uint16_t>, ReferenceOutput> fixture(uint32_t m, uint32_t n, uint32_t k) {
   std::lock_guard lock(fixtures_mutex);
   auto [it, fresh] = fixtures.try_emplace({n, k});
   ProjectionFixture& f = it->second;
@@ -196,7 +196,7 @@ CaseResult run_kernel(Backend& b, const Case& c, CaseResult r) {
     return r;
   }
   auto [w, x, ref] = fixture(c.m, c.n, c.k);
-  DeviceW4a16 dw = DeviceW4a16::upload(b, w);  // through the backend's repack, as the layers load weights
+  DeviceQuantMatrix dw = DeviceQuantMatrix::upload(b, w);  // through the backend's repack, as the layers load weights
   require_weight_layout(b, h, dw.layout);
   DeviceBuffer dx(b, x.size() * 2);
   dx.upload(std::span<const uint16_t>(x));
@@ -226,7 +226,7 @@ CaseResult run_dispatch(Backend& b, const Case& c, CaseResult r) {
   ProjectionKernels kernels = resolve_projection_kernels(b, shapes, "conformance");
   r.kernels.push_back(b.kernel_name(plan_projection(kernels, c.m, c.n, c.k).kernel));
   auto [w, x, ref] = fixture(c.m, c.n, c.k);
-  DeviceW4a16 dw = DeviceW4a16::upload(b, w);
+  DeviceQuantMatrix dw = DeviceQuantMatrix::upload(b, w);
   require_weight_layout(b, kernels, dw.layout);
   DeviceBuffer dx(b, x.size() * 2);
   dx.upload(std::span<const uint16_t>(x));

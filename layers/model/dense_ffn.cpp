@@ -51,8 +51,8 @@ DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, co
   layer.intermediate_ = weights.intermediate();
   layer.activation_ = activation;
   layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type);
-  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up, layer.kernels_.repack);
-  layer.down_ = DeviceW4a16::upload(backend, weights.down, layer.kernels_.repack);
+  layer.gate_up_ = DeviceQuantMatrix::upload(backend, weights.gate_up, layer.kernels_.repack);
+  layer.down_ = DeviceQuantMatrix::upload(backend, weights.down, layer.kernels_.repack);
   // Uploads may be asynchronous; the caller may free the host weights once build returns.
   backend.synchronize();
   return layer;

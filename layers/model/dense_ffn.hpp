@@ -64,8 +64,8 @@ class DenseFfnLayer {
   uint32_t intermediate_ = 0;
   Activation activation_ = Activation::silu;
   DenseFfnKernels kernels_;
-  DeviceW4a16 gate_up_;
-  DeviceW4a16 down_;
+  DeviceQuantMatrix gate_up_;
+  DeviceQuantMatrix down_;
   DeviceBuffer gate_up_out_;  // bf16 [m, 2I]
   DeviceBuffer act_out_;      // bf16 [m, I]
   DeviceBuffer out_;          // bf16 [m, H]

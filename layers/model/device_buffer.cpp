@@ -99,9 +99,9 @@ void require_weight_layout(const Backend& backend, KernelHandle kernel, std::str
                   "\" in its manifest, so the weights are repacked into that layout at load (docs/manifest.md)");
 }
 
-DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix, KernelHandle repack) {
+DeviceQuantMatrix DeviceQuantMatrix::upload(Backend& backend, const QuantMatrix& matrix, KernelHandle repack) {
   matrix.validate();
-  DeviceW4a16 d;
+  DeviceQuantMatrix d;
   d.name = matrix.name;
   d.batch = matrix.batch;
   d.n = matrix.n;
@@ -125,7 +125,7 @@ DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix, Ker
   return d;
 }
 
-DeviceW4a16 DeviceW4a16::upload(Backend& backend, const W4a16Matrix& matrix, std::source_location site) {
+DeviceQuantMatrix DeviceQuantMatrix::upload(Backend& backend, const QuantMatrix& matrix, std::source_location site) {
   return upload(backend, matrix, resolve_w4a16_repack(backend, site));
 }
 

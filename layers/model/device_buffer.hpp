@@ -72,7 +72,7 @@ void require_weight_layout(const Backend& backend, KernelHandle kernel, std::str
 // A W4A16 matrix (or stack) on the device, in the layout `layout` names: the byte sizes and the
 // per-matrix offsets of docs/kernels.md whatever the layout, the contents readable only by
 // kernels that declare that layout.
-struct DeviceW4a16 {
+struct DeviceQuantMatrix {
   std::string name;
   uint32_t batch = 1;
   uint32_t n = 0;
@@ -84,9 +84,9 @@ struct DeviceW4a16 {
   // Uploads the canonical bytes; with a non-null `repack` (resolve_w4a16_repack) runs it once over
   // the whole stack into fresh buffers, waits, frees the canonical ones and takes the repack
   // kernel's layout.
-  static DeviceW4a16 upload(Backend& backend, const W4a16Matrix& matrix, KernelHandle repack);
+  static DeviceQuantMatrix upload(Backend& backend, const QuantMatrix& matrix, KernelHandle repack);
   // The same with the backend's own repack kernel, looked up at `site`.
-  static DeviceW4a16 upload(Backend& backend, const W4a16Matrix& matrix,
+  static DeviceQuantMatrix upload(Backend& backend, const QuantMatrix& matrix,
                             std::source_location site = std::source_location::current());
   DevicePtr qweight_of(uint32_t index) const noexcept { return qweight.at(size_t{index} * n * (k / 8) * 4); }
   DevicePtr scales_of(uint32_t index) const noexcept { return scales.at(size_t{index} * n * (k / kW4a16GroupSize) * 2); }

@@ -79,8 +79,8 @@ MoeLayer MoeLayer::build(Backend& backend, const ModelConfig& c, const MoeWeight
   }
   layer.router_ = DeviceBuffer(backend, weights.router.size() * sizeof(float));
   layer.router_.upload(std::span<const float>(weights.router));
-  layer.gate_up_ = DeviceW4a16::upload(backend, weights.gate_up, layer.kernels_.repack);
-  layer.down_ = DeviceW4a16::upload(backend, weights.down, layer.kernels_.repack);
+  layer.gate_up_ = DeviceQuantMatrix::upload(backend, weights.gate_up, layer.kernels_.repack);
+  layer.down_ = DeviceQuantMatrix::upload(backend, weights.down, layer.kernels_.repack);
   if (!weights.shared_expert_gate.empty()) {
     layer.shared_gated_ = true;
     layer.shared_gate_ = DeviceBuffer(backend, weights.shared_expert_gate.size() * sizeof(float));

@@ -80,8 +80,8 @@ class MoeLayer {
   Activation activation_ = Activation::silu;
   MoeKernels kernels_;
   DeviceBuffer router_;       // f32 [E, H]
-  DeviceW4a16 gate_up_;       // E x [2I, H]
-  DeviceW4a16 down_;          // E x [H, I]
+  DeviceQuantMatrix gate_up_;       // E x [2I, H]
+  DeviceQuantMatrix down_;          // E x [H, I]
   std::optional<DenseFfnLayer> shared_;
   DeviceBuffer shared_gate_;  // f32 [1, H], empty when ungated
   bool shared_gated_ = false;

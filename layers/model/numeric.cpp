@@ -71,6 +71,32 @@ uint16_t f32_to_f16(float value) noexcept {
   return static_cast<uint16_t>(sign | (exponent << 10) | mantissa);
 }
 
+float e4m3_to_f32(uint8_t bits) noexcept {
+  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  if (exponent == 0xfu && mantissa == 0x7u) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m * 2^-9
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), static_cast<int>(exponent) - 10);
+}
+
+uint8_t f32_to_e4m3(float value) noexcept {
+  if (std::isnan(value)) return 0x7f;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const float magnitude = std::fabs(value);
+  if (magnitude >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);
+  // Every E4M3 magnitude is a multiple of its binade's step: 2^-9 below 2^-6, else 2^(e-3).
+  const int exponent = magnitude < 0x1.0p-6f ? -6 : std::ilogb(magnitude);
+  const float step = std::ldexp(1.0f, exponent - 3);
+  const float units = std::nearbyint(magnitude / step);  // exact division by a power of two; ties to even
+  const float rounded = units * step;
+  if (rounded >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);
+  if (rounded < 0x1.0p-6f) return static_cast<uint8_t>(sign | static_cast<uint8_t>(rounded * 512.0f));
+  const int e = std::ilogb(rounded);
+  const auto m = static_cast<uint32_t>(std::ldexp(rounded, 3 - e)) - 8;  // 0..7
+  return static_cast<uint8_t>(sign | ((e + 7) << 3) | m);
+}
+
 double bf16_ulp(double value) noexcept {
   double magnitude = std::fabs(value);
   if (magnitude < std::ldexp(1.0, -126)) return std::ldexp(1.0, -133);  // bf16 subnormal spacing

@@ -123,7 +123,7 @@ ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, u
   return launch;
 }
 
-void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceW4a16& weights, uint32_t index,
+void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceQuantMatrix& weights, uint32_t index,
                        DevicePtr x, DevicePtr y, uint32_t m, uint64_t stream) {
   ProjectionLaunch launch = plan_projection(kernels, m, weights.n, weights.k);
   launch.shape.stream = stream;

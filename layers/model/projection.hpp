@@ -62,7 +62,7 @@ ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, u
 
 // y[m, n] = x[m, k] * W^T for matrix `index` of `weights`, which must be in the layout the kernels
 // read (checked once, by require_weight_layout, when the layer resolves them).
-void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceW4a16& weights,
+void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceQuantMatrix& weights,
                        uint32_t index, DevicePtr x, DevicePtr y, uint32_t m, uint64_t stream);
 
 // One step of a layer's forward pass as it will run for a given m: for `metrale run` and tests.

@@ -60,7 +60,7 @@ struct Stage {
 
 // value[r][j] = sum_k x[r][k] * W[j][k]; slack = 2^-12 sum_k |x_k W_jk|, plus, when the inputs
 // are bf16 intermediates of an earlier stage, kRefFlipInputs * max_k |W_jk| ulp(x_k).
-Stage project(const W4a16View& w, const std::vector<double>& x, uint32_t m, const ReferenceOptions& o,
+Stage project(const QuantView& w, const std::vector<double>& x, uint32_t m, const ReferenceOptions& o,
               std::string_view stage_name, bool inputs_rounded) {
   if (x.size() != size_t{m} * w.k) {
     throw Error(Status::invalid_argument, std::string(w.name) + ": reference projection got " + std::to_string(x.size()) +
@@ -106,7 +106,7 @@ std::vector<double> to_double(std::span<const uint16_t> bf16) {
 }
 
 // gate_up -> act -> down, every intermediate rounded to bf16 as the kernels store it.
-Stage dense_pipeline(const W4a16View& gate_up, const W4a16View& down, Activation act, const std::vector<double>& x,
+Stage dense_pipeline(const QuantView& gate_up, const QuantView& down, Activation act, const std::vector<double>& x,
                      uint32_t m, const ReferenceOptions& o, const std::string& name) {
   const uint32_t inter = down.k;
   Stage gu = project(gate_up, x, m, o, name + ".gate_up", false);
@@ -153,7 +153,7 @@ double reference_activation(Activation act, double g) noexcept {
   return 0.5 * g * (1.0 + std::tanh(kSqrt2OverPi * (g + 0.044715 * g * g * g)));
 }
 
-ReferenceOutput reference_projection(const W4a16View& w, std::span<const uint16_t> x, uint32_t m,
+ReferenceOutput reference_projection(const QuantView& w, std::span<const uint16_t> x, uint32_t m,
                                      const ReferenceOptions& o) {
   check_input(x, m, w.k, w.name);
   return final_output(project(w, to_double(x), m, o, w.name, false));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The reference: a plain scalar implementation of every layer in double precision, written apart
-// from the kernels. It reads weights only through W4a16View::value/dequantize_row and follows the
+// from the kernels. It reads weights only through QuantView::value/dequantize_row and follows the
 // kernel contracts of docs/kernels.md: sums in double, intermediate results rounded to bf16 where
 // the contract stores bf16 (gate_up, act, expert outputs, the shared expert's output), the final
 // output left exact.
@@ -54,7 +54,7 @@ struct ReferenceOutput {
 };
 
 // y = x W^T for bf16 x [m, k].
-ReferenceOutput reference_projection(const W4a16View& w, std::span<const uint16_t> x, uint32_t m,
+ReferenceOutput reference_projection(const QuantView& w, std::span<const uint16_t> x, uint32_t m,
                                      const ReferenceOptions& options = {});
 // act(gate) * up for bf16 gate_up [m, 2I] (the act kernels' contract), as doubles.
 double reference_activation(Activation act, double gate) noexcept;

@@ -12,80 +12,21 @@
 
 namespace metrale::layers {
 
-float W4a16View::scale(uint32_t row, uint32_t group) const noexcept {
-  return f16_to_f32(scales[size_t{row} * (k / kW4a16GroupSize) + group]);
-}
-
-double W4a16View::value(uint32_t row, uint32_t col) const noexcept {
-  return (static_cast<double>(code(row, col)) - 8.0) * static_cast<double>(scale(row, col / kW4a16GroupSize));
-}
-
-void W4a16View::dequantize_row(uint32_t row, std::span<double> out) const {
-  if (out.size() != k) throw Error(Status::invalid_argument, std::string(name) + ": dequantize_row needs K outputs");
-  for (uint32_t col = 0; col < k; ++col) out[col] = value(row, col);
-}
-
-W4a16View W4a16Matrix::view(uint32_t index) const {
-  if (index >= batch) {
-    throw Error(Status::invalid_argument,
-                name + ": matrix " + std::to_string(index) + " requested of a stack of " + std::to_string(batch));
-  }
-  return W4a16View{name, n, k,
-                   std::span<const uint32_t>(qweight).subspan(index * words_per_matrix(), words_per_matrix()),
-                   std::span<const uint16_t>(scales).subspan(index * scales_per_matrix(), scales_per_matrix())};
-}
-
-void W4a16Matrix::validate() const {
-  check_w4a16_shape(name, n, k, batch);
-  if (qweight.size() != size_t{batch} * words_per_matrix() || scales.size() != size_t{batch} * scales_per_matrix()) {
-    throw Error(Status::invalid_argument,
-                name + ": W4A16 storage does not match its shape [" + std::to_string(batch) + ", " +
-                    std::to_string(n) + ", " + std::to_string(k) + "]: " + std::to_string(qweight.size()) +
-                    " qweight words (expected " + std::to_string(size_t{batch} * words_per_matrix()) + "), " +
-                    std::to_string(scales.size()) + " scales (expected " +
-                    std::to_string(size_t{batch} * scales_per_matrix()) + ")");
-  }
-}
-
-void check_w4a16_shape(std::string_view name, uint64_t n, uint64_t k, uint64_t batch) {
-  std::string who(name);
-  if (k == 0 || k % kW4a16GroupSize != 0) {
-    throw Error(Status::invalid_argument, who + ": W4A16 needs K to be a positive multiple of " +
-                                              std::to_string(kW4a16GroupSize) + " (one fp16 scale per group of 128), got K = " +
-                                              std::to_string(k));
-  }
-  if (n == 0) throw Error(Status::invalid_argument, who + ": W4A16 matrix needs N >= 1, got N = 0 (K = " + std::to_string(k) + ")");
-  if (batch == 0) throw Error(Status::invalid_argument, who + ": a W4A16 stack needs at least one matrix");
-  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
-  if (n > kMax || k > kMax || batch > kMax || batch * n * (k / 8) > (uint64_t{1} << 40)) {
-    throw Error(Status::invalid_argument, who + ": W4A16 shape [" + std::to_string(batch) + ", " + std::to_string(n) +
-                                              ", " + std::to_string(k) + "] is too large");
-  }
-}
-
-W4a16Matrix w4a16_zeros(std::string name, uint32_t n, uint32_t k, uint32_t batch) {
-  check_w4a16_shape(name, n, k, batch);
-  W4a16Matrix m;
-  m.name = std::move(name);
-  m.batch = batch;
-  m.n = n;
-  m.k = k;
-  m.qweight.assign(size_t{batch} * m.words_per_matrix(), 0x88888888u);
-  m.scales.assign(size_t{batch} * m.scales_per_matrix(), 0);
-  return m;
+QuantMatrix w4a16_zeros(std::string name, uint32_t n, uint32_t k, uint32_t batch) {
+  return quant_zeros(std::move(name), WeightFormat::w4a16, n, k, batch);
 }
 
 namespace {
 
 template <class Load>
-W4a16Matrix quantize_impl(std::string name, uint32_t n, uint32_t k, size_t given, uint32_t batch, Load load) {
+QuantMatrix quantize_impl(std::string name, uint32_t n, uint32_t k, size_t given, uint32_t batch, Load load) {
   check_w4a16_shape(name, n, k, batch);
   if (given != size_t{batch} * n * k) {
     throw Error(Status::invalid_argument, name + ": quantize_w4a16 got " + std::to_string(given) + " values for shape [" +
                                               std::to_string(batch) + ", " + std::to_string(n) + ", " +
                                               std::to_string(k) + "]");
   }
-  W4a16Matrix m = w4a16_zeros(std::move(name), n, k, batch);
+  QuantMatrix m = w4a16_zeros(std::move(name), n, k, batch);
   const uint32_t groups = k / kW4a16GroupSize;
   for (size_t row = 0; row < size_t{batch} * n; ++row) {
     for (uint32_t g = 0; g < groups; ++g) {
@@ -124,22 +65,22 @@ W4a16Matrix quantize_impl(std::string name, uint32_t n, uint32_t k, size_t given
 
 }  // namespace
 
-W4a16Matrix quantize_w4a16(std::string name, uint32_t n, uint32_t k, std::span<const float> w, uint32_t batch) {
+QuantMatrix quantize_w4a16(std::string name, uint32_t n, uint32_t k, std::span<const float> w, uint32_t batch) {
   return quantize_impl(std::move(name), n, k, w.size(), batch, [&](size_t i) { return w[i]; });
 }
 
-W4a16Matrix quantize_w4a16_bf16(std::string name, uint32_t n, uint32_t k, std::span<const uint16_t> w,
+QuantMatrix quantize_w4a16_bf16(std::string name, uint32_t n, uint32_t k, std::span<const uint16_t> w,
                                 uint32_t batch) {
   return quantize_impl(std::move(name), n, k, w.size(), batch, [&](size_t i) { return bf16_to_f32(w[i]); });
 }
 
-std::vector<float> dequantize_w4a16(const W4a16Matrix& matrix) {
+std::vector<float> dequantize(const QuantMatrix& matrix) {
   matrix.validate();
   std::vector<float> out(size_t{matrix.batch} * matrix.n * matrix.k);
   std::vector<double> row(matrix.k);
   size_t at = 0;
   for (uint32_t e = 0; e < matrix.batch; ++e) {
-    W4a16View v = matrix.view(e);
+    QuantView v = matrix.view(e);
     for (uint32_t r = 0; r < matrix.n; ++r) {
       v.dequantize_row(r, row);
       for (double x : row) out[at++] = static_cast<float>(x);
@@ -148,9 +89,9 @@ std::vector<float> dequantize_w4a16(const W4a16Matrix& matrix) {
   return out;
 }
 
-W4a16Matrix synthetic_w4a16(std::string name, uint32_t n, uint32_t k, uint64_t seed, uint32_t batch) {
+QuantMatrix synthetic_w4a16(std::string name, uint32_t n, uint32_t k, uint64_t seed, uint32_t batch) {
   check_w4a16_shape(name, n, k, batch);
-  W4a16Matrix m;
+  QuantMatrix m;
   m.batch = batch;
   m.n = n;
   m.k = k;

@@ -22,7 +22,7 @@ namespace {
 
 [[noreturn]] void shape_error(const std::string& what) { throw Error(Status::invalid_argument, what); }
 
-void expect_shape(const W4a16Matrix& m, uint32_t batch, uint32_t n, uint32_t k) {
+void expect_shape(const QuantMatrix& m, uint32_t batch, uint32_t n, uint32_t k) {
   m.validate();
   if (m.batch != batch || m.n != n || m.k != k) {
     shape_error(m.name + ": shape [" + std::to_string(m.batch) + ", " + std::to_string(m.n) + ", " + std::to_string(m.k) +
@@ -125,7 +125,7 @@ class TensorSource {
 
 // ---- The project's names -------------------------------------------------------------------
 
-W4a16Matrix read_project_matrix(const TensorSource& src, const std::string& name, uint32_t batch, uint32_t n,
+QuantMatrix read_project_matrix(const TensorSource& src, const std::string& name, uint32_t batch, uint32_t n,
                                 uint32_t k) {
   check_w4a16_shape(name, n, k, batch);
   std::vector<uint64_t> qshape{n, k / 8};
@@ -134,7 +134,7 @@ W4a16Matrix read_project_matrix(const TensorSource& src, const std::string& name
     qshape.insert(qshape.begin(), batch);
     sshape.insert(sshape.begin(), batch);
   }
-  W4a16Matrix m;
+  QuantMatrix m;
   m.name = name;
   m.batch = batch;
   m.n = n;
@@ -230,7 +230,7 @@ void read_gptq_projection(const TensorSource& src, const std::string& base, uint
 
 // gate_proj and up_proj into one [2I, H] matrix (gate rows first), down_proj into [H, I].
 void read_gptq_ffn(const TensorSource& src, const std::string& prefix, uint32_t hidden, uint32_t inter,
-                   W4a16Matrix& gate_up, W4a16Matrix& down, uint32_t index) {
+                   QuantMatrix& gate_up, QuantMatrix& down, uint32_t index) {
   const size_t gu_words = gate_up.words_per_matrix() * index;
   const size_t gu_scales = gate_up.scales_per_matrix() * index;
   read_gptq_projection(src, prefix + "gate_proj", inter, hidden, gate_up.qweight.data() + gu_words,
@@ -395,7 +395,7 @@ void save_ffn_weights(const FfnWeights& w, const ModelConfig& config, const std:
   out.set_metadata("format_version", "1");
   out.set_metadata("group_size", "128");
   out.set_metadata("config", config.to_json().dump());
-  auto add_matrix = [&](const W4a16Matrix& m, const std::string& name, bool stacked) {
+  auto add_matrix = [&](const QuantMatrix& m, const std::string& name, bool stacked) {
     std::vector<uint64_t> q{m.n, m.k / 8};
     std::vector<uint64_t> s{m.n, m.k / kW4a16GroupSize};
     if (stacked) {

@@ -17,8 +17,8 @@ namespace metrale::layers {
 
 // One dense FFN: gate and up fused into one [2I, H] projection (gate rows first), down [H, I].
 struct DenseFfnWeights {
-  W4a16Matrix gate_up;
-  W4a16Matrix down;
+  QuantMatrix gate_up;
+  QuantMatrix down;
   uint32_t hidden() const noexcept { return down.n; }
   uint32_t intermediate() const noexcept { return down.k; }
   size_t bytes() const noexcept { return gate_up.bytes() + down.bytes(); }
@@ -30,8 +30,8 @@ struct MoeWeights {
   uint32_t experts = 0;
   uint32_t hidden = 0;
   std::vector<float> router;  // f32 [E, H]
-  W4a16Matrix gate_up;        // stack of E matrices [2I, H]
-  W4a16Matrix down;           // stack of E matrices [H, I]
+  QuantMatrix gate_up;        // stack of E matrices [2I, H]
+  QuantMatrix down;           // stack of E matrices [H, I]
   std::optional<DenseFfnWeights> shared_expert;
   std::vector<float> shared_expert_gate;  // f32 [1, H]; empty: the shared expert is added ungated
   uint32_t intermediate() const noexcept { return down.k; }

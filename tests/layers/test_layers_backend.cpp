@@ -265,8 +265,8 @@ TEST_CASE("forward entry points check their row ranges; build checks the weights
 
 TEST_CASE("the CPU backend loads W4A16 weights into its cpu-native layout, sizes kept") {
   auto b = cpu_backend();
-  const W4a16Matrix w = synthetic_w4a16("experts", 17, 384, 5, 3);  // a stack of 3, odd N
-  const DeviceW4a16 d = DeviceW4a16::upload(*b, w);
+  const QuantMatrix w = synthetic_w4a16("experts", 17, 384, 5, 3);  // a stack of 3, odd N
+  const DeviceQuantMatrix d = DeviceQuantMatrix::upload(*b, w);
   CHECK(d.layout == "cpu-native");
   CHECK(d.batch == 3);
   CHECK(d.qweight.bytes() == w.qweight_bytes());

@@ -20,7 +20,7 @@ uint16_t bf(float v) { return f32_to_bf16(v); }
 TEST_CASE("reference projection on a matrix worked out by hand") {
   // Row 0: codes 9 (value +1 step) everywhere, scale 0.5 -> every weight 0.5.
   // Row 1: first group codes 6 (-2 steps) with scale 0.25 -> -0.5; second group code 8 -> 0.
-  W4a16Matrix w = w4a16_zeros("hand", 2, 256);
+  QuantMatrix w = w4a16_zeros("hand", 2, 256);
   for (size_t i = 0; i < 32; ++i) w.qweight[i] = 0x99999999u;
   for (size_t i = 32; i < 48; ++i) w.qweight[i] = 0x66666666u;
   w.scales = {f32_to_f16(0.5f), f32_to_f16(0.5f), f32_to_f16(0.25f), f32_to_f16(3.0f)};
@@ -50,8 +50,8 @@ TEST_CASE("dense reference = dequantized matmuls with bf16 intermediates") {
   auto x = synthetic_activations(m, 256, 4);
   ReferenceOutput r = reference_dense_ffn(*w.dense, Activation::silu, x, m);
   // Recompute independently from the f32 dequantized matrices.
-  auto gu = dequantize_w4a16(w.dense->gate_up);
-  auto dn = dequantize_w4a16(w.dense->down);
+  auto gu = dequantize(w.dense->gate_up);
+  auto dn = dequantize(w.dense->down);
   for (uint32_t row = 0; row < m; ++row) {
     std::vector<double> a(512);
     for (uint32_t j = 0; j < 512; ++j) {

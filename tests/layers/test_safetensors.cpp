@@ -29,7 +29,7 @@ std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-bool same(const W4a16Matrix& a, const W4a16Matrix& b) {
+bool same(const QuantMatrix& a, const QuantMatrix& b) {
   return a.batch == b.batch && a.n == b.n && a.k == b.k && a.qweight == b.qweight && a.scales == b.scales;
 }
 
@@ -197,7 +197,7 @@ struct GptqTensors {
   std::vector<int32_t> g_idx;
 };
 
-GptqTensors to_gptq(const W4a16View& v, uint32_t zero_nibble = 7) {
+GptqTensors to_gptq(const QuantView& v, uint32_t zero_nibble = 7) {
   GptqTensors t;
   const uint32_t kw = v.k / 8, groups = v.k / 128;
   t.qweight.resize(size_t{kw} * v.n);
@@ -211,7 +211,7 @@ GptqTensors to_gptq(const W4a16View& v, uint32_t zero_nibble = 7) {
   return t;
 }
 
-void add_gptq(SafetensorsWriter& w, std::vector<GptqTensors>& keep, const std::string& base, const W4a16View& v,
+void add_gptq(SafetensorsWriter& w, std::vector<GptqTensors>& keep, const std::string& base, const QuantView& v,
               uint32_t zero_nibble = 7) {
   keep.push_back(to_gptq(v, zero_nibble));
   const GptqTensors& t = keep.back();
@@ -222,11 +222,13 @@ void add_gptq(SafetensorsWriter& w, std::vector<GptqTensors>& keep, const std::s
 }
 
 // The gate and up halves of a fused [2I, H] matrix as separate [I, H] views.
-W4a16View half(const W4a16Matrix& m, uint32_t index, bool upper) {
-  W4a16View v = m.view(index);
+QuantView half(const QuantMatrix& m, uint32_t index, bool upper) {
+  QuantView v = m.view(index);
   const uint32_t rows = m.n / 2;
-  return W4a16View{v.name, rows, v.k, v.qweight.subspan(upper ? size_t{rows} * (v.k / 8) : 0, size_t{rows} * (v.k / 8)),
-                   v.scales.subspan(upper ? size_t{rows} * (v.k / 128) : 0, size_t{rows} * (v.k / 128))};
+  v.n = rows;
+  v.qweight = v.qweight.subspan(upper ? size_t{rows} * (v.k / 8) : 0, size_t{rows} * (v.k / 8));
+  v.scales = v.scales.subspan(upper ? size_t{rows} * (v.k / 128) : 0, size_t{rows} * (v.k / 128));
+  return v;
 }
 
 }  // namespace

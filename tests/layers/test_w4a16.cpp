@@ -33,12 +33,12 @@ std::string error_text(auto&& fn) {
 }  // namespace
 
 TEST_CASE("codes are packed 8 per u32 along K, lowest nibble first") {
-  W4a16Matrix m = w4a16_zeros("t", 2, 128);
+  QuantMatrix m = w4a16_zeros("t", 2, 128);
   m.qweight[0] = 0x76543210u;  // row 0, k = 0..7 hold codes 0..7
   m.qweight[16 + 1] = 0xf8888888u;  // row 1, k = 15 holds code 15, k = 8..14 code 8
   m.scales[0] = f32_to_f16(0.5f);
   m.scales[1] = f32_to_f16(2.0f);
-  W4a16View v = m.view();
+  QuantView v = m.view();
   for (uint32_t k = 0; k < 8; ++k) CHECK(v.code(0, k) == k);
   CHECK(v.value(0, 0) == -4.0);  // (0 - 8) * 0.5
   CHECK(v.value(0, 7) == -0.5);
@@ -51,9 +51,9 @@ TEST_CASE("codes are packed 8 per u32 along K, lowest nibble first") {
 TEST_CASE("quantize then dequantize stays within half a step per element") {
   const uint32_t n = 5, k = 384;
   auto w = random_matrix(size_t{n} * k, 7, 3.0);
-  W4a16Matrix q = quantize_w4a16("proj", n, k, w);
-  auto back = dequantize_w4a16(q);
-  W4a16View v = q.view();
+  QuantMatrix q = quantize_w4a16("proj", n, k, w);
+  auto back = dequantize(q);
+  QuantView v = q.view();
   for (uint32_t r = 0; r < n; ++r) {
     for (uint32_t c = 0; c < k; ++c) {
       const double s = v.scale(r, c / 128);
@@ -74,13 +74,13 @@ TEST_CASE("values on the grid quantize exactly, from f32 and bf16") {
   std::vector<float> w(size_t{n} * k);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((static_cast<int>(i % 15) - 7)) * 0.25f;
   for (uint32_t r = 0; r < n; ++r) w[size_t{r} * k] = 7.5f * 0.25f;  // amax makes the scale exactly 0.25
-  W4a16Matrix q = quantize_w4a16("grid", n, k, w);
+  QuantMatrix q = quantize_w4a16("grid", n, k, w);
   std::vector<uint16_t> wb(w.size());
   f32_to_bf16(w, wb);
-  W4a16Matrix qb = quantize_w4a16_bf16("grid", n, k, wb);
+  QuantMatrix qb = quantize_w4a16_bf16("grid", n, k, wb);
   CHECK(q.qweight == qb.qweight);
   CHECK(q.scales == qb.scales);
-  auto back = dequantize_w4a16(q);
+  auto back = dequantize(q);
   for (size_t i = 0; i < w.size(); ++i) {
     if (i % k == 0) continue;  // 7.5 steps: clamps to code 15 (7 steps)
     REQUIRE(back[i] == w[i]);
@@ -90,7 +90,7 @@ TEST_CASE("values on the grid quantize exactly, from f32 and bf16") {
 
 TEST_CASE("an all-zero group quantizes to code 8 with scale 0") {
   std::vector<float> w(128, 0.0f);
-  W4a16Matrix q = quantize_w4a16("zero", 1, 128, w);
+  QuantMatrix q = quantize_w4a16("zero", 1, 128, w);
   CHECK(q.scales[0] == 0);
   for (uint32_t word : q.qweight) CHECK(word == 0x88888888u);
 }
@@ -114,23 +114,23 @@ TEST_CASE("K not a multiple of 128 is a construction error naming the tensor and
 }
 
 TEST_CASE("storage that disagrees with the shape fails validation") {
-  W4a16Matrix m = w4a16_zeros("x", 4, 256);
+  QuantMatrix m = w4a16_zeros("x", 4, 256);
   m.scales.pop_back();
-  CHECK(error_text([&] { m.validate(); }).find("x: W4A16 storage does not match") != std::string::npos);
+  CHECK(error_text([&] { m.validate(); }).find("x: w4a16-nk-g128 storage does not match") != std::string::npos);
 }
 
 TEST_CASE("synthetic weights are deterministic per seed and name, and well scaled") {
-  W4a16Matrix a = synthetic_w4a16("ffn.gate_up", 64, 256, 42);
-  W4a16Matrix b = synthetic_w4a16("ffn.gate_up", 64, 256, 42);
-  W4a16Matrix c = synthetic_w4a16("ffn.gate_up", 64, 256, 43);
-  W4a16Matrix d = synthetic_w4a16("ffn.down", 64, 256, 42);
+  QuantMatrix a = synthetic_w4a16("ffn.gate_up", 64, 256, 42);
+  QuantMatrix b = synthetic_w4a16("ffn.gate_up", 64, 256, 42);
+  QuantMatrix c = synthetic_w4a16("ffn.gate_up", 64, 256, 43);
+  QuantMatrix d = synthetic_w4a16("ffn.down", 64, 256, 42);
   CHECK(a.qweight == b.qweight);
   CHECK(a.scales == b.scales);
   CHECK(a.qweight != c.qweight);
   CHECK(a.qweight != d.qweight);
   // Codes cover 0..15 and a row dotted with inputs of unit spread has spread near 1.
   std::vector<int> seen(16, 0);
-  W4a16View v = a.view();
+  QuantView v = a.view();
   for (uint32_t col = 0; col < 256; ++col) seen[v.code(0, col)]++;
   for (int count : seen) CHECK(count > 0);
   double sum_sq = 0;
@@ -140,7 +140,7 @@ TEST_CASE("synthetic weights are deterministic per seed and name, and well scale
   CHECK(row_norm > 0.6);
   CHECK(row_norm < 1.6);
   // Stacks: each matrix differs.
-  W4a16Matrix s = synthetic_w4a16("ffn.experts.down", 8, 128, 1, 3);
+  QuantMatrix s = synthetic_w4a16("ffn.experts.down", 8, 128, 1, 3);
   CHECK(s.qweight.size() == 3 * 8 * 16);
   CHECK(s.view(0).qweight[0] != s.view(1).qweight[0]);
   CHECK(error_text([&] { (void)s.view(3); }).find("stack of 3") != std::string::npos);

@@ -56,7 +56,7 @@ nlohmann::json dense_manifest(const std::string& backend, const fs::path& librar
 }
 
 // One row through `kernel` (w4a16_gemv) on `weights`, against the double-precision reference.
-Comparison gemv_against_reference(Backend& b, KernelHandle gemv, const DeviceW4a16& weights, const W4a16Matrix& w) {
+Comparison gemv_against_reference(Backend& b, KernelHandle gemv, const DeviceQuantMatrix& weights, const QuantMatrix& w) {
   const std::vector<uint16_t> x = synthetic_activations(1, w.k, 3);
   DeviceBuffer dx(b, x.size() * 2), dy(b, size_t{w.n} * 2);
   dx.upload(std::span<const uint16_t>(x));
@@ -108,11 +108,11 @@ TEST_CASE("weights that skipped the repack are wrong on that layout, and the lay
   auto registry = testing::discover_manifest(dir, dense_manifest("xor", plugin("xor_layout"), "fault-xor", "fault-xor"));
   auto b = registry.find("xor");
   REQUIRE(b);
-  const W4a16Matrix w = synthetic_w4a16("ffn.gate_up", 77, 256, 5);
+  const QuantMatrix w = synthetic_w4a16("ffn.gate_up", 77, 256, 5);
   const KernelHandle gemv = b->kernel("w4a16", "w4a16_gemv");
   CHECK(weight_layout_of(*b, gemv) == "fault-xor");
 
-  const DeviceW4a16 packed = DeviceW4a16::upload(*b, w);
+  const DeviceQuantMatrix packed = DeviceQuantMatrix::upload(*b, w);
   CHECK(packed.layout == "fault-xor");
   CHECK(packed.qweight.bytes() == w.qweight_bytes());  // same sizes, whatever the layout
   CHECK(packed.scales.bytes() == w.scales_bytes());
@@ -126,7 +126,7 @@ TEST_CASE("weights that skipped the repack are wrong on that layout, and the lay
   CHECK_MESSAGE(right.passed(), right.summary());
 
   // The canonical bytes, as a loader that skipped the repack would hand them over.
-  const DeviceW4a16 raw = DeviceW4a16::upload(*b, w, KernelHandle{});
+  const DeviceQuantMatrix raw = DeviceQuantMatrix::upload(*b, w, KernelHandle{});
   CHECK(raw.layout == kCanonicalW4a16Layout);
   try {
     require_weight_layout(*b, gemv, raw.layout);

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "quant_matrix.hpp"
+
+#include "numeric.hpp"
+
+#include <metrale/status.hpp>
+
+#include <algorithm>
+#include <limits>
+
+namespace metrale::layers {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(Status::invalid_argument, what); }
+
+std::string shape_text(uint64_t batch, uint64_t n, uint64_t k) {
+  return "[" + std::to_string(batch) + ", " + std::to_string(n) + ", " + std::to_string(k) + "]";
+}
+
+}  // namespace
+
+const char* weight_format_name(WeightFormat format) noexcept {
+  switch (format) {
+    case WeightFormat::w4a16: return "w4a16-nk-g128";
+    case WeightFormat::w4_zp: return "w4-zp";
+    case WeightFormat::w8_zp: return "w8-zp";
+    case WeightFormat::fp8: return "fp8-e4m3";
+  }
+  return "?";
+}
+
+uint32_t weight_format_bits(WeightFormat format) noexcept {
+  return format == WeightFormat::w4a16 || format == WeightFormat::w4_zp ? 4 : 8;
+}
+
+bool weight_format_has_zeros(WeightFormat format) noexcept {
+  return format == WeightFormat::w4_zp || format == WeightFormat::w8_zp;
+}
+
+uint32_t QuantView::code(uint32_t row, uint32_t col) const noexcept {
+  if (weight_format_bits(format) == 4) return (qweight[size_t{row} * (k / 8) + col / 8] >> (4 * (col % 8))) & 0xfu;
+  return (qweight[size_t{row} * (k / 4) + col / 4] >> (8 * (col % 4))) & 0xffu;
+}
+
+float QuantView::scale(uint32_t row, uint32_t group_index) const noexcept {
+  const size_t at = size_t{row} * (k / group) + group_index;
+  return format == WeightFormat::w4a16 ? f16_to_f32(scales[at]) : scales32[at];
+}
+
+double QuantView::value(uint32_t row, uint32_t col) const noexcept {
+  const uint32_t q = code(row, col);
+  const double s = scale(row, col / group);
+  switch (format) {
+    case WeightFormat::w4a16: return (static_cast<double>(q) - 8.0) * s;
+    case WeightFormat::w4_zp:
+    case WeightFormat::w8_zp: return (static_cast<double>(q) - zeros[size_t{row} * (k / group) + col / group]) * s;
+    case WeightFormat::fp8: return static_cast<double>(e4m3_to_f32(static_cast<uint8_t>(q))) * s;
+  }
+  return 0.0;
+}
+
+void QuantView::dequantize_row(uint32_t row, std::span<double> out) const {
+  if (out.size() != k) invalid(std::string(name) + ": dequantize_row needs K outputs");
+  for (uint32_t col = 0; col < k; ++col) out[col] = value(row, col);
+}
+
+size_t QuantMatrix::scale_bytes_per_matrix() const noexcept {
+  return scales_per_matrix() * (format == WeightFormat::w4a16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+size_t QuantMatrix::zero_bytes_per_matrix() const noexcept {
+  return weight_format_has_zeros(format) ? scales_per_matrix() : 0;
+}
+
+size_t QuantMatrix::bytes_per_matrix() const noexcept {
+  return qweight_bytes_per_matrix() + scale_bytes_per_matrix() + zero_bytes_per_matrix();
+}
+
+QuantView QuantMatrix::view(uint32_t index) const {
+  if (index >= batch) {
+    invalid(name + ": matrix " + std::to_string(index) + " requested of a stack of " + std::to_string(batch));
+  }
+  QuantView v;
+  v.name = name;
+  v.format = format;
+  v.n = n;
+  v.k = k;
+  v.group = group;
+  v.qweight = std::span<const uint32_t>(qweight).subspan(index * words_per_matrix(), words_per_matrix());
+  const size_t per = scales_per_matrix();
+  if (format == WeightFormat::w4a16) {
+    v.scales = std::span<const uint16_t>(scales).subspan(index * per, per);
+  } else {
+    v.scales32 = std::span<const float>(scales32).subspan(index * per, per);
+  }
+  if (weight_format_has_zeros(format)) v.zeros = std::span<const uint8_t>(zeros).subspan(index * per, per);
+  if (!perm.empty()) v.perm = std::span<const int32_t>(perm).subspan(size_t{index} * k, k);
+  return v;
+}
+
+void QuantMatrix::validate() const {
+  check_quant_shape(name, format, n, k, batch, group);
+  const size_t per = scales_per_matrix();
+  const bool w4a16 = format == WeightFormat::w4a16;
+  const bool zp = weight_format_has_zeros(format);
+  auto expect = [&](const char* tensor, size_t have, size_t want) {
+    if (have != want) {
+      invalid(name + ": " + weight_format_name(format) + " storage does not match its shape " + shape_text(batch, n, k) +
+              ": " + std::to_string(have) + " " + tensor + " (expected " + std::to_string(want) + ")");
+    }
+  };
+  expect("qweight words", qweight.size(), size_t{batch} * words_per_matrix());
+  expect("fp16 scales", scales.size(), w4a16 ? size_t{batch} * per : 0);
+  expect("f32 scales", scales32.size(), w4a16 ? 0 : size_t{batch} * per);
+  expect("zero points", zeros.size(), zp ? size_t{batch} * per : 0);
+  if (perm.empty()) return;
+  expect("act-order permutation entries", perm.size(), size_t{batch} * k);
+  std::vector<uint8_t> seen(k);
+  for (uint32_t e = 0; e < batch; ++e) {
+    std::fill(seen.begin(), seen.end(), uint8_t{0});
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t c = perm[size_t{e} * k + j];
+      if (c < 0 || static_cast<uint32_t>(c) >= k || seen[static_cast<uint32_t>(c)]) {
+        invalid(name + ": act-order permutation of matrix " + std::to_string(e) + " is not a permutation of 0.." +
+                std::to_string(k - 1) + " (entry " + std::to_string(j) + " = " + std::to_string(c) + ")");
+      }
+      seen[static_cast<uint32_t>(c)] = 1;
+    }
+  }
+}
+
+void check_quant_shape(std::string_view name, WeightFormat format, uint64_t n, uint64_t k, uint64_t batch,
+                       uint64_t group) {
+  const std::string who(name);
+  const std::string what = weight_format_name(format);
+  if (k == 0 || k % kW4a16GroupSize != 0) {
+    invalid(who + ": " + what + " needs K to be a positive multiple of 128, got K = " + std::to_string(k));
+  }
+  const bool fixed128 = format == WeightFormat::w4a16 || format == WeightFormat::fp8;
+  if (fixed128 ? group != kW4a16GroupSize : (group != 32 && group != 64 && group != 128)) {
+    invalid(who + ": " + what + " groups along K are " + (fixed128 ? "128" : "32, 64 or 128") + ", got " +
+            std::to_string(group));
+  }
+  if (n == 0) invalid(who + ": " + what + " matrix needs N >= 1, got N = 0 (K = " + std::to_string(k) + ")");
+  if (batch == 0) invalid(who + ": a " + what + " stack needs at least one matrix");
+  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+  // 2^40 bytes of codes at most: every size below stays far from overflow in 64 bits.
+  if (n > kMax || k > kMax || batch > kMax || batch * n > (uint64_t{1} << 40) / k) {
+    invalid(who + ": " + what + " shape " + shape_text(batch, n, k) + " is too large");
+  }
+}
+
+void check_w4a16_shape(std::string_view name, uint64_t n, uint64_t k, uint64_t batch) {
+  check_quant_shape(name, WeightFormat::w4a16, n, k, batch, kW4a16GroupSize);
+}
+
+QuantMatrix quant_zeros(std::string name, WeightFormat format, uint32_t n, uint32_t k, uint32_t batch,
+                        uint32_t group) {
+  check_quant_shape(name, format, n, k, batch, group);
+  QuantMatrix m;
+  m.name = std::move(name);
+  m.format = format;
+  m.batch = batch;
+  m.n = n;
+  m.k = k;
+  m.group = group;
+  const uint32_t zero_code = format == WeightFormat::w8_zp ? 0x80808080u : format == WeightFormat::fp8 ? 0u : 0x88888888u;
+  m.qweight.assign(size_t{batch} * m.words_per_matrix(), zero_code);
+  const size_t scales = size_t{batch} * m.scales_per_matrix();
+  if (format == WeightFormat::w4a16) {
+    m.scales.assign(scales, 0);
+  } else {
+    m.scales32.assign(scales, 0.0f);
+  }
+  if (weight_format_has_zeros(format)) m.zeros.assign(scales, format == WeightFormat::w8_zp ? 128 : 8);
+  return m;
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// What a checkpoint says it is: the `quantization_config` object of config.json (or the
+// quantize_config.json older GPTQ tools write beside it), read into one description. The
+// declaration rules: the loaders never infer a format from tensor values, and a tensor that
+// contradicts the declaration is refused (docs/checkpoint-formats.md).
+//
+// Anything outside what metrale runs (bits 2/3, an unknown quant_method or format, a strategy
+// it lacks kernels for, per-module overrides) is a Refusal (exit 3) naming the file, the field,
+// its value and what is supported. Fields that do not change the arithmetic (damp_percent,
+// true_sequential, observer, ...) are ignored.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace metrale::layers {
+
+enum class QuantMethod { none, gptq, awq, compressed_tensors, fp8 };
+const char* quant_method_name(QuantMethod method) noexcept;  // "none", "gptq", "awq", "compressed-tensors", "fp8"
+
+// How the checkpoint lays out and scales its quantized weights.
+enum class WeightScheme {
+  none,           // unquantized (not runnable: metrale's layers run quantized weights)
+  gptq,           // qweight/qzeros/scales/g_idx, packed along K (GPTQ v1 or v2 zeros)
+  awq_gemm,       // AWQ GEMM: qweight [K, N/8] in AWQ's interleaved nibble order
+  ct_pack_int,    // compressed-tensors pack-quantized integers (weight_packed, weight_scale, ...)
+  ct_int8,        // compressed-tensors int-quantized 8-bit (weight int8, weight_scale)
+  fp8_block,      // quant_method fp8: weight F8_E4M3 + weight_scale_inv per 128x128 block
+  ct_fp8,         // compressed-tensors float-quantized FP8 (weight F8_E4M3 + weight_scale)
+};
+
+enum class ScaleStrategy { group, channel, tensor, block };
+
+// Activations as the checkpoint declares them (its default activation tier).
+enum class DeclaredActivations { bf16, int8_dynamic_token, fp8_dynamic_token };
+const char* declared_activations_name(DeclaredActivations a) noexcept;
+
+struct CheckpointQuant {
+  std::string source;  // "<dir>/config.json: quantization_config", for messages
+  QuantMethod method = QuantMethod::none;
+  WeightScheme scheme = WeightScheme::none;
+  uint32_t bits = 0;
+  int32_t group_size = 128;  // along K; -1: one group over K (per channel)
+  ScaleStrategy strategy = ScaleStrategy::group;
+  bool sym = true;
+  bool desc_act = false;       // GPTQ act-order: g_idx may be a permutation
+  bool static_groups = false;  // GPTQ: act-order with groups fixed before reordering (g_idx sequential)
+  bool gptq_v2 = false;        // GPTQModel "gptq_v2": qzeros hold the true zero (v1: zero - 1)
+  bool awq_zero_point = true;
+  std::vector<uint32_t> block_size;  // fp8 weight_block_size, e.g. {128, 128}
+  DeclaredActivations activations = DeclaredActivations::bf16;
+  std::vector<std::string> ignore;  // module names or "re:" patterns left unquantized
+
+  // One line for `metrale run`: "gptq v1, 4 bits, group 128, asymmetric, act-order".
+  std::string summary() const;
+};
+
+// Reads `doc` (a quantization_config object) from `source`. Throws Refusal for unsupported
+// values and Error(invalid_argument) for malformed ones, naming source, field, value, expected.
+CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source);
+
+}  // namespace metrale::layers

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// quantization_config as the tools write it: what each declaration reads as, and a refusal
+// (naming the field, its value and what is supported) for everything metrale does not run.
+#include <doctest/doctest.h>
+
+#include <checkpoint/quant_config.hpp>
+#include <metrale/status.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+using namespace metrale;
+using namespace metrale::layers;
+using nlohmann::json;
+
+namespace {
+
+std::string refusal(const json& doc) {
+  try {
+    parse_quant_config(doc, "m/config.json");
+  } catch (const Refusal& r) {
+    return r.what();
+  } catch (const std::exception& e) {
+    return std::string("not a refusal: ") + e.what();
+  }
+  return "accepted";
+}
+
+std::string malformed(const json& doc) {
+  try {
+    parse_quant_config(doc, "m/config.json");
+  } catch (const Refusal& r) {
+    return std::string("a refusal: ") + r.what();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("GPTQ declarations: v1 and v2, groups, symmetry, act-order") {
+  json gptq{{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"sym", true}, {"desc_act", false},
+            {"damp_percent", 0.01}, {"true_sequential", true}, {"checkpoint_format", "gptq"}};
+  CheckpointQuant q = parse_quant_config(gptq, "m/config.json");
+  CHECK(q.method == QuantMethod::gptq);
+  CHECK(q.scheme == WeightScheme::gptq);
+  CHECK(q.bits == 4);
+  CHECK(q.group_size == 128);
+  CHECK(q.sym);
+  CHECK_FALSE(q.desc_act);
+  CHECK_FALSE(q.gptq_v2);
+  CHECK(q.summary() == "gptq v1, 4-bit int, group 128, symmetric");
+
+  gptq["checkpoint_format"] = "gptq_v2";
+  gptq["sym"] = false;
+  gptq["desc_act"] = true;
+  gptq["group_size"] = -1;
+  q = parse_quant_config(gptq, "m/config.json");
+  CHECK(q.gptq_v2);
+  CHECK_FALSE(q.sym);
+  CHECK(q.desc_act);
+  CHECK(q.strategy == ScaleStrategy::channel);
+  CHECK(q.summary() == "gptq v2, 4-bit int, per channel, asymmetric, act-order");
+
+  for (int g : {32, 64, 256}) {
+    gptq["group_size"] = g;
+    CHECK(parse_quant_config(gptq, "x").group_size == g);
+  }
+  gptq["group_size"] = 128;
+  gptq["bits"] = 8;
+  CHECK(parse_quant_config(gptq, "x").bits == 8);
+  // Without checkpoint_format (older AutoGPTQ): v1.
+  gptq.erase("checkpoint_format");
+  CHECK_FALSE(parse_quant_config(gptq, "x").gptq_v2);
+}
+
+TEST_CASE("unsupported GPTQ values are refusals naming field, value and what is supported") {
+  json gptq{{"quant_method", "gptq"}, {"bits", 3}, {"group_size", 128}};
+  std::string r = refusal(gptq);
+  CHECK(has(r, "m/config.json: quantization_config.bits = 3 is not supported: GPTQ with 4 or 8 bits"));
+  gptq["bits"] = 2;
+  CHECK(has(refusal(gptq), "bits = 2"));
+  gptq["bits"] = 4;
+  gptq["group_size"] = 48;
+  r = refusal(gptq);
+  CHECK(has(r, "quantization_config.group_size = 48"));
+  CHECK(has(r, "32, 64, 128"));
+  gptq["group_size"] = 128;
+  gptq["checkpoint_format"] = "marlin";
+  CHECK(has(refusal(gptq), "checkpoint_format = \"marlin\" is not supported"));
+  gptq["checkpoint_format"] = "gptq";
+  gptq["dynamic"] = {{"-:.*mlp.*", json::object()}};
+  CHECK(has(refusal(gptq), "quantization_config.dynamic"));
+}
+
+TEST_CASE("an unknown quant_method is refused listing the supported ones") {
+  std::string r = refusal({{"quant_method", "bitsandbytes"}, {"bits", 4}});
+  CHECK(has(r, "quant_method = \"bitsandbytes\" is not supported: gptq, awq, compressed-tensors or fp8"));
+  CHECK(has(malformed({{"bits", 4}}), "quantization_config.quant_method: expected a string"));
+  CHECK(has(malformed({{"quant_method", "gptq"}, {"bits", "four"}}), "quantization_config.bits: expected an integer"));
+}
+
+TEST_CASE("AWQ declarations") {
+  json awq{{"quant_method", "awq"}, {"zero_point", true}, {"group_size", 128}, {"bits", 4}, {"version", "GEMM"},
+           {"modules_to_not_convert", nullptr}};
+  CheckpointQuant q = parse_quant_config(awq, "x");
+  CHECK(q.scheme == WeightScheme::awq_gemm);
+  CHECK_FALSE(q.sym);
+  awq["version"] = "gemv";
+  CHECK(has(refusal(awq), "version = \"gemv\" is not supported"));
+  awq["version"] = "gemm";
+  awq["zero_point"] = false;
+  CHECK(has(refusal(awq), "zero_point = false"));
+}
+
+TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
+  json weights{{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 128},
+               {"dynamic", false}, {"actorder", nullptr}};
+  json ct{{"quant_method", "compressed-tensors"},
+          {"format", "pack-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+          {"ignore", {"lm_head"}}};
+  CheckpointQuant q = parse_quant_config(ct, "x");
+  CHECK(q.scheme == WeightScheme::ct_pack_int);
+  CHECK(q.group_size == 128);
+  CHECK(q.ignore == std::vector<std::string>{"lm_head"});
+  CHECK(q.activations == DeclaredActivations::bf16);
+
+  ct["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  ct["config_groups"]["group_0"]["weights"]["symmetric"] = false;
+  q = parse_quant_config(ct, "x");
+  CHECK(q.strategy == ScaleStrategy::channel);
+  CHECK_FALSE(q.sym);
+
+  json w8a8 = ct;
+  w8a8["format"] = "int-quantized";
+  w8a8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}};
+  w8a8["config_groups"]["group_0"]["input_activations"] = {
+      {"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
+  q = parse_quant_config(w8a8, "x");
+  CHECK(q.scheme == WeightScheme::ct_int8);
+  CHECK(q.activations == DeclaredActivations::int8_dynamic_token);
+  w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = false;
+  CHECK(has(refusal(w8a8), "input_activations.dynamic = false"));
+
+  json fp8 = ct;
+  fp8["format"] = "float-quantized";
+  fp8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}};
+  q = parse_quant_config(fp8, "x");
+  CHECK(q.scheme == WeightScheme::ct_fp8);
+
+  ct["config_groups"]["group_0"]["weights"]["actorder"] = "group";
+  CHECK(has(refusal(ct), "weights.actorder = \"group\""));
+  ct["config_groups"]["group_0"]["weights"]["actorder"] = nullptr;
+  ct["config_groups"]["group_1"] = ct["config_groups"]["group_0"];
+  ct["config_groups"]["group_1"]["weights"]["num_bits"] = 8;
+  CHECK(has(refusal(ct), "differs from"));
+}
+
+TEST_CASE("block FP8 declarations") {
+  json fp8{{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  CheckpointQuant q = parse_quant_config(fp8, "x");
+  CHECK(q.scheme == WeightScheme::fp8_block);
+  CHECK(q.activations == DeclaredActivations::fp8_dynamic_token);
+  fp8["weight_block_size"] = {64, 64};
+  CHECK(has(refusal(fp8), "weight_block_size = [64,64] is not supported: [128, 128]"));
+  fp8["weight_block_size"] = {128, 128};
+  fp8["activation_scheme"] = "static";
+  CHECK(has(refusal(fp8), "activation_scheme = \"static\""));
+}

@@ -58,8 +58,54 @@ struct Stage {
   std::vector<double> slack;  // [m][n]: the budget beyond 2^-7 |value| (reference.hpp)
 };
 
+// The inputs a projection multiplies, per row, in stored column order: the bf16 values gathered
+// through the act-order permutation, or their quantized values under an int8/fp8 tier. `ulp[i]`
+// is how far an input may be off when it is a bf16 intermediate of an earlier stage (the kernel
+// rounds it in f32, the reference in double): one bf16 ulp, or under a quantized tier one code
+// step (a flipped input can move its code by one). `neighbours` are the row's inputs quantized
+// with the scales a one-ulp different row maximum would give (empty when the scale is certain).
+struct ProjectionInputs {
+  std::vector<double> x;                      // [m][k]
+  std::vector<double> ulp;                    // [m][k]; empty: inputs given to the layer, exact
+  std::vector<std::vector<double>> neighbours;  // each [m][k]
+};
+
+ProjectionInputs prepare_inputs(const QuantView& w, const std::vector<double>& x, uint32_t m, bool inputs_rounded,
+                                ActivationQuant tier) {
+  ProjectionInputs in;
+  const uint32_t k = w.k;
+  std::vector<double> gathered(size_t{m} * k);
+  for (uint32_t r = 0; r < m; ++r)
+    for (uint32_t c = 0; c < k; ++c) gathered[size_t{r} * k + c] = x[size_t{r} * k + w.input_column(c)];
+  in.x.resize(gathered.size());
+  if (inputs_rounded) in.ulp.resize(gathered.size());
+  if (inputs_rounded && tier != ActivationQuant::bf16) in.neighbours.assign(2, std::vector<double>(gathered.size()));
+  for (uint32_t r = 0; r < m; ++r) {
+    const double* xr = gathered.data() + size_t{r} * k;
+    const float scale = quantize_row(tier, xr, k, in.x.data() + size_t{r} * k);
+    if (!inputs_rounded) continue;
+    for (uint32_t c = 0; c < k; ++c) {
+      const double step = tier == ActivationQuant::int8 ? scale
+                          : tier == ActivationQuant::fp8 ? std::max(std::fabs(in.x[size_t{r} * k + c]) / 8, 0x1.0p-9 * scale)
+                                                         : bf16_ulp(xr[c]);
+      in.ulp[size_t{r} * k + c] = step;
+    }
+    if (in.neighbours.empty()) continue;
+    // The row maximum itself may be one ulp off in the kernel: its scale then differs.
+    const double amax = std::fabs(*std::max_element(xr, xr + k, [](double a, double b) { return std::fabs(a) < std::fabs(b); }));
+    const double limit = tier == ActivationQuant::int8 ? 127.0 : 448.0;
+    for (int side = 0; side < 2; ++side) {
+      const double other = side ? amax + bf16_ulp(amax) : std::max(0.0, amax - bf16_ulp(amax));
+      quantize_row_with_scale(tier, xr, k, static_cast<float>(other) / static_cast<float>(limit),
+                              in.neighbours[side].data() + size_t{r} * k);
+    }
+  }
+  return in;
+}
+
 // value[r][j] = sum_k x[r][k] * W[j][k]; slack = 2^-12 sum_k |x_k W_jk|, plus, when the inputs
-// are bf16 intermediates of an earlier stage, kRefFlipInputs * max_k |W_jk| ulp(x_k).
+// are bf16 intermediates of an earlier stage, kRefFlipInputs * max_k |W_jk| ulp(x_k) (and under a
+// quantized tier the largest change a neighbouring row scale makes).
 Stage project(const QuantView& w, const std::vector<double>& x, uint32_t m, const ReferenceOptions& o,
               std::string_view stage_name, bool inputs_rounded) {
   if (x.size() != size_t{m} * w.k) {
@@ -67,31 +113,30 @@ Stage project(const QuantView& w, const std::vector<double>& x, uint32_t m, cons
                                               " inputs for m = " + std::to_string(m) + ", K = " + std::to_string(w.k));
   }
   Stage s{m, w.n, std::vector<double>(size_t{m} * w.n), std::vector<double>(size_t{m} * w.n)};
-  std::vector<double> ulps;
-  if (inputs_rounded) {
-    ulps.resize(x.size());
-    for (size_t i = 0; i < x.size(); ++i) ulps[i] = bf16_ulp(x[i]);
-  }
+  const ProjectionInputs in = prepare_inputs(w, x, m, inputs_rounded, o.activations);
+  auto dot = [&](const double* xr, const double* row) {
+    double sum = 0;
+    for (uint32_t k = 0; k < w.k; ++k) sum += xr[k] * row[k];
+    return sum;
+  };
   parallel_rows(w.n, o, stage_name, [&](uint32_t j) {
     thread_local std::vector<double> row;
     row.resize(w.k);
     w.dequantize_row(j, row);
     for (uint32_t r = 0; r < m; ++r) {
-      const double* xr = x.data() + size_t{r} * w.k;
-      double sum = 0;
+      const double* xr = in.x.data() + size_t{r} * w.k;
       double magnitude = 0;
       double flip = 0;
-      for (uint32_t k = 0; k < w.k; ++k) {
-        const double term = xr[k] * row[k];
-        sum += term;
-        magnitude += std::fabs(term);
-      }
-      if (inputs_rounded) {
-        const double* ur = ulps.data() + size_t{r} * w.k;
+      for (uint32_t k = 0; k < w.k; ++k) magnitude += std::fabs(xr[k] * row[k]);
+      const double sum = dot(xr, row.data());
+      if (!in.ulp.empty()) {
+        const double* ur = in.ulp.data() + size_t{r} * w.k;
         for (uint32_t k = 0; k < w.k; ++k) flip = std::max(flip, std::fabs(row[k]) * ur[k]);
       }
+      double rescale = 0;
+      for (const auto& other : in.neighbours) rescale = std::max(rescale, std::fabs(dot(other.data() + size_t{r} * w.k, row.data()) - sum));
       s.value[size_t{r} * w.n + j] = sum;
-      s.slack[size_t{r} * w.n + j] = kRefScaleTolerance * magnitude + kRefFlipInputs * flip;
+      s.slack[size_t{r} * w.n + j] = kRefScaleTolerance * magnitude + kRefFlipInputs * flip + rescale;
     }
   });
   return s;

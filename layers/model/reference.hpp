@@ -20,6 +20,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "tiers.hpp"
 #include "w4a16.hpp"
 #include "weights.hpp"
 
@@ -40,6 +41,9 @@ inline constexpr double kRefFlipInputs = 4.0;
 
 struct ReferenceOptions {
   unsigned threads = 0;  // 0: hardware concurrency
+  // How the projections' inputs are quantized (the layer's activation tier); the router and the
+  // shared expert's gate stay exact.
+  ActivationQuant activations = ActivationQuant::bf16;
   // Called now and then with a stage name and the fraction done (for stderr progress).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

@@ -284,7 +284,7 @@ TEST_CASE("the CPU backend loads W4A16 weights into its cpu-native layout, sizes
     FAIL("canonical weights accepted for a cpu-native kernel");
   } catch (const Error& e) {
     CHECK(e.status() == Status::incompatible);
-    CHECK(contains(e.what(), "w4a16/w4a16_gemv on backend 'cpu' reads W4A16 weights in layout 'cpu-native', "
+    CHECK(contains(e.what(), "w4a16/w4a16_gemv on backend 'cpu' reads its weights in layout 'cpu-native', "
                              "but the weights are in layout 'w4a16-nk-g128'"));
   }
 }

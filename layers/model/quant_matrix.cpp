@@ -177,4 +177,22 @@ QuantMatrix quant_zeros(std::string name, WeightFormat format, uint32_t n, uint3
   return m;
 }
 
+QuantMatrix to_w4_zp(const QuantMatrix& m) {
+  m.validate();
+  if (m.format != WeightFormat::w4a16) invalid(m.name + ": to_w4_zp converts w4a16-nk-g128 weights, got " + weight_format_name(m.format));
+  QuantMatrix out;
+  out.name = m.name;
+  out.format = WeightFormat::w4_zp;
+  out.batch = m.batch;
+  out.n = m.n;
+  out.k = m.k;
+  out.group = kW4a16GroupSize;
+  out.qweight = m.qweight;
+  out.scales32.resize(m.scales.size());
+  std::transform(m.scales.begin(), m.scales.end(), out.scales32.begin(), [](uint16_t s) { return f16_to_f32(s); });
+  out.zeros.assign(m.scales.size(), 8);
+  out.perm = m.perm;
+  return out;
+}
+
 }  // namespace metrale::layers

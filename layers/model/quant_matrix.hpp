@@ -99,4 +99,7 @@ void check_w4a16_shape(std::string_view name, uint64_t n, uint64_t k, uint64_t b
 QuantMatrix quant_zeros(std::string name, WeightFormat format, uint32_t n, uint32_t k, uint32_t batch = 1,
                         uint32_t group = kW4a16GroupSize);
 
+// The same weights in the w4-zp layout: fp16 scales widened to f32, every zero point 8 (exact).
+QuantMatrix to_w4_zp(const QuantMatrix& w4a16);
+
 }  // namespace metrale::layers

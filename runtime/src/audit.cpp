@@ -52,7 +52,7 @@ uint64_t AuditLog::append(AuditRow row) {
   std::lock_guard lock(mutex_);
   uint64_t sequence = next_sequence_++;
   rows_.push_back(Stored{sequence, std::source_location(), false, prototype, prototype->kind, prototype->outcome,
-                         prototype->lever});
+                         prototype->lever, prototype->tier});
   return sequence;
 }
 
@@ -60,7 +60,7 @@ uint64_t AuditLog::append(const std::source_location& site, std::shared_ptr<cons
                           LookupOutcome outcome, std::string lever) {
   std::lock_guard lock(mutex_);
   uint64_t sequence = next_sequence_++;
-  rows_.push_back(Stored{sequence, site, true, std::move(resolved), kind, outcome, std::move(lever)});
+  rows_.push_back(Stored{sequence, site, true, std::move(resolved), kind, outcome, std::move(lever), {}});
   return sequence;
 }
 
@@ -71,6 +71,18 @@ void AuditLog::note_lever(uint64_t sequence, const std::string& lever) {
                              [](const Stored& s, uint64_t seq) { return s.sequence < seq; });
   if (it == rows_.end() || it->sequence != sequence) return;
   it->lever = it->lever.empty() ? lever : it->lever + ", " + lever;
+}
+
+void AuditLog::note_tier(uint64_t after, const std::string& tier) {
+  std::lock_guard lock(mutex_);
+  auto it = std::upper_bound(rows_.begin(), rows_.end(), after,
+                             [](uint64_t seq, const Stored& s) { return seq < s.sequence; });
+  for (; it != rows_.end(); ++it) it->tier = tier;
+}
+
+uint64_t AuditLog::last_sequence() const {
+  std::lock_guard lock(mutex_);
+  return rows_.empty() ? 0 : rows_.back().sequence;
 }
 
 std::vector<AuditRow> AuditLog::snapshot() const {
@@ -88,6 +100,7 @@ std::vector<AuditRow> AuditLog::snapshot() const {
     row.kind = s.kind;
     row.outcome = s.outcome;
     row.lever = s.lever;
+    row.tier = s.tier;
     rows.push_back(std::move(row));
   }
   return rows;
@@ -105,6 +118,8 @@ void AuditLog::clear() {
 }
 
 std::string render_audit_table(const std::vector<AuditRow>& rows) {
+  // The tier column appears when some site recorded one (layer code does; bare lookups do not).
+  const bool tiers = std::any_of(rows.begin(), rows.end(), [](const AuditRow& r) { return !r.tier.empty(); });
   std::vector<std::vector<std::string>> cells;
   cells.reserve(rows.size());
   for (const auto& row : rows) {
@@ -114,9 +129,11 @@ std::string render_audit_table(const std::vector<AuditRow>& rows) {
                      row.module + "/" + row.kernel + (row.substitute.empty() ? "" : " -> " + row.substitute),
                      lookup_kind_name(row.kind), lookup_outcome_name(row.outcome),
                      handle.str(), row.lever.empty() ? "-" : row.lever, row.reason});
+    if (tiers) cells.back().insert(cells.back().end() - 1, row.tier.empty() ? "-" : row.tier);
   }
-  return render_table({"#", "site", "backend", "target", "kernel", "kind", "outcome", "handle", "lever", "reason"},
-                      cells);
+  std::vector<std::string> header{"#", "site", "backend", "target", "kernel", "kind", "outcome", "handle", "lever", "reason"};
+  if (tiers) header.insert(header.end() - 1, "tier");
+  return render_table(header, cells);
 }
 
 std::string render_audit_json(const std::vector<AuditRow>& rows) {
@@ -133,6 +150,7 @@ std::string render_audit_json(const std::vector<AuditRow>& rows) {
                      {"outcome", lookup_outcome_name(row.outcome)},
                      {"reason", row.reason},
                      {"lever", row.lever.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.lever)},
+                     {"tier", row.tier.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.tier)},
                      {"handle", row.handle}});
   }
   return array.dump(2);

@@ -63,6 +63,13 @@ std::vector<LeverSpec> make_specs() {
        "Set to any value, 0 included: the k64 GEMM skips w4a16_gemm_t_k64_p3.", {}, false},
       {"METRALE_NO_K64_N64", T::presence, "(unset)",
        "Set to any value, 0 included: no lookup of the N64 deep-K twin.", {}, false},
+      // Quantization tiers (docs/quantization.md).
+      {"METRALE_ACTIVATION_QUANTIZATION", T::choice, "(what the checkpoint declares, else bf16)",
+       "Activation tier of the FFN projections: bf16, or int8 / fp8 quantized per token; an explicit tier the "
+       "backend lacks is a refusal.", {"bf16", "int8", "fp8"}, false},
+      {"METRALE_FP8_MOE_GROUPED_DECODE", T::choice, "(try it)",
+       "1 requires the cross-row grouped FP8 MoE decode (refusing when the backend lacks it); 0 turns it off; "
+       "unset tries it and falls back.", {"0", "1"}, false},
       // Kernel-developer workflows.
       {"METRALE_KERNEL_SUBST", T::kernel_map, "(none)",
        "Comma-separated module/name=module/name: look up the right-hand kernel wherever the left is "

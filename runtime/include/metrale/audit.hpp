@@ -39,6 +39,8 @@ struct AuditRow {
   LookupOutcome outcome = LookupOutcome::null_handle;
   std::string reason;       // why this outcome: "provided", "not in manifest", ...
   std::string lever;        // "METRALE_NO_TGEMM_PIPELINE3=0" when a lever steered it, else ""
+  std::string tier;         // the quantization tier the asking site runs under ("w4a8: int8 activations
+                            // (the checkpoint's)"), set by layer code after it resolved; else ""
   uint64_t handle = 0;
 };
 
@@ -53,6 +55,10 @@ class AuditLog {
                   LookupOutcome outcome, std::string lever);
   // Attaches a lever note to an existing row (a site learns which lever steered it after lookup).
   void note_lever(uint64_t sequence, const std::string& lever);
+  // Records the tier of every row after `after` (the rows a site's resolution appended).
+  void note_tier(uint64_t after, const std::string& tier);
+  // The sequence number of the last row appended (0 when none).
+  uint64_t last_sequence() const;
   std::vector<AuditRow> snapshot() const;
   size_t size() const;
   void clear();
@@ -66,6 +72,7 @@ class AuditLog {
     LookupKind kind;
     LookupOutcome outcome;
     std::string lever;
+    std::string tier;
   };
   mutable std::mutex mutex_;
   std::vector<Stored> rows_;

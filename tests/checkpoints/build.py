@@ -63,6 +63,8 @@ def _quantized_modules(config: Dict, v: Variant) -> Dict[str, tuple]:
         if ffn.kind == "dense":
             add(ffn.dense, w["dense"])
         else:
+            if formats.quantizes_router(v.fmt, v.arch):
+                out[ffn.router] = (len(ffn.experts), H)
             for names in ffn.experts:
                 add(names, w["expert"])
             if ffn.shared:
@@ -83,7 +85,7 @@ def _floats(config: Dict, v: Variant, dtype: str) -> Dict[str, Tensor]:
         out[p + "input_layernorm.weight"] = store(rng_for(v.name, p + "ln1").uniform(0.8, 1.2, H))
         out[p + "post_attention_layernorm.weight"] = store(rng_for(v.name, p + "ln2").uniform(0.8, 1.2, H))
         ffn = models.ffn_layout(config, layer)
-        if ffn.router:
+        if ffn.router and not formats.quantizes_router(v.fmt, v.arch):
             r = rng_for(v.name, ffn.router).uniform(-amplitude, amplitude, (len(ffn.experts), H))
             out[ffn.router + ".weight"] = store(r)
         if ffn.shared_gate:

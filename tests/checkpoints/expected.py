@@ -111,7 +111,7 @@ def route(logits: np.ndarray, scale: np.ndarray, k: int, renormalize: bool, scal
 
 def moe(ck: Checkpoint, ffn: models.Ffn, x: np.ndarray) -> Expected:
     m, H = x.shape
-    router = decoders.float_values(ck.tensor(ffn.router + ".weight"))
+    router = ck.weight(ffn.router)  # float as stored, or dequantized (GPTQModel 4.x quantizes it)
     logits = x @ router.T
     ids, weights, ambiguous = route(logits, np.abs(x) @ np.abs(router).T, ffn.top_k, ffn.renormalize, ffn.scaling)
     value = np.zeros((m, H))

@@ -12,14 +12,15 @@ import numpy as np
 
 import writers
 
-GPTQMODEL_VERSION = "4.2.5"
+GPTQMODEL_VERSION = "5.6.12"  # 4.x: gptqmodel_version="4.2.5"
 AUTOGPTQ_VERSION = "0.7.1"
 CT_VERSION = "0.11.0"
 
 FORMAT_DEFAULTS = {
     # writer: "autogptq" (v1 only) or "gptqmodel"; checkpoint_format "gptq" (v1) or "gptq_v2".
     "gptq": dict(writer="gptqmodel", checkpoint_format="gptq", bits=4, group_size=128, sym=True, desc_act=False,
-                 static_groups=False, scale_dtype="F16", force_zero=None, zero_override=None),
+                 static_groups=False, scale_dtype="F16", force_zero=None, zero_override=None,
+                 gptqmodel_version=GPTQMODEL_VERSION),
     "awq": dict(group_size=128),
     # strategy "group" or "channel".
     "ct-int4": dict(strategy="group", group_size=128, symmetric=True),
@@ -56,12 +57,20 @@ def _gptq_config(f: Dict) -> Dict:
                 "static_groups": f["static_groups"], "sym": f["sym"], "true_sequential": True,
                 "model_name_or_path": None, "model_file_base_name": None, "quant_method": "gptq",
                 "checkpoint_format": "gptq"}
-    return {"bits": f["bits"], "group_size": f["group_size"], "desc_act": f["desc_act"], "sym": f["sym"],
-            "lm_head": False, "quant_method": "gptq", "checkpoint_format": f["checkpoint_format"],
-            "pack_dtype": "int32",
-            "meta": {"quantizer": [f"gptqmodel:{GPTQMODEL_VERSION}"], "uri": "https://github.com/modelcloud/gptqmodel",
-                     "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": f["static_groups"],
-                     "true_sequential": True, "mse": 0.0, "v2": False, "v2_alpha": 0.25, "act_group_aware": False}}
+    version = f["gptqmodel_version"]
+    meta = {"quantizer": [f"gptqmodel:{version}"], "uri": "https://github.com/modelcloud/gptqmodel",
+            "damp_percent": 0.05, "damp_auto_increment": 0.01, "static_groups": f["static_groups"],
+            "true_sequential": True, "mse": 0.0}
+    if version.startswith("4."):
+        meta.update(v2=False, v2_alpha=0.25, act_group_aware=False)
+    else:
+        meta.update(gptaq=None, gptaq_alpha=0.25, act_group_aware=not f["desc_act"])
+    out = {"bits": f["bits"], "group_size": f["group_size"], "desc_act": f["desc_act"], "sym": f["sym"],
+           "lm_head": False, "quant_method": "gptq", "checkpoint_format": f["checkpoint_format"], "pack_dtype": "int32",
+           "meta": {k: v for k, v in meta.items() if v is not None}}
+    if not version.startswith("4."):
+        out["format"] = f["checkpoint_format"]  # 5.x writes both names
+    return out
 
 
 def _ct_args(num_bits, type_, strategy, symmetric, group_size=None, dynamic=False, observer="minmax"):
@@ -129,6 +138,14 @@ def metadata(fmt: Dict) -> Dict[str, str]:
     return meta
 
 
+def quantizes_router(fmt: Dict, arch: str) -> bool:
+    """GPTQModel 4.0-4.2 quantizes the Qwen-MoE router (mlp.gate) like any other linear layer;
+    earlier and later versions, and the other tools here, keep routers in float."""
+    f = resolved(fmt)
+    return (f["method"] == "gptq" and f["writer"] == "gptqmodel" and f["gptqmodel_version"].startswith("4.")
+            and arch in ("qwen2_moe", "qwen3_moe"))
+
+
 def left_unquantized(fmt: Dict, arch: str, module: str) -> bool:
     """Modules a tool keeps in float besides routers and shared_expert_gate (which every tool here
     keeps): AutoAWQ skips modules whose name contains an entry of modules_to_not_convert;
@@ -147,7 +164,7 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
     m = f["method"]
     if m == "gptq":
         keys = ("bits", "group_size", "sym", "desc_act", "static_groups", "checkpoint_format", "writer", "scale_dtype",
-                "force_zero", "zero_override")
+                "force_zero", "zero_override")  # gptqmodel_version changes the config, not the tensors
         return lambda w, rng: writers.gptq(w, rng=rng, **{k: f[k] for k in keys})
     if m == "awq":
         return lambda w, rng: writers.awq_gemm(w, group_size=f["group_size"])

@@ -19,6 +19,7 @@ FAMILIES: Dict[str, str] = {
     "gptq-act-order": "GPTQ desc_act=true: permuted g_idx as GPTQ builds it; static_groups (sequential g_idx)",
     "gptq-bf16": "GPTQ with bf16 scales (AutoGPTQ on a bfloat16 model)",
     "gptq-mix": "GPTQ axes combined pairwise: group size x sym x desc_act x scale dtype x v1/v2, dense and MoE",
+    "gptq-router": "GPTQ as GPTQModel 4.0-4.2 writes Qwen MoEs: the router mlp.gate quantized too",
     "moe-names": "GPTQ baseline weights under Mixtral names (block_sparse_moe, w1/w2/w3) and DeepSeek-style "
                  "shared_experts with softmax routing and routed_scaling_factor (layer 0 dense)",
     "awq": "AutoAWQ GEMM int4 with zero points, group 128 and 64, dense, Qwen3-MoE, Mixtral",
@@ -99,6 +100,11 @@ def _gptq_mix(out):
                             f"{'-v2' if v2 else ''}", archs[i % len(archs)], fmt)
 
 
+def _gptq_router(out):
+    _v(out, "gptq-router", "gptqmodel4-v1", "qwen3_moe", _g(gptqmodel_version="4.2.5"))
+    _v(out, "gptq-router", "gptqmodel4-v2", "qwen2_moe", _g(gptqmodel_version="4.2.5", checkpoint_format="gptq_v2"))
+
+
 def _moe_names(out):
     _v(out, "moe-names", "gptq", "mixtral", _g())
     _v(out, "moe-names", "gptq-v2", "mixtral", _g(checkpoint_format="gptq_v2"), layer=0)
@@ -147,7 +153,7 @@ def _ct_int8(out):
 
 
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
-             "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "moe-names": _moe_names, "awq": _awq,
+             "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
              "ct-int4": _ct_int4, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
              "ct-int8": _ct_int8}
 assert set(_BUILDERS) == set(FAMILIES)

@@ -156,7 +156,7 @@ FfnWeights obtain_weights(const RunOptions& o, const ModelConfig& config, Stderr
   return weights;
 }
 
-// The rows to run: tensor `x` of --input (its rows set m), else synthetic rows from the seed.
+// The rows to run: tensor `x` of --input (its rows set m), else synthetic rows from --seed.
 std::vector<uint16_t> obtain_input(const RunOptions& o, const ModelConfig& config, uint32_t& m, std::string& source) {
   if (o.input.empty()) {
     m = o.tokens.value_or(1);

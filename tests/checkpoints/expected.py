@@ -19,7 +19,7 @@ import numpy as np
 
 import decoders
 import models
-from numerics import bf16_ulp, bf16_value, round_bf16
+from numerics import bf16_ulp, bf16_value, e4m3_codes, e4m3_value, round_bf16
 from safetensors_np import Tensor, load_checkpoint
 
 REL = 2.0 ** -7     # two bf16 ulps of the output
@@ -47,10 +47,14 @@ def read_quant_config(directory: str, config: Dict) -> Dict:
 
 
 class Checkpoint:
-    def __init__(self, directory: str):
+    """activations "bf16" (the W·A16 contract, the default) or "format": quantize each projection's
+    inputs as the checkpoint's config asks (activation_scheme), for kernels that do."""
+
+    def __init__(self, directory: str, activations: str = "bf16"):
         with open(os.path.join(directory, "config.json")) as f:
             self.config = json.load(f)
         self.qcfg = read_quant_config(directory, self.config)
+        self.activations = activation_scheme(self.qcfg) if activations == "format" else "bf16"
         self.tensors = load_checkpoint(directory)
         self._cache: Dict[str, np.ndarray] = {}
 
@@ -64,13 +68,55 @@ class Checkpoint:
         return self._cache[module]
 
 
-def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool) -> Tuple[np.ndarray, np.ndarray]:
-    """x [m, K] times w [N, K]^T: (value, slack beyond 2^-7 |value|)."""
-    value = x @ w.T
-    slack = SCALE * (np.abs(x) @ np.abs(w).T)
+def activation_scheme(qcfg: Dict) -> str:
+    """The dynamic activation quantization a checkpoint's config asks for: "bf16" (none),
+    "int8-token", "fp8-token" (compressed-tensors input_activations) or "fp8-group128" (block FP8
+    with activation_scheme dynamic)."""
+    if qcfg.get("quant_method") == "fp8" and qcfg.get("activation_scheme") == "dynamic":
+        return "fp8-group128"
+    if qcfg.get("quant_method") == "compressed-tensors":
+        acts = list(qcfg["config_groups"].values())[0].get("input_activations")
+        if acts and acts.get("dynamic") and acts.get("strategy") == "token":
+            return "int8-token" if acts["type"] == "int" else "fp8-token"
+    return "bf16"
+
+
+def _e4m3_step(v: np.ndarray) -> np.ndarray:
+    """The spacing of FP8 E4M3 values around v (2^-9 among subnormals)."""
+    a = np.abs(v)
+    _, e = np.frexp(np.where(a > 0, a, 1.0))
+    return np.where(a < 2.0 ** -6, 2.0 ** -9, np.ldexp(1.0, e - 1 - 3))
+
+
+def quantize_activations(x: np.ndarray, scheme: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(the values a kernel multiplies after quantizing x as `scheme` does, the step of each):
+    per row (or per 128 columns) s = amax / 127 (int8) or amax / 448 (FP8) in f32, codes rounded
+    to nearest even."""
+    if scheme == "bf16":
+        return x, np.zeros_like(x)
+    m, k = x.shape
+    width = 128 if scheme == "fp8-group128" else k
+    blocks = np.abs(x).reshape(m, k // width, width).max(axis=2)
+    qmax = 127.0 if scheme == "int8-token" else 448.0
+    s = np.float32(blocks / qmax).astype(np.float64)
+    s = np.repeat(np.where(s > 0, s, 1.0), width, axis=1)
+    if scheme == "int8-token":
+        return np.clip(np.rint(x / s), -127, 127) * s, s
+    v = x / s
+    return e4m3_value(e4m3_codes(v)) * s, _e4m3_step(v) * s
+
+
+def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "bf16") -> Tuple[np.ndarray, np.ndarray]:
+    """x [m, K] times w [N, K]^T: (value, slack beyond 2^-7 |value|). With an activation scheme
+    the inputs are quantized first, and up to FLIPS codes may round the other way in the kernel."""
+    xq, step = quantize_activations(x, scheme)
+    value = xq @ w.T
+    slack = SCALE * (np.abs(xq) @ np.abs(w).T)
     if rounded_inputs:
         flip = (np.abs(w)[None, :, :] * bf16_ulp(x)[:, None, :]).max(axis=2)
         slack = slack + FLIPS * flip
+    if scheme != "bf16":
+        slack = slack + FLIPS * (np.abs(w)[None, :, :] * step[:, None, :]).max(axis=2)
     return value, slack
 
 
@@ -80,10 +126,10 @@ def _silu(g: np.ndarray) -> np.ndarray:
 
 def dense(ck: Checkpoint, names, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     gate, up, down = (ck.weight(n) for n in names)
-    g = round_bf16(_project(gate, x, False)[0])
-    u = round_bf16(_project(up, x, False)[0])
+    g = round_bf16(_project(gate, x, False, ck.activations)[0])
+    u = round_bf16(_project(up, x, False, ck.activations)[0])
     a = round_bf16(_silu(g) * u)
-    return _project(down, a, True)
+    return _project(down, a, True, ck.activations)
 
 
 def route(logits: np.ndarray, scale: np.ndarray, k: int, renormalize: bool, scaling: float):

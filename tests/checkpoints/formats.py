@@ -178,9 +178,3 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
     if m == "fp8-block":
         return lambda w, rng: writers.fp8_block(w)
     raise ValueError(m)
-
-
-def activation_scheme(fmt: Dict) -> str:
-    """How the format's activations are meant to run: "bf16" (weight-only) or the dynamic
-    quantization its config asks for ("int8-token", "fp8-token", "fp8-group128")."""
-    return {"ct-int8": "int8-token", "ct-fp8": "fp8-token", "fp8-block": "fp8-group128"}.get(fmt["method"], "bf16")

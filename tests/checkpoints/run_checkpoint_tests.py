@@ -19,6 +19,10 @@ Modes:
   run_checkpoint_tests.py --self-test [--family ...]   the writers and decoders agree (no metrale)
   run_checkpoint_tests.py --write DIR [--family ...]   checkpoints, inputs and expected outputs
   run_checkpoint_tests.py --list [--family ...]        the variants
+With --activations format the expectation quantizes each projection's inputs as the checkpoint's
+config asks (int8 or FP8 per token, FP8 per 128 columns) for kernels that run W8A8 / FP8 A8; its
+budget adds four quantization steps per dot product and is looser (a one-ulp change of a row's
+largest intermediate moves its scale and so many codes).
 Exit 77 (skip) when the chosen backend is not loaded.
 """
 import argparse
@@ -72,7 +76,7 @@ def check_variant(args, v, index: int, tmp: str) -> list:
     """Runs every case of one variant; returns the names of the failed cases."""
     ckpt = os.path.join(tmp, "ckpt")
     build.write_checkpoint(ckpt, v)
-    ck = expected.Checkpoint(ckpt)
+    ck = expected.Checkpoint(ckpt, args.activations)
     failed = []
     for m, dtype in cases(index):
         case = f"{v.name} layer {v.layer} m={m} x {dtype}"
@@ -151,15 +155,33 @@ def self_test(v) -> list:
         return bad
 
 
+def numerics_self_test() -> list:
+    """The rounding rules on values whose answers are known by hand."""
+    from numerics import bf16_bits, e4m3_codes, e4m3_value, f32_to_bf16_bits, round_bf16
+    bad = []
+    ties = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, -2.5])
+    if not np.array_equal(round_bf16(ties), [1.0, 1 + 2.0 ** -6, 1 + 2.0 ** -7, -2.5]):
+        bad.append(f"bf16 rounding: {round_bf16(ties)}")
+    if not np.array_equal(f32_to_bf16_bits(ties.astype(np.float32)), bf16_bits(ties)):
+        bad.append("f32 -> bf16 bits disagree with float64 -> bf16")
+    fp8 = e4m3_value(e4m3_codes([500.0, 1.0625, 1.1875, 0.0029, -300.0, 2.0 ** -10]))
+    if not np.array_equal(fp8, [448.0, 1.0, 1.25, 2.0 ** -9, -288.0, 0.0]):
+        bad.append(f"e4m3 rounding: {fp8}")
+    if int(e4m3_codes([448.0])[0]) != 0x7E or not np.isnan(e4m3_value([0x7F, 0xFF])).all():
+        bad.append("e4m3: 448 is 0x7e and 0x7f/0xff are NaN")
+    return bad
+
+
 def write_all(args, selected) -> None:
     manifest = []
     for index, v in enumerate(selected):
         base = os.path.join(args.write, v.name)
         ckpt = os.path.join(base, "checkpoint")
         build.write_checkpoint(ckpt, v)
-        ck = expected.Checkpoint(ckpt)
+        ck = expected.Checkpoint(ckpt, args.activations)
         entry = {"variant": v.name, "family": v.family, "arch": v.arch, "format": v.fmt, "layer": v.layer,
-                 "activations": formats.activation_scheme(v.fmt), "notes": v.notes, "checkpoint": ckpt, "cases": []}
+                 "activations": ck.activations, "config_activations": expected.activation_scheme(ck.qcfg),
+                 "notes": v.notes, "checkpoint": ckpt, "cases": []}
         for m, dtype in cases(index):
             x_path = os.path.join(base, f"x_m{m}.safetensors")
             build.write_input(x_path, v.name, m, dtype)
@@ -197,6 +219,9 @@ def parse_args():
     parser.add_argument("--write", metavar="DIR", help="write checkpoints, inputs and expected outputs under DIR")
     parser.add_argument("--self-test", action="store_true", help="check that writers and decoders agree")
     parser.add_argument("--list", action="store_true", help="list the variants")
+    parser.add_argument("--activations", choices=("bf16", "format"), default="bf16",
+                        help="bf16: the W*A16 contract (default); format: expect the dynamic activation "
+                             "quantization the checkpoint's config asks for (int8/FP8 per token, FP8 per 128)")
     args = parser.parse_args()
     if args.all or not args.family:
         args.family = list(FAMILIES) if (args.all or args.write or args.list or args.self_test) else None
@@ -216,7 +241,7 @@ def main() -> int:
             print(f"{v.name:<50} layer {v.layer}  {json.dumps(v.fmt)}  cases {cases(i)}  {v.notes}")
         return 0
     if args.self_test:
-        bad = [b for v in selected for b in self_test(v)]
+        bad = numerics_self_test() + [b for v in selected for b in self_test(v)]
         print("\n".join(bad) if bad else f"self-test: {len(selected)} variants, writers and decoders agree")
         return 1 if bad else 0
     if args.write:

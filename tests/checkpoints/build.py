@@ -45,7 +45,7 @@ def random_weight(variant: str, module: str, n: int, k: int, asym: bool) -> np.n
     return w
 
 
-def _quantized_modules(config: Dict, v: Variant) -> Dict[str, tuple]:
+def linear_modules(config: Dict, v: Variant) -> Dict[str, tuple]:
     """Every linear module of the model the format quantizes (or keeps in float): name -> (N, K)."""
     out = {}
     for layer in range(config["num_hidden_layers"]):
@@ -107,7 +107,7 @@ def write_checkpoint(directory: str, v: Variant) -> None:
     tensors = _floats(config, v, dtype)
     quantize = formats.quantizer(v.fmt)
     asym = not formats.resolved(v.fmt).get("sym", formats.resolved(v.fmt).get("symmetric", True))
-    for module, (n, k) in _quantized_modules(config, v).items():
+    for module, (n, k) in linear_modules(config, v).items():
         w = random_weight(v.name, module, n, k, asym)
         if formats.left_unquantized(v.fmt, v.arch, module):
             parts = writers.plain(w, dtype)

@@ -139,7 +139,7 @@ def self_test(v) -> list:
         ck = expected.Checkpoint(tmp)
         asym = not formats.resolved(v.fmt).get("sym", formats.resolved(v.fmt).get("symmetric", True))
         bad = []
-        for module, (n, k) in build._quantized_modules(ck.config, v).items():
+        for module, (n, k) in build.linear_modules(ck.config, v).items():
             w = build.random_weight(v.name, module, n, k, asym)
             d = ck.weight(module)
             # One code step of a group is at most 2 max|w| / levels of its row (sym or asym).

@@ -177,7 +177,10 @@ with tempfile.TemporaryDirectory() as tmp:
     proc = run("--weights", weights, expect_rc=1)
     check("no model config" in proc.stderr, f"--weights FILE without config.json: unclear message: {proc.stderr[-500:]}")
     shutil.copy(os.path.join(tmp, "config.json"), ckpt)
-    for source in (ckpt, weights):
+    index = os.path.join(ckpt, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"weight_map": {name: "ffn.safetensors" for name in read_safetensors(weights)}}, f)
+    for source in (ckpt, weights, index):
         out = run_json("--weights", source, "--tokens", "2", "--check")
         check(out.get("model", {}).get("intermediate_size") == 384, f"--weights {source}: its config.json was not used")
         check(out.get("output_fnv1a64") == first.get("output_fnv1a64"), f"--weights {source}: output differs")

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // `metrale run`: build a model's FFN on the selected backend from synthetic or safetensors
-// weights, run forward passes, print the audit rows of the build, the path each step takes,
-// timing (median of repeats) with achieved weight bandwidth, and with --check the comparison
-// against the double-precision reference (exit 1 when over budget). docs/layers.md.
+// weights, run forward passes on synthetic or given (--input) activations, and report the audit
+// rows of the build, the path each step takes, timing (median of repeats) with achieved weight
+// bandwidth, and with --check the comparison against the double-precision reference (exit 1 when
+// over budget); --output writes the output rows. docs/layers.md.
+//
+// The work is done once into a RunReport; the table and JSON renderers only print it.
 #include "commands.hpp"
 
+#include <layers/model/activation_io.hpp>
 #include <layers/model/ffn.hpp>
 #include <layers/model/progress.hpp>
 #include <layers/model/reference.hpp>
@@ -26,13 +30,18 @@ namespace metrale::cli {
 namespace {
 
 using namespace metrale::layers;
+namespace fs = std::filesystem;
+
+constexpr const char* kDefaultModel = "small-dense";
 
 struct RunOptions {
-  std::string model = "small-dense";
+  std::string model;  // empty: the config.json beside --weights, else kDefaultModel
   std::string weights;
   std::optional<uint32_t> layer;
   std::string save_weights;
-  uint32_t tokens = 1;
+  std::string input;
+  std::string output;
+  std::optional<uint32_t> tokens;  // default 1; with --input, the tensor's rows
   std::string backend;
   uint32_t repeat = 5;
   uint32_t warmup = 1;
@@ -41,6 +50,31 @@ struct RunOptions {
   bool json = false;
   bool per_expert = false;
   bool quiet = false;
+};
+
+struct Timing {
+  std::vector<double> seconds;
+  double median = 0, min = 0, max = 0;
+  double pass_bytes = 0, gbps = 0, gflops = 0;
+};
+
+// Everything `metrale run` prints, computed before anything is printed.
+struct RunReport {
+  ModelConfig config;
+  std::string backend, target, device;
+  uint32_t min_k = 0;
+  std::string weight_source;
+  double weight_bytes = 0;
+  std::string input_source;
+  std::string output_path;  // empty: not written
+  uint32_t m = 0;
+  std::vector<AuditRow> audit;
+  std::vector<PlanStep> plan;
+  Timing timing;
+  std::string checksum_hex;
+  std::optional<std::vector<uint32_t>> expert_rows;
+  std::optional<Comparison> comparison;
+  std::vector<std::pair<std::string, std::optional<std::string>>> levers;
 };
 
 std::string format_bytes(double bytes) {
@@ -87,173 +121,250 @@ double pass_flops(const ModelConfig& c, uint32_t m) {
   return 0;
 }
 
-void run(CliContext& ctx, const RunOptions& o) {
-  const bool json = o.json || ctx.json;
-  if (o.tokens == 0) throw Error(Status::invalid_argument, "--tokens must be at least 1");
-  if (o.repeat == 0) throw Error(Status::invalid_argument, "--repeat must be at least 1");
-  StderrProgress progress(!o.quiet);
+// --model, else the config.json that belongs to --weights (never a preset in its place: weights
+// run against the wrong shapes would fail later with a less clear message, or not at all).
+ModelConfig resolve_run_config(const RunOptions& o) {
+  if (!o.model.empty()) return resolve_model(o.model);
+  if (o.weights.empty()) return resolve_model(kDefaultModel);
+  const fs::path weights(o.weights);
+  const fs::path dir = fs::is_directory(weights) ? weights : weights.parent_path();
+  const fs::path config = (dir.empty() ? fs::path(".") : dir) / "config.json";
+  if (!fs::is_regular_file(config)) {
+    throw Error(Status::not_found, o.weights + ": no model config: expected " + config.string() +
+                                       " beside the weights; pass --model PRESET|config.json to say which model they belong to");
+  }
+  return load_model_config(config);
+}
 
-  ModelConfig config = resolve_model(o.model);
-  auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
-  Backend& b = *backend;
-
-  // Weights: a checkpoint, else synthetic from the seed.
+FfnWeights obtain_weights(const RunOptions& o, const ModelConfig& config, StderrProgress& progress, std::string& source) {
   FfnWeights weights;
-  std::string weight_source;
   if (!o.weights.empty()) {
     progress.update("loading " + o.weights, 0.0);
     weights = load_ffn_weights(o.weights, config, WeightLoadOptions{o.layer});
     progress.finish("loading " + o.weights);
-    weight_source = o.weights;
+    source = o.weights;
   } else {
     progress.update("generating synthetic weights", 0.0);
     weights = synthetic_ffn_weights(config, o.seed);
     progress.finish("generating synthetic weights");
-    weight_source = "synthetic (seed " + std::to_string(o.seed) + ")";
+    source = "synthetic (seed " + std::to_string(o.seed) + ")";
   }
   if (!o.save_weights.empty()) {
     save_ffn_weights(weights, config, o.save_weights);
-    logger()->info("wrote {} ({}) to {}", weight_source, format_bytes(static_cast<double>(weights.bytes())), o.save_weights);
+    logger()->info("wrote {} ({}) to {}", source, format_bytes(static_cast<double>(weights.bytes())), o.save_weights);
   }
-  const double host_weight_bytes = static_cast<double>(weights.bytes());
+  return weights;
+}
+
+// The rows to run: tensor `x` of --input (its rows set m), else synthetic rows from --seed.
+std::vector<uint16_t> obtain_input(const RunOptions& o, const ModelConfig& config, uint32_t& m, std::string& source) {
+  if (o.input.empty()) {
+    m = o.tokens.value_or(1);
+    if (m == 0) throw Error(Status::invalid_argument, "--tokens must be at least 1");
+    source = "synthetic (seed " + std::to_string(o.seed + 1) + ")";
+    return synthetic_activations(m, config.hidden_size, o.seed + 1);
+  }
+  Activations x = read_activations(o.input, "x", config.hidden_size);
+  if (o.tokens && *o.tokens != x.rows) {
+    throw Error(Status::invalid_argument, "--tokens " + std::to_string(*o.tokens) + " conflicts with --input " + o.input +
+                                              ": tensor 'x' has " + std::to_string(x.rows) +
+                                              " rows (leave --tokens out: the rows of 'x' are the tokens)");
+  }
+  m = x.rows;
+  source = o.input + " (tensor 'x', " + std::string(dtype_name(x.source_dtype)) +
+           (x.source_dtype == Dtype::bf16 ? ")" : ", rounded to bf16)");
+  return std::move(x.bf16);
+}
+
+// Warmup, then timed passes; y is the output of the last pass.
+Timing time_passes(const RunOptions& o, Backend& b, FfnComponent& ffn, DevicePtr x, uint32_t m, DevicePtr& y,
+                   StderrProgress& progress) {
+  for (uint32_t i = 0; i < o.warmup; ++i) {
+    y = ffn.forward(x, m);
+    b.synchronize();
+  }
+  Timing t;
+  const std::string stage = "timing " + std::to_string(o.repeat) + " passes";
+  for (uint32_t i = 0; i < o.repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    y = ffn.forward(x, m);
+    b.synchronize();
+    t.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    progress.update(stage, static_cast<double>(i + 1) / o.repeat);
+  }
+  progress.finish(stage);
+  std::vector<double> sorted = t.seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  t.median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  t.min = sorted.front();
+  t.max = sorted.back();
+  return t;
+}
+
+// FNV-1a of the output bytes: equal outputs across runs (or backends) are easy to spot.
+std::string fnv1a64_hex(std::span<const uint16_t> values) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint16_t v : values) {
+    for (int shift : {0, 8}) {
+      h ^= (v >> shift) & 0xffu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+Comparison check_against_reference(const FfnWeights& weights, const ModelConfig& config, std::span<const uint16_t> x,
+                                   uint32_t m, std::span<const uint16_t> got, StderrProgress& progress) {
+  ReferenceOptions ro;
+  std::string stage = "reference";
+  ro.progress = [&](std::string_view part, double f) {
+    stage = "reference " + std::string(part);
+    progress.update(stage, f);
+  };
+  ReferenceOutput ref = reference_ffn(weights, config, x, m, ro);
+  progress.finish(stage);
+  return compare_to_reference(got, ref);
+}
+
+// The levers that steer the selectors: a selector that decided "null" without a lookup leaves
+// no audit row, so this is where "m128 v2 not requested" shows.
+std::vector<std::pair<std::string, std::optional<std::string>>> selector_levers() {
+  static constexpr const char* kSelectorLevers[] = {"METRALE_W4A16_K64_MIN_K", "METRALE_NO_W4A16_K64",
+                                                    "METRALE_W4A16_VARIANT",   "METRALE_NO_TGEMM_PIPELINE3",
+                                                    "METRALE_NO_K64_PIPELINE3", "METRALE_NO_K64_N64"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> out;
+  for (const char* name : kSelectorLevers) out.emplace_back(name, lever_raw(name));
+  return out;
+}
+
+RunReport compute_report(CliContext& ctx, const RunOptions& o) {
+  if (o.repeat == 0) throw Error(Status::invalid_argument, "--repeat must be at least 1");
+  StderrProgress progress(!o.quiet);
+  RunReport r;
+  r.config = resolve_run_config(o);
+  auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
+  Backend& b = *backend;
+  r.backend = b.name();
+  r.target = b.target();
+  r.device = b.device_name();
+  // Read the input before the weights: a wrong --input fails fast.
+  const std::vector<uint16_t> x = obtain_input(o, r.config, r.m, r.input_source);
+  const FfnWeights weights = obtain_weights(o, r.config, progress, r.weight_source);
+  r.weight_bytes = static_cast<double>(weights.bytes());
 
   // Build: every lookup it makes lands in the audit after `before`.
   uint64_t before = 0;
   for (const auto& row : b.audit().snapshot()) before = std::max(before, row.sequence);
   progress.update("building the layers on " + b.name(), 0.0);
-  FfnComponent ffn = FfnComponent::build(b, config, weights, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !o.per_expert}});
+  FfnComponent ffn = FfnComponent::build(b, r.config, weights, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !o.per_expert}});
   progress.finish("building the layers on " + b.name());
-  std::vector<AuditRow> rows;
   for (const auto& row : b.audit().snapshot())
-    if (row.sequence > before && row.backend == b.name()) rows.push_back(row);
+    if (row.sequence > before && row.backend == b.name()) r.audit.push_back(row);
 
-  // Input and passes.
-  const uint32_t m = o.tokens;
-  std::vector<uint16_t> x = synthetic_activations(m, config.hidden_size, o.seed + 1);
   DeviceBuffer dx(b, x.size() * 2);
   dx.upload(std::span<const uint16_t>(x));
   DevicePtr y{};
-  for (uint32_t i = 0; i < o.warmup; ++i) {
-    y = ffn.forward(dx.ptr(), m);
-    b.synchronize();
-  }
-  std::vector<double> seconds;
-  for (uint32_t i = 0; i < o.repeat; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    y = ffn.forward(dx.ptr(), m);
-    b.synchronize();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    progress.update("timing " + std::to_string(o.repeat) + " passes", static_cast<double>(i + 1) / o.repeat);
-  }
-  progress.finish("timing " + std::to_string(o.repeat) + " passes");
-  std::vector<double> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
-  const double pass_bytes = static_cast<double>(ffn.last_weight_bytes());
-  const double gbps = median > 0 ? pass_bytes / median / 1e9 : 0;
-  const double gflops = median > 0 ? pass_flops(config, m) / median / 1e9 : 0;
+  r.timing = time_passes(o, b, ffn, dx.ptr(), r.m, y, progress);
+  r.timing.pass_bytes = static_cast<double>(ffn.last_weight_bytes());
+  r.timing.gbps = r.timing.median > 0 ? r.timing.pass_bytes / r.timing.median / 1e9 : 0;
+  r.timing.gflops = r.timing.median > 0 ? pass_flops(r.config, r.m) / r.timing.median / 1e9 : 0;
 
   std::vector<uint16_t> got(x.size());
   b.copy_to_host(got.data(), y, got.size() * 2);
   b.synchronize();
-
-  // FNV-1a of the output bytes: equal outputs across runs (or backends) are easy to spot.
-  uint64_t checksum = 0xcbf29ce484222325ull;
-  for (uint16_t v : got) {
-    for (int shift : {0, 8}) {
-      checksum ^= (v >> shift) & 0xffu;
-      checksum *= 0x100000001b3ull;
-    }
+  r.checksum_hex = fnv1a64_hex(got);
+  if (!o.output.empty()) {
+    write_activations(o.output, "y", got, r.m, r.config.hidden_size,
+                      {{"producer", "metrale run"}, {"model", r.config.source}, {"backend", r.backend},
+                       {"weights", r.weight_source}, {"input", r.input_source}});
+    r.output_path = o.output;
   }
-  char checksum_hex[17];
-  std::snprintf(checksum_hex, sizeof checksum_hex, "%016llx", static_cast<unsigned long long>(checksum));
+  if (o.check) r.comparison = check_against_reference(weights, r.config, x, r.m, got, progress);
+  r.plan = ffn.plan(r.m);
+  r.min_k = w4a16_k64_min_k();
+  if (auto* moe = ffn.moe()) r.expert_rows = moe->last_expert_rows();
+  r.levers = selector_levers();
+  return r;
+}
 
-  std::optional<Comparison> comparison;
-  if (o.check) {
-    ReferenceOptions ro;
-    std::string stage = "reference";
-    ro.progress = [&](std::string_view part, double f) {
-      stage = "reference " + std::string(part);
-      progress.update(stage, f);
-    };
-    ReferenceOutput ref = reference_ffn(weights, config, x, m, ro);
-    progress.finish(stage);
-    comparison = compare_to_reference(got, ref);
-    if (!comparison->passed()) ctx.exit_code = kExitError;
+void render_json(const RunReport& r, const RunOptions& o) {
+  nlohmann::json levers = nlohmann::json::object();
+  for (const auto& [name, value] : r.levers) levers[name] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  nlohmann::json out{{"model", r.config.to_json()},
+                     {"backend", r.backend},
+                     {"target", r.target},
+                     {"w4a16_k64_min_k", r.min_k},
+                     {"weights", {{"source", r.weight_source}, {"bytes", r.weight_bytes}}},
+                     {"input", r.input_source},
+                     {"output", r.output_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.output_path)},
+                     {"levers", levers},
+                     {"tokens", r.m},
+                     {"output_fnv1a64", r.checksum_hex},
+                     {"audit", nlohmann::json::parse(render_audit_json(r.audit))}};
+  auto steps = nlohmann::json::array();
+  for (const auto& s : r.plan) steps.push_back({{"step", s.step}, {"kernel", s.kernel}, {"why", s.why}, {"grid", s.grid}});
+  out["plan"] = steps;
+  const Timing& t = r.timing;
+  out["timing"] = {{"repeat", o.repeat},  {"seconds", t.seconds}, {"median_s", t.median}, {"weight_bytes_per_pass", t.pass_bytes},
+                   {"weight_gb_per_s", t.gbps}, {"gflop_per_s", t.gflops}};
+  if (r.expert_rows) out["expert_rows"] = *r.expert_rows;
+  if (const auto& c = r.comparison) {
+    out["check"] = {{"passed", c->passed()},       {"checked", c->checked},
+                    {"violations", c->violations}, {"excluded_rows", c->excluded_rows},
+                    {"max_abs_error", c->max_abs}, {"max_rel_error", c->max_rel},
+                    {"worst_budget_ratio", c->worst_ratio},
+                    {"tolerance", {{"relative", kRefRelTolerance}, {"scale", kRefScaleTolerance}}}};
   }
+  std::cout << out.dump(2) << '\n';
+}
 
-  const auto plan = ffn.plan(m);
-  const uint32_t min_k = w4a16_k64_min_k();
-  // The section-7 levers and their values: a selector that decided "null" without a lookup
-  // leaves no audit row, so this is where "m128 v2 not requested" shows.
-  static constexpr const char* kSelectorLevers[] = {"METRALE_W4A16_K64_MIN_K", "METRALE_NO_W4A16_K64",
-                                                    "METRALE_W4A16_VARIANT",   "METRALE_NO_TGEMM_PIPELINE3",
-                                                    "METRALE_NO_K64_PIPELINE3", "METRALE_NO_K64_N64"};
+void render_text(const RunReport& r, const RunOptions& o) {
   std::string lever_line;
-  nlohmann::json lever_json = nlohmann::json::object();
-  for (const char* name : kSelectorLevers) {
-    const auto value = lever_raw(name);
-    lever_json[name] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-    lever_line += std::string(lever_line.empty() ? "" : ", ") + name + (value ? "=" + *value : " unset");
-  }
-  if (json) {
-    nlohmann::json out{{"model", config.to_json()},
-                       {"backend", b.name()},
-                       {"target", b.target()},
-                       {"w4a16_k64_min_k", min_k},
-                       {"weights", {{"source", weight_source}, {"bytes", host_weight_bytes}}},
-                       {"levers", lever_json},
-                       {"tokens", m},
-                       {"output_fnv1a64", checksum_hex},
-                       {"audit", nlohmann::json::parse(render_audit_json(rows))}};
-    auto steps = nlohmann::json::array();
-    for (const auto& s : plan) steps.push_back({{"step", s.step}, {"kernel", s.kernel}, {"why", s.why}, {"grid", s.grid}});
-    out["plan"] = steps;
-    out["timing"] = {{"repeat", o.repeat},    {"seconds", seconds},     {"median_s", median},
-                     {"weight_bytes_per_pass", pass_bytes}, {"weight_gb_per_s", gbps}, {"gflop_per_s", gflops}};
-    if (auto* moe = ffn.moe()) out["expert_rows"] = moe->last_expert_rows();
-    if (comparison) {
-      out["check"] = {{"passed", comparison->passed()},       {"checked", comparison->checked},
-                      {"violations", comparison->violations}, {"excluded_rows", comparison->excluded_rows},
-                      {"max_abs_error", comparison->max_abs}, {"max_rel_error", comparison->max_rel},
-                      {"worst_budget_ratio", comparison->worst_ratio},
-                      {"tolerance", {{"relative", kRefRelTolerance}, {"scale", kRefScaleTolerance}}}};
-    }
-    std::cout << out.dump(2) << '\n';
-    return;
-  }
-
-  std::cout << "model    " << describe(config) << '\n'
-            << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << "), w4a16_k64_min_k = " << min_k
-            << '\n'
-            << "weights  " << weight_source << ", " << format_bytes(host_weight_bytes) << '\n'
+  for (const auto& [name, value] : r.levers)
+    lever_line += (lever_line.empty() ? "" : ", ") + name + (value ? "=" + *value : " unset");
+  std::cout << "model    " << describe(r.config) << '\n'
+            << "backend  " << r.backend << " (" << r.target << ", " << r.device << "), w4a16_k64_min_k = " << r.min_k << '\n'
+            << "weights  " << r.weight_source << ", " << format_bytes(r.weight_bytes) << '\n'
+            << "input    " << r.input_source << '\n'
             << "levers   " << lever_line << '\n'
             << "\naudit: the lookups made building the layers\n"
-            << render_audit_table(rows) << "\nplan for m = " << m << " rows\n";
+            << render_audit_table(r.audit) << "\nplan for m = " << r.m << " rows\n";
   std::vector<std::vector<std::string>> table;
-  for (const auto& s : plan) {
+  for (const auto& s : r.plan) {
     table.push_back({s.step, s.kernel,
                      "[" + std::to_string(s.grid[0]) + ", " + std::to_string(s.grid[1]) + ", " + std::to_string(s.grid[2]) + "]",
                      s.why});
   }
   std::cout << render_table({"step", "kernel", "grid", "why"}, table);
-  if (auto* moe = ffn.moe()) {
-    const auto& counts = moe->last_expert_rows();
+  if (r.expert_rows) {
+    const auto& counts = *r.expert_rows;
     const auto idle = std::count(counts.begin(), counts.end(), 0u);
-    std::cout << "routing: " << m * config.num_experts_per_tok << " rows over " << counts.size() - static_cast<size_t>(idle)
+    std::cout << "routing: " << r.m * r.config.num_experts_per_tok << " rows over " << counts.size() - static_cast<size_t>(idle)
               << " experts (" << idle << " idle), max " << *std::max_element(counts.begin(), counts.end())
               << " rows on one expert\n";
   }
-  std::cout << "\ntiming   " << o.repeat << " passes of " << m << " rows: median " << fixed(median * 1e3, 3) << " ms (min "
-            << fixed(sorted.front() * 1e3, 3) << ", max " << fixed(sorted.back() * 1e3, 3) << "); "
-            << format_bytes(pass_bytes) << " of weights per pass = " << fixed(gbps, 2) << " GB/s, " << fixed(gflops, 2)
-            << " GFLOP/s\noutput   fnv1a64 " << checksum_hex << '\n';
-  if (comparison) {
-    std::cout << "check    " << comparison->summary() << '\n'
+  const Timing& t = r.timing;
+  std::cout << "\ntiming   " << o.repeat << " passes of " << r.m << " rows: median " << fixed(t.median * 1e3, 3) << " ms (min "
+            << fixed(t.min * 1e3, 3) << ", max " << fixed(t.max * 1e3, 3) << "); " << format_bytes(t.pass_bytes)
+            << " of weights per pass = " << fixed(t.gbps, 2) << " GB/s, " << fixed(t.gflops, 2)
+            << " GFLOP/s\noutput   fnv1a64 " << r.checksum_hex;
+  if (!r.output_path.empty()) std::cout << ", written to " << r.output_path << " (tensor 'y', BF16)";
+  std::cout << '\n';
+  if (r.comparison) {
+    std::cout << "check    " << r.comparison->summary() << '\n'
               << "         budget per element: 2^-7 |ref| + 2^-12 sum|x*w| + 4 max|w|*ulp(x) for bf16 intermediates x "
                  "(MoE: per expert row; docs/layers.md)\n";
   }
+}
+
+void run(CliContext& ctx, const RunOptions& o) {
+  const RunReport report = compute_report(ctx, o);
+  if (o.json || ctx.json) render_json(report, o);
+  else render_text(report, o);
+  if (report.comparison && !report.comparison->passed()) ctx.exit_code = kExitError;
 }
 
 }  // namespace
@@ -263,15 +374,19 @@ void register_run(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("run", "Build a model's FFN on a backend, run it, time it, and check it against the reference");
   std::string preset_names;
   for (const auto& p : presets()) preset_names += "\n  " + std::string(p.name) + ": " + std::string(p.description);
-  cmd->add_option("--model", o->model, "A config.json path (or its directory) or a preset:" + preset_names)
-      ->capture_default_str();
+  cmd->add_option("--model", o->model,
+                  "A config.json path (or its directory) or a preset (default: the config.json beside --weights; "
+                  "without --weights, " + std::string(kDefaultModel) + "):" + preset_names);
   cmd->add_option("--weights", o->weights,
                   "Weights: a .safetensors file, a *.safetensors.index.json, or a directory; the project's tensor names "
                   "or a symmetric group-128 GPTQ checkpoint (default: synthetic from --seed)");
   cmd->add_option("--layer", o->layer, "GPTQ checkpoints: the decoder layer whose FFN to load (default: the lowest)");
   cmd->add_option("--save-weights", o->save_weights, "Write the weights used (project tensor names) to this file");
-  cmd->add_option("--tokens", o->tokens, "Rows per pass: 1 decode, 2..8 batched decode, more prefill")
-      ->capture_default_str();
+  cmd->add_option("--input", o->input,
+                  "Activations: a .safetensors file with tensor 'x' [m, hidden] (BF16, F16 or F32; rounded to bf16); "
+                  "m comes from the tensor (default: synthetic rows from --seed)");
+  cmd->add_option("--output", o->output, "Write the output rows to this .safetensors file (tensor 'y', BF16 [m, hidden])");
+  cmd->add_option("--tokens", o->tokens, "Rows per pass: 1 decode, 2..8 batched decode, more prefill (default 1)");
   cmd->add_option("--backend", o->backend, "Backend (default: METRALE_BACKEND or the highest priority)");
   cmd->add_option("--repeat", o->repeat, "Timed passes (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Untimed passes first")->capture_default_str();

@@ -2,10 +2,14 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 """`metrale run` end to end on the CPU backend: presets pass --check, the audit and plan are in
 the JSON, weights saved with --save-weights load back to the same output, a config.json path
-works, the per-expert MoE path shows in the audit, and bad input fails with a clear message.
+works, --weights finds the config.json beside it (and says so when there is none), --input /
+--output carry activations through safetensors files (F32/F16 rounded to bf16), the per-expert
+MoE path shows in the audit, and bad input fails with a clear message.
 Usage: cli_run_test.py <path to metrale>. Exit 77 when the CPU backend is not loaded."""
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,41 @@ def run_json(*args):
 def check(cond, what):
     if not cond:
         failures.append(what)
+
+
+def write_safetensors(path, name, dtype, shape, payload):
+    """One tensor, written the way the format is defined (8-byte length, JSON header, bytes)."""
+    header = json.dumps({name: {"dtype": dtype, "shape": shape, "data_offsets": [0, len(payload)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + payload)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def f32_bits(v):
+    return struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+def bf16_of_f32(v):
+    """Round to nearest, ties to even (the rule `metrale run --input` applies)."""
+    u = f32_bits(v)
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+
+
+def fnv1a64(payload):
+    h = 0xCBF29CE484222325
+    for b in payload:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
 
 
 probe = subprocess.run([METRALE, "--json", "list"], capture_output=True, text=True)
@@ -84,6 +123,67 @@ with tempfile.TemporaryDirectory() as tmp:
     out = run_json("--model", cfg, "--check", "--tokens", "3")
     check(out.get("model", {}).get("intermediate_size") == 1152, "config.json not used")
     check(out.get("check", {}).get("passed") is True, "config.json model fails the check")
+
+# --input / --output: rows from a file (m from the tensor), the output written as BF16 'y'.
+with tempfile.TemporaryDirectory() as tmp:
+    H, m = 256, 5
+    values = [((i * 37) % 101 - 50) / 64.0 + (i % 3) * 2.0 ** -9 for i in range(m * H)]
+    x32 = os.path.join(tmp, "x32.safetensors")
+    write_safetensors(x32, "x", "F32", [m, H], struct.pack(f"<{m * H}f", *values))
+    xbf = os.path.join(tmp, "xbf.safetensors")
+    write_safetensors(xbf, "x", "BF16", [m, H], struct.pack(f"<{m * H}H", *[bf16_of_f32(v) for v in values]))
+    y = os.path.join(tmp, "y.safetensors")
+    out = run_json("--input", x32, "--output", y, "--check", "--repeat", "1")
+    check(out.get("tokens") == m, f"--input: m is not taken from the tensor: {out.get('tokens')}")
+    check(out.get("check", {}).get("passed") is True, f"--input: check did not pass: {out.get('check')}")
+    check("rounded to bf16" in out.get("input", ""), f"--input F32: source not reported: {out.get('input')}")
+    tensors = read_safetensors(y) if os.path.exists(y) else {}
+    dtype, shape, payload = tensors.get("y", (None, None, b""))
+    check(dtype == "BF16" and shape == [m, H], f"--output: tensor 'y' is {dtype} {shape}, expected BF16 [{m}, {H}]")
+    check(fnv1a64(payload) == out.get("output_fnv1a64"), "--output: the file's bytes are not the reported output")
+    # F32 rounded to bf16 on the way in gives the same output as the bf16 values themselves.
+    same = run_json("--input", xbf, "--repeat", "1")
+    check(same.get("output_fnv1a64") == out.get("output_fnv1a64"), "F32 input does not run as its bf16 rounding")
+    run("--input", x32, "--tokens", str(m), "--repeat", "1")  # agreeing --tokens is fine
+    proc = run("--input", x32, "--tokens", "3", expect_rc=1)
+    check("--tokens 3 conflicts with --input" in proc.stderr and f"has {m} rows" in proc.stderr,
+          f"--tokens conflict: unclear message: {proc.stderr[-500:]}")
+    narrow = os.path.join(tmp, "narrow.safetensors")
+    write_safetensors(narrow, "x", "F32", [2, 128], bytes(2 * 128 * 4))
+    proc = run("--input", narrow, expect_rc=1)
+    check("narrow.safetensors: tensor 'x': shape [2, 128], expected [m, 256]" in proc.stderr,
+          f"--input shape: unclear message: {proc.stderr[-500:]}")
+    ints = os.path.join(tmp, "ints.safetensors")
+    write_safetensors(ints, "x", "I32", [1, H], bytes(H * 4))
+    proc = run("--input", ints, expect_rc=1)
+    check("tensor 'x': dtype I32, expected BF16, F16 or F32" in proc.stderr, f"--input dtype: unclear message: {proc.stderr[-500:]}")
+    wrong_name = os.path.join(tmp, "named.safetensors")
+    write_safetensors(wrong_name, "hidden", "F32", [1, H], bytes(H * 4))
+    proc = run("--input", wrong_name, expect_rc=1)
+    check("named.safetensors" in proc.stderr and "'x'" in proc.stderr, f"--input without 'x': unclear message: {proc.stderr[-500:]}")
+
+# --weights without --model: the config.json beside the weights, never a preset in its place.
+with tempfile.TemporaryDirectory() as tmp:
+    ckpt = os.path.join(tmp, "ckpt")
+    os.mkdir(ckpt)
+    weights = os.path.join(ckpt, "ffn.safetensors")
+    cfg = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 384, "hidden_act": "silu"}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    first = run_json("--model", os.path.join(tmp, "config.json"), "--save-weights", weights, "--tokens", "2")
+    proc = run("--weights", ckpt, expect_rc=1)
+    check(f"{ckpt}: no model config: expected {os.path.join(ckpt, 'config.json')}" in proc.stderr,
+          f"--weights without config.json: unclear message: {proc.stderr[-500:]}")
+    proc = run("--weights", weights, expect_rc=1)
+    check("no model config" in proc.stderr, f"--weights FILE without config.json: unclear message: {proc.stderr[-500:]}")
+    shutil.copy(os.path.join(tmp, "config.json"), ckpt)
+    index = os.path.join(ckpt, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"weight_map": {name: "ffn.safetensors" for name in read_safetensors(weights)}}, f)
+    for source in (ckpt, weights, index):
+        out = run_json("--weights", source, "--tokens", "2", "--check")
+        check(out.get("model", {}).get("intermediate_size") == 384, f"--weights {source}: its config.json was not used")
+        check(out.get("output_fnv1a64") == first.get("output_fnv1a64"), f"--weights {source}: output differs")
 
 # Per-expert MoE launches: no grouped lookup in the audit, the dense chain instead, still correct.
 out = run_json("--model", "small-moe", "--per-expert", "--check", "--tokens", "9")

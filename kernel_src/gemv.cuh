@@ -121,7 +121,6 @@ __device__ void gemv_body(const QuantWeights<Fmt>& w, const Dot& dot, __nv_bfloa
   const unsigned warps = blockDim.x >> 5;
   const unsigned chunk_k = 128 / Fmt::kBits;  // K positions per 16-byte chunk
   const unsigned chunks = w.k / chunk_k;
-  const unsigned group = w.group_size();
   for (unsigned rg = threadIdx.x >> 5; rg < kGemvRowsPerBlock / kGemvRowsPerWarp && warps > 0; rg += warps) {
     const unsigned row = blockIdx.x * kGemvRowsPerBlock + rg * kGemvRowsPerWarp + (lane >> 1);
     const bool active = row < w.n;
@@ -139,7 +138,7 @@ __device__ void gemv_body(const QuantWeights<Fmt>& w, const Dot& dot, __nv_bfloa
         for (unsigned u = 0; u < kGemvUnroll; ++u) {
           const unsigned c = c0 + 2 * u;
           const bool in = active && c < chunks;
-          const unsigned g = c * chunk_k / group;
+          const unsigned g = w.group_of(c * chunk_k);
           wv[u] = in ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
           s[u] = in ? w.scale(row, g) : 0.f;
           z[u] = in ? w.zero(row, g) : Fmt::kZero;

@@ -24,7 +24,7 @@ struct W4Sym {
 
 struct W4Zp {
   static constexpr unsigned kBits = 4;
-  static constexpr unsigned kFixedGroup = 0;  // the launch's `group`
+  static constexpr unsigned kFixedGroup = 0;  // the launch's `group` (32, 64 or 128)
   static constexpr bool kZeros = true;
   static constexpr int kZero = 0;
   static constexpr bool kFp8 = false;
@@ -77,8 +77,13 @@ struct QuantWeights {
   const unsigned char* zeros;       // [N][K/G]; formats with zero points only
   unsigned n, k, group;
 
-  __device__ unsigned group_size() const { return Fmt::kFixedGroup != 0 ? Fmt::kFixedGroup : group; }
-  __device__ unsigned groups() const { return k / group_size(); }
+  // log2 of the group size: groups are 32, 64 or 128 (powers of two), so positions map to groups
+  // by a shift, not a division.
+  __device__ unsigned group_shift() const { return Fmt::kFixedGroup == 128 ? 7 : __ffs(static_cast<int>(group)) - 1; }
+  __device__ unsigned group_of(unsigned kpos) const { return kpos >> group_shift(); }
+  // True when K position kpos starts a group.
+  __device__ bool group_starts(unsigned kpos) const { return (kpos & ((1u << group_shift()) - 1u)) == 0; }
+  __device__ unsigned groups() const { return k >> group_shift(); }
   __device__ unsigned row_words() const { return k * Fmt::kBits / 32; }
   __device__ const unsigned* row_codes(unsigned row) const { return codes + static_cast<size_t>(row) * row_words(); }
   __device__ float scale(unsigned row, unsigned g) const {

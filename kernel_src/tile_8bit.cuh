@@ -103,8 +103,7 @@ struct Math8 {
         if (warp_m * Shape::kWarpM + i * 16 < rows) mma(part[i][j], a[i], b);
       }
     }
-    const unsigned group = w.group_size();
-    if ((k0 + Stage::kBK) % group == 0) flush(w, n0, k0 / group, warp_n, lane);
+    if (w.group_starts(k0 + Stage::kBK)) flush(w, n0, w.group_of(k0), warp_n, lane);
   }
 
   __device__ void flush(const QuantWeights<Fmt>& w, unsigned n0, unsigned group, unsigned warp_n, unsigned lane) {

@@ -85,11 +85,10 @@ struct TileMath {
                           unsigned warp_m, unsigned warp_n, unsigned lane) {
     const unsigned g = lane >> 2;  // groupID
     const unsigned t = lane & 3u;  // threadID_in_group
-    const unsigned group = w.group_size();
 #pragma unroll
     for (unsigned kk = 0; kk < BK; kk += 16) {
       if constexpr (Fmt::kZeros) {
-        if ((k0 + kk) % group == 0) load_zeros(w, n0, (k0 + kk) / group, warp_n, lane);
+        if (w.group_starts(k0 + kk)) load_zeros(w, n0, w.group_of(k0 + kk), warp_n, lane);
       }
       unsigned a[Shape::kMTiles][4];
 #pragma unroll
@@ -111,7 +110,7 @@ struct TileMath {
           if (warp_m * Shape::kWarpM + i * 16 < rows) mma_bf16_16816(part[i][j], a[i], b);
         }
       }
-      if ((k0 + kk + 16) % group == 0) flush(w, n0, (k0 + kk) / group, warp_n, lane);
+      if (w.group_starts(k0 + kk + 16)) flush(w, n0, w.group_of(k0 + kk), warp_n, lane);
     }
   }
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Benchmark of the CUDA W4A16 family on the GPU at model-sized shapes: time per launch, weight
-// bandwidth (bytes of codes and scales read per second) and its ratio to the device's copy
-// bandwidth measured in the same run (a device-to-device copy; bytes read + written per second).
-// Weights rotate through enough copies to exceed the L2 cache, so each launch streams from DRAM.
+// Benchmark of the CUDA GEMM and GEMV families on the GPU at model-sized shapes: time per launch,
+// weight bandwidth (bytes of codes, scales and zero points read per second) and its ratio to the
+// device's copy bandwidth measured in the same run (a device-to-device copy; bytes read + written
+// per second). Weights rotate through enough copies to exceed the L2 cache, so each launch streams
+// from DRAM. The W4A16 family here, the quantized families in gpu_bench_quant.cpp.
 // Suite 'gpu'; exits 77 with one line when no CUDA device is usable. `--json FILE` also writes
 // the rows as JSON.
-#include "gpu_support.hpp"
+#include "gpu_bench.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -19,28 +20,10 @@
 
 using namespace metrale;
 using metrale::gpu_test::DeviceBuffer;
+using gpu_bench::ceil_div;
+using gpu_bench::time_per_call;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-
-// Seconds per call of `body`, after a warm-up, over enough calls to last ~0.2 s.
-template <class Body>
-double time_per_call(Backend& backend, Body&& body) {
-  body();
-  backend.synchronize();
-  int calls = 1;
-  for (;;) {
-    const auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) body();
-    backend.synchronize();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (seconds > 0.2 || calls >= 1 << 14) return seconds / calls;
-    calls *= seconds < 0.02 ? 8 : 2;
-  }
-}
 
 struct Kernel {
   const char* module;
@@ -131,6 +114,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  gpu_bench::bench_quant(b, copy_gbps, rows);
   if (!json_path.empty()) {
     nlohmann::json doc{{"device", b.device_name()}, {"target", b.target()}, {"copy_gbps", copy_gbps}, {"rows", rows}};
     std::ofstream(json_path) << doc.dump(2) << '\n';

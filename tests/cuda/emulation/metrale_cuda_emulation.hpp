@@ -100,6 +100,7 @@ inline int atomicAdd(int* address, int value) {
 }
 
 inline int __popc(unsigned v) { return std::popcount(v); }
+inline int __ffs(int v) { return v == 0 ? 0 : std::countr_zero(static_cast<unsigned>(v)) + 1; }
 
 // Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x (x the low four).
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {

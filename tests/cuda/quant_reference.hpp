@@ -23,9 +23,9 @@ inline double e4m3_value(uint32_t code) {
 }
 
 // The E4M3 byte nearest to v by search over every finite code, ties to the even code,
-// saturating at ±448, keeping v's sign (a negative v that rounds to zero gives 0x80); NaN: 0x7f.
+// saturating at ±448, keeping v's sign (a negative v that rounds to zero gives 0x80, a NaN 0xff).
 inline uint8_t e4m3_nearest(float v) {
-  if (std::isnan(v)) return 0x7f;
+  if (std::isnan(v)) return std::signbit(v) ? 0xff : 0x7f;
   const double a = std::min(std::abs(static_cast<double>(v)), 448.0);
   uint32_t best = 0;
   for (uint32_t c = 1; c < 0x7f; ++c) {

@@ -20,8 +20,8 @@ double e4m3_value(unsigned code) {
 }
 
 unsigned e4m3_code(float v) {
-  if (std::isnan(v)) return 0x7f;
   const unsigned sign = std::signbit(v) ? 0x80u : 0u;
+  if (std::isnan(v)) return sign | 0x7fu;
   const double a = std::fabs(static_cast<double>(v));
   if (std::isinf(a)) return sign | 0x7eu;  // satfinite
   int e = 0;

@@ -127,7 +127,6 @@ struct uint2 {
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
-inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }

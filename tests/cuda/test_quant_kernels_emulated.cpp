@@ -139,13 +139,14 @@ void check_dense(QuantKind kind, Variant v, const Shape& s, bool act8, bool e4m3
   CHECK_MESSAGE(c.ok(), c.report());
 }
 
-// Grouped variants: four experts (one without rows) of 129 columns, then three of 17.
+// Grouped variants: four experts (one without rows, one of two 64-row tiles), then three.
 void check_grouped(QuantKind kind, bool act8, bool e4m3_act) {
   struct Case {
     std::vector<int> offsets;
     uint32_t n, k, group;
   };
-  const Case cases[] = {{kOffsets, 129, 384, 64}, {{0, 0, 1, 9}, 17, 128, 32}};
+  // K = 256: the 3-stage ring ends on a stage the next 64 rows' prologue refills.
+  const Case cases[] = {{kOffsets, 129, 384, 64}, {kOffsets, 129, 256, 128}, {{0, 0, 1, 9}, 17, 128, 32}};
   for (const auto& cs : cases) {
     CAPTURE(kind_name(kind));
     CAPTURE(cs.n);
@@ -192,6 +193,25 @@ TEST_CASE("int8 activations: w4a8 and w8a8 GEMV, GEMM and grouped GEMM; E4M3 act
   }
   for (const auto& s : kGemmShapes) check_dense(QuantKind::fp8, Variant::gemm, s, true, true);
   check_grouped(QuantKind::fp8, true, true);
+}
+
+TEST_CASE("the tiles and the grouped loop under other schedules and copy timings (races show up here)") {
+  const std::pair<emu::Schedule, emu::AsyncPolicy> regimes[] = {
+      {emu::Schedule::lowest_first, emu::AsyncPolicy::eager},      // producers run ahead, copies land at once
+      {emu::Schedule::highest_first, emu::AsyncPolicy::deferred},  // consumers run ahead, copies land late
+  };
+  for (const auto& [schedule, policy] : regimes) {
+    CAPTURE(static_cast<int>(schedule));
+    emu::set_schedule(schedule);
+    emu::set_async_policy(policy);
+    check_dense(QuantKind::w4zp, Variant::gemm, {70, 129, 384, 32}, false, false);
+    check_dense(QuantKind::w8zp, Variant::gemm, {70, 129, 384, 64}, true, false);
+    check_dense(QuantKind::fp8, Variant::gemm, {9, 17, 384, 128}, true, true);
+    check_grouped(QuantKind::w4zp, true, false);
+    check_grouped(QuantKind::fp8, false, false);
+  }
+  emu::set_schedule(emu::Schedule::round_robin);
+  emu::set_async_policy(emu::AsyncPolicy::deferred);
 }
 
 TEST_CASE("FP8 weights: subnormals and ±448 exactly, a NaN weight poisons its column only") {

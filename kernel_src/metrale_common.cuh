@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Helpers shared by every kernel source: bf16/f16 conversion, reductions, and the W4A16 code
-// unpacking of docs/kernels.md (codes packed 8 per u32 along K, lowest nibble first, value
-// (q - 8) * scale, one f16 scale per 128 K). Compiled by NVRTC with -std=c++17.
+// Helpers shared by every kernel source: bf16/f16 conversion, reductions, and the exact decoding
+// of quantized codes (integer codes minus a zero point, E4M3 bytes) to f32.
+// Compiled by NVRTC with -std=c++17.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +10,16 @@
 namespace metrale {
 
 constexpr unsigned kGroup = 128;  // K elements per scale
+
+// std::conditional, which NVRTC's headers do not offer.
+template <bool B, class T, class F>
+struct Select {
+  using type = T;
+};
+template <class T, class F>
+struct Select<false, T, F> {
+  using type = F;
+};
 
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ __nv_bfloat16 to_bf16(float v) { return __float2bfloat16_rn(v); }
@@ -24,19 +34,18 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Sum over one packed word: x holds 8 bf16 (4 words) for K positions k..k+7, w the 8 codes.
-__device__ __forceinline__ float dot8(const uint4& x, unsigned w) {
-  const unsigned xs[4] = {x.x, x.y, x.z, x.w};
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int q0 = static_cast<int>((w >> (8 * i)) & 0xfu) - 8;
-    const int q1 = static_cast<int>((w >> (8 * i + 4)) & 0xfu) - 8;
-    sum = fmaf(bf16_lo(xs[i]), static_cast<float>(q0), sum);
-    sum = fmaf(bf16_hi(xs[i]), static_cast<float>(q1), sum);
-  }
-  return sum;
+// An OCP E4M3 byte (low 8 bits of b) as f32, exactly: the exponent and mantissa bits moved to
+// f32's places (a value 2^120 too small, an f32 subnormal when the E4M3 one is), then scaled;
+// 0x7f / 0xff are NaN. Needs no FP8 hardware.
+__device__ __forceinline__ float e4m3_to_f32(unsigned b) {
+  if ((b & 0x7fu) == 0x7fu) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f;
 }
+
+// (q - z) as f32, exactly, for a code q < 2^23: 2^23 + q is an f32 with q in its mantissa, and
+// zf = 2^23 + z; one logic op and one add instead of an int-to-float conversion.
+__device__ __forceinline__ float code_minus(unsigned q, float zf) { return __uint_as_float(0x4b000000u | q) - zf; }
+__device__ __forceinline__ float code_offset(int z) { return 8388608.f + static_cast<float>(z); }
 
 // Block-wide reduction for any block size (<= 1024): `scratch` holds blockDim.x values.
 template <class Op>

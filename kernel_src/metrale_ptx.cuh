@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Every inline-PTX primitive the kernels use, in one place: cp.async (sm_80), mma.sync bf16
-// (sm_80), and the Hopper bulk copy with its mbarrier (sm_90). Kernels call these and nothing
-// else in assembly; the host emulation of the test suite (tests/cuda/emulation) supplies the
+// Every inline-PTX primitive the kernels use, in one place: cp.async (sm_80), mma.sync bf16 and
+// s8·u8 (sm_80), mma.sync e4m3 and the f32 -> e4m3 conversion (sm_89), dp4a with a signed and an
+// unsigned operand, and the Hopper bulk copy with its mbarrier (sm_90). Kernels call these and
+// nothing else in assembly; the host emulation of the test suite (tests/cuda/emulation) supplies the
 // same functions with PTX's documented semantics, so the kernels' logic is tested without a GPU.
 #pragma once
 
@@ -41,6 +42,43 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// d += a · b for one m16n8k32 tile of 8-bit elements (row-major A, column-major B). Fragments per
+// the PTX ISA (g = lane / 4, t = lane % 4), four elements per register, lowest byte first:
+// a0 = A[g][4t..4t+3], a1 = A[g+8][4t..], a2 = A[g][4t+16..4t+19], a3 = A[g+8][4t+16..];
+// b0 = B[4t..4t+3][g], b1 = B[4t+16..4t+19][g]; c as for m16n8k16.
+// Signed int8 A, unsigned int8 B, exact int32 accumulation (no saturation).
+__device__ __forceinline__ void mma_s8u8_16832(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c + Σ a_i · b_i over the four bytes of a (signed) and b (unsigned).
+__device__ __forceinline__ int dp4a_su(unsigned a, unsigned b, int c) {
+  int d;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+#if __CUDA_ARCH__ >= 890
+#define METRALE_HAS_FP8 1  // E4M3 mma and conversions (sm_89+)
+// The m16n8k32 tile of mma_s8u8_16832 with OCP E4M3 elements in A and B, f32 accumulators.
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two f32 as E4M3 bytes, nearest (ties to even), saturating at ±448; `hi` in bits 15..8.
+__device__ __forceinline__ unsigned cvt_e4m3x2(float hi, float lo) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#endif
 
 __device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Module `moe` (docs/kernels.md): router GEMM, top-k softmax, row gather, the grouped W4A16
-// expert GEMM and the weighted combine. The contract fixes grids, not block sizes, so every
-// kernel here is correct for any 1-D block (1..1024 threads); 128 or 256 is a good choice.
+// Module `moe` (docs/kernels.md): router GEMM, top-k softmax, device-side routing (moe_align),
+// row gather, the grouped W4A16 expert GEMM and the weighted combine. The contract fixes grids,
+// not block sizes, so every kernel here but the grouped GEMM (a tensor-core tile of exactly 128
+// threads) is correct for any 1-D block (1..1024 threads); 128 or 256 is a good choice.
 #include "metrale_common.cuh"
+#include "moe_align.cuh"
+#include "tile_bf16.cuh"
 
 namespace {
 
 constexpr unsigned kRouterExpertsPerBlock = 64;
-constexpr unsigned kGroupedColumns = 128;  // N columns per block of the grouped GEMM
-constexpr unsigned kGroupedRows = 16;      // activation rows per pass over an expert's weights
 
 }  // namespace
 
@@ -117,6 +118,17 @@ extern "C" __global__ void topk_softmax(const float* logits, int* ids, float* we
   }
 }
 
+// The host-side routing after topk_softmax, on the device: offsets, rows, slots, combine weights
+// and the active experts from ids [M][k] (moe_align.cuh). Grid (1, 1), any block size.
+extern "C" __global__ void moe_align(const int* ids, const float* topk_weights, const float* shared_logits,
+                                     int* offsets, int* rows, int* slots, float* combine_weights, int* active,
+                                     unsigned m, unsigned e, unsigned k, unsigned shared) {
+  if (blockIdx.x != 0 || blockIdx.y != 0) return;
+  const metrale::AlignArgs a{ids, topk_weights, shared_logits, offsets, rows, slots, combine_weights, active, m, e, k,
+                             shared};
+  metrale::moe_align_body(a);
+}
+
 // out[i] = x[rows[i]] for i < t: bf16 rows of h. Grid (t, 1).
 extern "C" __global__ void moe_gather(const __nv_bfloat16* x, const int* rows, __nv_bfloat16* out, unsigned t,
                                       unsigned h) {
@@ -128,76 +140,14 @@ extern "C" __global__ void moe_gather(const __nv_bfloat16* x, const int* rows, _
 }
 
 // Rows [offsets[e], offsets[e+1]) of x belong to expert e; y = x · W_eᵀ with W_e the expert's
-// W4A16 weight (stacked [E][N][K/8] codes and [E][N][K/128] scales). Grid (ceil(n/128), experts).
-// Per 128-wide K group the block stages the expert's codes, scales and up to 16 activation rows in
-// shared memory; each thread owns output columns. Weights are read once per 16 rows of the expert.
-extern "C" __global__ void w4a16_grouped_gemm(const __nv_bfloat16* x, const unsigned* qweight, const __half* scales,
-                                              const int* offsets, __nv_bfloat16* y, unsigned n, unsigned k,
-                                              unsigned experts) {
-  __shared__ unsigned codes[kGroupedColumns][metrale::kGroup / 8 + 1];  // +1: conflict-free columns
-  __shared__ float group_scale[kGroupedColumns];
-  __shared__ float xs[kGroupedRows][metrale::kGroup];
-  const unsigned expert = blockIdx.y;
-  if (expert >= experts) return;
-  const int row_begin = offsets[expert];
-  const int row_end = offsets[expert + 1];
-  if (row_end <= row_begin) return;  // uniform: an expert without rows does nothing
-  const unsigned n0 = blockIdx.x * kGroupedColumns;
-  if (n0 >= n) return;
-  const unsigned groups = k / metrale::kGroup;
-  const unsigned* qe = qweight + static_cast<size_t>(expert) * n * (k / 8);
-  const __half* se = scales + static_cast<size_t>(expert) * n * groups;
-  const unsigned tid = threadIdx.x;
-
-  for (int r0 = row_begin; r0 < row_end; r0 += kGroupedRows) {
-    const unsigned rows = min(static_cast<unsigned>(row_end - r0), kGroupedRows);
-    // A thread owns columns tid, tid + blockDim.x, ... of the block's 128; passes cover them all.
-    for (unsigned pass = 0; pass < kGroupedColumns; pass += blockDim.x) {
-      const unsigned col = pass + tid;
-      float acc[kGroupedRows];
-#pragma unroll
-      for (unsigned r = 0; r < kGroupedRows; ++r) acc[r] = 0.f;
-      for (unsigned g = 0; g < groups; ++g) {
-        __syncthreads();  // the previous group's tiles are no longer read
-        for (unsigned i = tid; i < kGroupedColumns * (metrale::kGroup / 8); i += blockDim.x) {
-          const unsigned c = i / (metrale::kGroup / 8);
-          const unsigned w = i % (metrale::kGroup / 8);
-          codes[c][w] = n0 + c < n ? qe[static_cast<size_t>(n0 + c) * (k / 8) + g * (metrale::kGroup / 8) + w] : 0u;
-        }
-        for (unsigned c = tid; c < kGroupedColumns; c += blockDim.x) {
-          group_scale[c] = n0 + c < n ? __half2float(se[static_cast<size_t>(n0 + c) * groups + g]) : 0.f;
-        }
-        for (unsigned i = tid; i < kGroupedRows * metrale::kGroup; i += blockDim.x) {
-          const unsigned r = i / metrale::kGroup;
-          const unsigned kk = i % metrale::kGroup;
-          xs[r][kk] = r < rows ? metrale::to_f32(x[static_cast<size_t>(r0 + r) * k + g * metrale::kGroup + kk]) : 0.f;
-        }
-        __syncthreads();
-        if (col < kGroupedColumns) {
-          float part[kGroupedRows];
-#pragma unroll
-          for (unsigned r = 0; r < kGroupedRows; ++r) part[r] = 0.f;
-          for (unsigned w = 0; w < metrale::kGroup / 8; ++w) {
-            const unsigned word = codes[col][w];
-#pragma unroll
-            for (unsigned j = 0; j < 8; ++j) {
-              const float q = static_cast<float>(static_cast<int>((word >> (4 * j)) & 0xfu) - 8);
-#pragma unroll
-              for (unsigned r = 0; r < kGroupedRows; ++r) part[r] = fmaf(xs[r][w * 8 + j], q, part[r]);
-            }
-          }
-          const float s = group_scale[col];
-#pragma unroll
-          for (unsigned r = 0; r < kGroupedRows; ++r) acc[r] = fmaf(part[r], s, acc[r]);
-        }
-      }
-      if (col < kGroupedColumns && n0 + col < n) {
-        for (unsigned r = 0; r < rows; ++r) {
-          y[static_cast<size_t>(r0 + r) * n + n0 + col] = metrale::to_bf16(acc[r]);
-        }
-      }
-    }
-  }
+// W4A16 weight (stacked [E][N][K/8] codes and [E][N][K/128] scales). Grid (ceil(n/128), experts),
+// block 128: the N128×M64 tensor-core tile of module w4a16 (3-stage cp.async) over each 64 of
+// the expert's rows; m-tiles past its rows are skipped.
+extern "C" __global__ void __launch_bounds__(128)
+    w4a16_grouped_gemm(const __nv_bfloat16* x, const unsigned* qweight, const __half* scales, const int* offsets,
+                       __nv_bfloat16* y, unsigned n, unsigned k, unsigned experts) {
+  const metrale::QuantWeights<metrale::W4Sym> w{qweight, scales, nullptr, n, k, metrale::kGroup};
+  metrale::bf16_tile_grouped<metrale::W4Sym, 64, 128, 32, 3, 1, 4>(x, w, offsets, y, experts);
 }
 
 // out[r] = Σ_j weights[r][j] · expert_out[slots[r*k + j]] in f32, stored bf16. Grid (m, 1).

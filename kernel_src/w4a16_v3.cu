@@ -3,7 +3,7 @@
 // Hopper's bulk-copy engine: warp 0 issues one cp.async.bulk per tile row into a ring of stages,
 // each of 3 stages completing on its own mbarrier by transaction count, so the other warps spend no
 // instructions on loads. Needs sm_90 (cp.async.bulk, mbarrier expect_tx); the manifest gates it.
-#include "w4a16_tile.cuh"
+#include "tile_bf16.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "w4a16_v3.cu needs sm_90 or newer (cp.async.bulk); the manifest's min_target gates it"
@@ -18,8 +18,8 @@ constexpr unsigned kStages = 3;
 constexpr unsigned kWarpsM = 2;
 constexpr unsigned kWarpsN = 4;
 
-using Stage = metrale::TileStage<kBM, kBN, kBK>;
-using Shape = metrale::TileShape<kBM, kBN, kBK, kWarpsM, kWarpsN>;
+using Stage = metrale::TileStage<kBM, kBN, kBK, 4>;
+using Shape = metrale::TileShape<kBM, kBN, kWarpsM, kWarpsN>;
 static_assert(Stage::kAStride * 2 % 16 == 0 && Stage::kBStride * 4 % 16 == 0, "bulk copies need 16-byte rows");
 
 // Warp 0: one bulk copy per in-range row of chunk `c` into `stage`; lane 0 arms the barrier
@@ -74,7 +74,8 @@ extern "C" __global__ void __launch_bounds__(256)
     }
   }
 
-  metrale::TileMath<kBM, kBN, kBK, kWarpsM, kWarpsN> math;
+  const metrale::QuantWeights<metrale::W4Sym> w{qweight, scales, nullptr, n, k, metrale::kGroup};
+  metrale::TileMath<metrale::W4Sym, kBM, kBN, kBK, kWarpsM, kWarpsN> math;
   math.clear();
   for (unsigned c = 0; c < chunks; ++c) {
     // Everyone is done with chunk c-1, so its stage may be refilled with chunk c+2.
@@ -87,8 +88,7 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     // The stage's (c / kStages)-th use completes that phase of its barrier.
     metrale::mbarrier_wait(&full[c % kStages], (c / kStages) & 1u);
-    math.compute(stages[c % kStages], warp_m, warp_n, lane);
-    if ((c + 1) * kBK % metrale::kGroup == 0) math.flush(scales, n, k, n0, c * kBK / metrale::kGroup, warp_n, lane);
+    math.compute(stages[c % kStages], w, n0, c * kBK, m - m0, warp_m, warp_n, lane);
   }
   math.store(y, m, n, m0, n0, warp_m, warp_n, lane);
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // metrale_cuda_compile (cuda_compile.h), the entry point behind `metrale compile`: every module
-// compiles with NVRTC for sm_80 and sm_90 without a driver, every manifest kernel is in the CUBIN
-// with its parameter list, and the report carries time, size, registers and cache hits.
+// compiles with NVRTC for sm_80, sm_89 (the FP8 kernels) and sm_90 without a driver, every
+// manifest kernel is in the CUBIN with its parameter list, and the report carries time, size,
+// registers and cache hits.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "cuda_test_support.hpp"
 
@@ -64,15 +65,26 @@ struct Compile {
 
 }  // namespace
 
-TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 is gated below sm_90") {
+namespace {
+
+// The FP8-activation kernels (min_target sm_89): in modules that compile, but gated on sm_80.
+bool gated_on(const std::string& kernel, const std::string& target) {
+  const bool fp8 = kernel == "fp8_gemm_a8" || kernel == "fp8_grouped_gemm_a8" || kernel == "quantize_fp8";
+  return fp8 && target == "sm_80";
+}
+
+}  // namespace
+
+TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activation kernels are gated on sm_80") {
   for (const char* target : {"sm_80", "sm_90"}) {
     CAPTURE(target);
     Compile compile(target);
     REQUIRE_MESSAGE(compile.status == METRALE_STATUS_OK, compile.error);
     CHECK(std::string(compile.result->target) == target);
     CHECK(std::string(compile.result->cache_dir).empty());
-    REQUIRE(compile.result->module_count == 5);
+    REQUIRE(compile.result->module_count == 11);
     size_t kernels = 0;
+    size_t gated = 0;
     for (uint32_t i = 0; i < compile.result->module_count; ++i) {
       const auto& m = compile.result->modules[i];
       CAPTURE(m.module);
@@ -91,6 +103,12 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 is gated below sm
       for (uint32_t j = 0; j < m.kernel_count; ++j) {
         const auto& k = m.kernels[j];
         CAPTURE(k.name);
+        ++kernels;
+        if (gated_on(k.name, target)) {  // in a compiled module, but not offered on this target
+          CHECK(std::string(k.problem) == "gated: requires sm_89");
+          ++gated;
+          continue;
+        }
         CHECK(std::string(k.problem).empty());  // present in the CUBIN with the manifest's parameters
         CHECK(k.registers > 0);
         CHECK(k.registers <= 255);
@@ -98,13 +116,29 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 is gated below sm
         if (k.spill_store_bytes > 0 || k.spill_load_bytes > 0) {
           WARN_MESSAGE(false, k.name << " spills " << k.spill_store_bytes << "/" << k.spill_load_bytes << " bytes on " << target);
         }
-        ++kernels;
       }
     }
-    CHECK(kernels == (std::string(target) == "sm_80" ? 15u : 16u));
-    CHECK(compile.progress.events.size() == 10);
+    CHECK(kernels == (std::string(target) == "sm_80" ? 37u : 38u));
+    CHECK(gated == (std::string(target) == "sm_80" ? 3u : 0u));
+    CHECK(compile.progress.events.size() == 22);
     CHECK(compile.progress.events.front() == "start w4a16");
-    CHECK(compile.progress.events.back() == "end moe");
+    CHECK(compile.progress.events.back() == "end w8a8");
+  }
+}
+
+TEST_CASE("sm_89, the first target with E4M3 tensor cores, offers the FP8-activation kernels") {
+  Compile compile("sm_89", {"fp8", "quant"});
+  REQUIRE_MESSAGE(compile.status == METRALE_STATUS_OK, compile.error);
+  REQUIRE(compile.result->module_count == 2);
+  for (uint32_t i = 0; i < compile.result->module_count; ++i) {
+    const auto& m = compile.result->modules[i];
+    CAPTURE(m.module);
+    CHECK(m.outcome == METRALE_CUDA_MODULE_COMPILED);
+    for (uint32_t j = 0; j < m.kernel_count; ++j) {
+      CAPTURE(m.kernels[j].name);
+      CHECK(std::string(m.kernels[j].problem).empty());
+      CHECK(m.kernels[j].registers > 0);
+    }
   }
 }
 

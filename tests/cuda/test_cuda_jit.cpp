@@ -126,13 +126,32 @@ TEST_CASE("a kernel requiring sm_90 is refused on sm_80 and provided on sm_90") 
   }
 }
 
+TEST_CASE("within one module, the FP8 kernels are gated below sm_89 while the others load") {
+  Fake fake("8.0");
+  Instance instance(cached());
+  REQUIRE(instance.status == METRALE_STATUS_OK);
+  uint64_t h = 0;
+  REQUIRE_MESSAGE(instance.kernel("quant", "quantize_int8", h) == METRALE_STATUS_OK, instance.last_error());
+  CHECK(h != 0);
+  uint64_t gated = 0;
+  CHECK(instance.kernel("quant", "quantize_fp8", gated) == METRALE_STATUS_INCOMPATIBLE);
+  CHECK(gated == 0);
+  CHECK(instance.last_error().find("kernel quant/quantize_fp8 requires sm_89; this device is sm_80") != std::string::npos);
+  CHECK(instance.kernel("fp8", "fp8_gemm_a8", gated) == METRALE_STATUS_INCOMPATIBLE);
+  CHECK(instance.last_error().find("requires sm_89") != std::string::npos);
+  const auto loads = fake.records("module_load");
+  REQUIRE(loads.size() == 1);  // quant only: nothing is compiled for a gated kernel
+  CHECK(loads[0].fields.at("kernels").find("quantize_int8") != std::string::npos);
+}
+
 TEST_CASE("unknown modules and kernels are not found, listing what exists") {
   Fake fake("8.0");
   Instance instance(cached());
   REQUIRE(instance.status == METRALE_STATUS_OK);
   uint64_t h = 0;
   CHECK(instance.kernel("nope", "x", h) == METRALE_STATUS_NOT_FOUND);
-  CHECK(instance.last_error().find("modules: w4a16, w4a16_v2, w4a16_v3, act, moe") != std::string::npos);
+  CHECK(instance.last_error().find("modules: w4a16, w4a16_v2, w4a16_v3, act, moe, w4a16_zp, w8a16, fp8, quant, w4a8, "
+                                   "w8a8") != std::string::npos);
   CHECK(instance.kernel("act", "relu_mul", h) == METRALE_STATUS_NOT_FOUND);
   CHECK(instance.last_error().find("kernels: silu_mul, gelu_mul") != std::string::npos);
 }

@@ -51,7 +51,12 @@ TEST_CASE("catalog: the manifest's modules, and bad fields named by JSON pointer
   REQUIRE(v3 != nullptr);
   CHECK(v3->min_target == Target{90, '\0'});
   CHECK(v3->params.size() == 7);
-  CHECK(catalog.descriptors().size() == 16);
+  CHECK(catalog.descriptors().size() == 38);
+  const CatalogKernel* a8 = catalog.find("fp8")->find("fp8_gemm_a8");
+  REQUIRE(a8 != nullptr);
+  CHECK(a8->min_target == Target{89, '\0'});
+  CHECK(a8->params.size() == 8);
+  CHECK_FALSE(catalog.find("quant")->find("quantize_int8")->min_target.has_value());
 
   const auto error_of = [](const std::string& json) {
     try {
@@ -174,7 +179,7 @@ TEST_CASE("CUBIN reader on real NVRTC output: kernels, parameters, registers, ar
   const CubinInfo info = read_cubin(compiled.image);
   CHECK(info.machine == 190);
   CHECK(info.sm == 86);
-  CHECK(info.kernels.size() == 5);
+  CHECK(info.kernels.size() == 6);
   const CubinKernel* grouped = info.find("w4a16_grouped_gemm");
   REQUIRE(grouped != nullptr);
   REQUIRE(grouped->params.size() == 8);

@@ -2,13 +2,13 @@
 // Every kernel of kernel_src/, compiled for the host against the CUDA emulation of
 // tests/cuda/emulation and checked against the double-precision definitions of
 // kernel_reference.hpp: W4A16 tile GEMMs (tensor-core fragments, cp.async pipelines, the Hopper
-// bulk-copy ring), the GEMV tiers, activations and the MoE kernels, at ragged shapes, with
-// asynchronous copies landing as early and as late as PTX allows.
+// bulk-copy ring), the GEMV tiers, activations and the MoE kernels (device-side routing included),
+// at ragged shapes, with asynchronous copies landing as early and as late as PTX allows.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include "kernel_reference.hpp"
 #include "metrale_emulated_ptx.hpp"
+#include "quant_reference.hpp"
 
 // The kernel sources themselves, as NVRTC sees them.
 #include "act.cu"
@@ -212,10 +212,10 @@ TEST_CASE("moe_gather and moe_combine") {
   CHECK_MESSAGE(c.ok(), c.report());
 }
 
-TEST_CASE("w4a16_grouped_gemm: experts with no rows, few rows, more rows than one pass; any block") {
+TEST_CASE("w4a16_grouped_gemm: experts with no rows, few rows, more rows than one tile; block 128 only") {
   ref::Data data(17);
   const uint32_t experts = 5, n = 200, k = 256;
-  const std::vector<int> offsets = {0, 3, 3, 40, 41, 60};  // expert 1 has no rows, expert 2 has 37
+  const std::vector<int> offsets = {0, 3, 3, 73, 74, 93};  // expert 1 has no rows, expert 2 has 70
   const uint32_t t = static_cast<uint32_t>(offsets.back());
   const auto x = data.bf16(static_cast<size_t>(t) * k);
   std::vector<ref::W4A16Weight> w;
@@ -226,20 +226,90 @@ TEST_CASE("w4a16_grouped_gemm: experts with no rows, few rows, more rows than on
     qweight.insert(qweight.end(), w.back().qweight.begin(), w.back().qweight.end());
     scales.insert(scales.end(), w.back().scales.begin(), w.back().scales.end());
   }
-  for (const unsigned block : {128u, 96u}) {
-    CAPTURE(block);
-    std::vector<uint16_t> y(static_cast<size_t>(t) * n, 0xffff);
+  std::vector<uint16_t> y(static_cast<size_t>(t) * n, 0xffff);
+  const auto run = [&](unsigned block) {
     emu::launch({ceil_div(n, 128), experts, 1}, {block, 1, 1}, [&] {
       w4a16_grouped_gemm(bf(x), qweight.data(), half(scales), offsets.data(), bf(y), n, k, experts);
     });
-    for (uint32_t e = 0; e < experts; ++e) {
-      CAPTURE(e);
-      const auto rows = static_cast<uint32_t>(offsets[e + 1] - offsets[e]);
-      if (rows == 0) continue;
-      const std::vector<uint16_t> xe(x.begin() + offsets[e] * k, x.begin() + offsets[e + 1] * k);
-      const std::vector<uint16_t> ye(y.begin() + offsets[e] * n, y.begin() + offsets[e + 1] * n);
-      const auto c = ref::check_w4a16(xe, w[e], rows, ye);
-      CHECK_MESSAGE(c.ok(), c.report());
+  };
+  run(128);
+  for (uint32_t e = 0; e < experts; ++e) {
+    CAPTURE(e);
+    const auto rows = static_cast<uint32_t>(offsets[e + 1] - offsets[e]);
+    if (rows == 0) continue;
+    const std::vector<uint16_t> xe(x.begin() + offsets[e] * k, x.begin() + offsets[e + 1] * k);
+    const std::vector<uint16_t> ye(y.begin() + offsets[e] * n, y.begin() + offsets[e + 1] * n);
+    const auto c = ref::check_w4a16(xe, w[e], rows, ye);
+    CHECK_MESSAGE(c.ok(), c.report());
+  }
+  CHECK_THROWS_WITH_AS(run(96), doctest::Contains("__trap"), std::runtime_error);  // a tensor-core tile of 128
+}
+
+namespace {
+
+struct AlignRun {
+  std::vector<int> offsets, rows, slots, active;
+  std::vector<float> combine_weights;
+};
+
+AlignRun run_align(const std::vector<int>& ids, const std::vector<float>& weights, const std::vector<float>& logits,
+                   uint32_t m, uint32_t e, uint32_t k, uint32_t shared, unsigned block) {
+  const uint32_t s = k + (shared ? 1 : 0);
+  AlignRun out{std::vector<int>(e + 1, -7), std::vector<int>(m * k, -7), std::vector<int>(m * s, -7),
+               std::vector<int>(e + 1, -7), std::vector<float>(m * s, NAN)};
+  emu::launch({1, 1, 1}, {block, 1, 1}, [&] {
+    moe_align(ids.data(), weights.data(), logits.data(), out.offsets.data(), out.rows.data(), out.slots.data(),
+              out.combine_weights.data(), out.active.data(), m, e, k, shared);
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("moe_align: offsets, rows, slots, combine weights and active experts as the host computes them") {
+  ref::Data data(23);
+  const uint32_t m = 37, e = 9, k = 3;
+  std::vector<int> ids(m * k);
+  for (uint32_t i = 0; i < m * k; ++i) ids[i] = static_cast<int>((i * 7 + i / 5) % 8);  // expert 8 gets no rows
+  ids[4] = ids[5] = 2;  // one token choosing one expert twice keeps choice order
+  const auto weights = data.f32(m * k, 0.f, 1.f);
+  const auto logits = data.f32(m, -4.f, 4.f);
+  for (const uint32_t shared : {0u, 1u, 2u}) {
+    for (const unsigned block : {128u, 40u, 20u, 1u}) {
+      CAPTURE(shared);
+      CAPTURE(block);
+      const auto got = run_align(ids, weights, logits, m, e, k, shared, block);
+      const auto want = ref::align_routing(ids, weights, logits, m, e, k, shared);
+      CHECK(got.offsets == want.offsets);
+      CHECK(got.rows == want.rows);
+      CHECK(got.slots == want.slots);
+      CHECK(std::vector<int>(got.active.begin(), got.active.begin() + want.active.size()) == want.active);
+      for (size_t i = 0; i < want.combine_weights.size(); ++i) {
+        CHECK(got.combine_weights[i] == doctest::Approx(want.combine_weights[i]).epsilon(1e-6));
+      }
     }
+  }
+}
+
+TEST_CASE("moe_align: an expert id out of range fails the launch and writes nothing") {
+  const uint32_t m = 4, e = 5, k = 2;
+  const std::vector<float> weights(m * k, 0.5f), logits(m, 0.f);
+  for (const int bad : {5, -1}) {
+    CAPTURE(bad);
+    std::vector<int> ids = {0, 1, 2, 3, 4, bad, 1, 0};
+    std::vector<int> offsets(e + 1, -7);
+    std::vector<int> rows(m * k, -7), slots(m * k, -7), active(e + 1, -7);
+    std::vector<float> combine(m * k, -7.f);
+    CHECK_THROWS_WITH_AS(emu::launch({1, 1, 1}, {128, 1, 1},
+                                     [&] {
+                                       moe_align(ids.data(), weights.data(), logits.data(), offsets.data(), rows.data(),
+                                                 slots.data(), combine.data(), active.data(), m, e, k, 0);
+                                     }),
+                         doctest::Contains("__trap"), std::runtime_error);
+    CHECK(std::all_of(offsets.begin(), offsets.end(), [](int v) { return v == -7; }));
+    CHECK(std::all_of(rows.begin(), rows.end(), [](int v) { return v == -7; }));
+    CHECK(std::all_of(slots.begin(), slots.end(), [](int v) { return v == -7; }));
+    CHECK(std::all_of(active.begin(), active.end(), [](int v) { return v == -7; }));
+    CHECK(std::all_of(combine.begin(), combine.end(), [](float v) { return v == -7.f; }));
   }
 }

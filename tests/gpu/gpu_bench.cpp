@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Benchmark of the CUDA W4A16 family on the GPU at model-sized shapes: time per launch, weight
-// bandwidth (bytes of codes and scales read per second) and its ratio to the device's copy
-// bandwidth measured in the same run (a device-to-device copy; bytes read + written per second).
-// Weights rotate through enough copies to exceed the L2 cache, so each launch streams from DRAM.
+// Benchmark of the CUDA GEMM and GEMV families on the GPU at model-sized shapes: time per launch,
+// weight bandwidth (bytes of codes, scales and zero points read per second) and its ratio to the
+// device's copy bandwidth measured in the same run (a device-to-device copy; bytes read + written
+// per second). Weights rotate through enough copies to exceed the L2 cache, so each launch streams
+// from DRAM. The W4A16 family here, the quantized families in gpu_bench_quant.cpp.
 // Suite 'gpu'; exits 77 with one line when no CUDA device is usable. `--json FILE` also writes
 // the rows as JSON.
-#include "gpu_support.hpp"
+#include "gpu_bench.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -19,28 +20,10 @@
 
 using namespace metrale;
 using metrale::gpu_test::DeviceBuffer;
+using gpu_bench::ceil_div;
+using gpu_bench::time_per_call;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-
-// Seconds per call of `body`, after a warm-up, over enough calls to last ~0.2 s.
-template <class Body>
-double time_per_call(Backend& backend, Body&& body) {
-  body();
-  backend.synchronize();
-  int calls = 1;
-  for (;;) {
-    const auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) body();
-    backend.synchronize();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (seconds > 0.2 || calls >= 1 << 14) return seconds / calls;
-    calls *= seconds < 0.02 ? 8 : 2;
-  }
-}
 
 struct Kernel {
   const char* module;
@@ -49,46 +32,25 @@ struct Kernel {
   std::vector<uint32_t> ms;  // rows to benchmark
 };
 
-}  // namespace
+const Kernel kKernels[] = {
+    {"w4a16", "w4a16_gemv", 64, 1, 128, {1}},
+    {"w4a16", "w4a16_gemv_b8", 64, 8, 128, {4, 8}},
+    {"w4a16", "w4a16_gemm_t", 128, 64, 128, {16, 128, 512}},
+    {"w4a16", "w4a16_gemm_t_p3", 128, 64, 128, {16, 128, 512}},
+    {"w4a16", "w4a16_gemm_t_k64", 128, 64, 128, {16, 128, 512}},
+    {"w4a16", "w4a16_gemm_t_k64_p3", 128, 64, 128, {16, 128, 512}},
+    {"w4a16", "w4a16_gemm_t_k64_n64_p3", 64, 64, 128, {16, 128, 512}},
+    {"w4a16_v2", "w4a16_gemm_t_m128_v2", 128, 128, 256, {512, 2048}},
+    {"w4a16_v3", "w4a16_gemm_t_m128_v3", 128, 128, 256, {512, 2048}},
+};
 
-int main(int argc, char** argv) {
-  std::string json_path;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) json_path = argv[i + 1];
-  }
-  static Registry registry = gpu_test::discover_cuda();
-  auto cuda = gpu_test::cuda_backend_or_explain(registry);
-  if (!cuda) return 77;
-  Backend& b = *cuda;
-  std::printf("CUDA backend on %s (%s), %.1f GiB\n", b.device_name().c_str(), b.target().c_str(),
-              static_cast<double>(b.memory_bytes()) / (1u << 30));
-
-  // Copy bandwidth: 1 GiB device-to-device.
-  const size_t copy_bytes = size_t{1} << 30;
-  DeviceBuffer src(b, copy_bytes), dst(b, copy_bytes);
-  b.memset(src.ptr(), 1, copy_bytes);
-  const double copy_seconds = time_per_call(b, [&] { b.copy_device(dst.ptr(), src.ptr(), copy_bytes); });
-  const double copy_gbps = 2.0 * copy_bytes / copy_seconds / 1e9;
-  std::printf("device copy: %.1f GB/s (read + write)\n\n", copy_gbps);
-
-  const Kernel kernels[] = {
-      {"w4a16", "w4a16_gemv", 64, 1, 128, {1}},
-      {"w4a16", "w4a16_gemv_b8", 64, 8, 128, {4, 8}},
-      {"w4a16", "w4a16_gemm_t", 128, 64, 128, {16, 128, 512}},
-      {"w4a16", "w4a16_gemm_t_p3", 128, 64, 128, {16, 128, 512}},
-      {"w4a16", "w4a16_gemm_t_k64", 128, 64, 128, {16, 128, 512}},
-      {"w4a16", "w4a16_gemm_t_k64_p3", 128, 64, 128, {16, 128, 512}},
-      {"w4a16", "w4a16_gemm_t_k64_n64_p3", 64, 64, 128, {16, 128, 512}},
-      {"w4a16_v2", "w4a16_gemm_t_m128_v2", 128, 128, 256, {512, 2048}},
-      {"w4a16_v3", "w4a16_gemm_t_m128_v3", 128, 128, 256, {512, 2048}},
-  };
+// The W4A16 family at N×K = 14336×4096 and 4096×14336.
+void bench_w4a16(Backend& b, double copy_gbps, nlohmann::json& rows) {
   struct Problem {
     uint32_t n, k;
   };
   const Problem problems[] = {{14336, 4096}, {4096, 14336}};
-
   std::mt19937 rng(1);
-  auto rows = nlohmann::json::array();
   std::printf("%-26s %6s %6s %6s %10s %10s %8s %9s\n", "kernel", "m", "n", "k", "us", "weight GB/s", "vs copy", "TFLOP/s");
   for (const auto& p : problems) {
     const size_t code_bytes = static_cast<size_t>(p.n) * p.k / 2;
@@ -106,7 +68,7 @@ int main(int argc, char** argv) {
     const uint32_t max_m = 2048;
     std::vector<uint16_t> host_x(static_cast<size_t>(max_m) * p.k, 0x3c00);  // bf16 ~1.0
     DeviceBuffer x(b, host_x), y(b, static_cast<size_t>(max_m) * p.n * 2);
-    for (const auto& kernel : kernels) {
+    for (const auto& kernel : kKernels) {
       const KernelHandle handle = b.try_kernel(kernel.module, kernel.name);
       if (!handle) {
         std::printf("%-26s (not available on %s)\n", kernel.name, b.target().c_str());
@@ -131,6 +93,33 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) json_path = argv[i + 1];
+  }
+  static Registry registry = gpu_test::discover_cuda();
+  auto cuda = gpu_test::cuda_backend_or_explain(registry);
+  if (!cuda) return 77;
+  Backend& b = *cuda;
+  std::printf("CUDA backend on %s (%s), %.1f GiB\n", b.device_name().c_str(), b.target().c_str(),
+              static_cast<double>(b.memory_bytes()) / (1u << 30));
+
+  // Copy bandwidth: 1 GiB device-to-device.
+  const size_t copy_bytes = size_t{1} << 30;
+  DeviceBuffer src(b, copy_bytes), dst(b, copy_bytes);
+  b.memset(src.ptr(), 1, copy_bytes);
+  const double copy_seconds = time_per_call(b, [&] { b.copy_device(dst.ptr(), src.ptr(), copy_bytes); });
+  const double copy_gbps = 2.0 * copy_bytes / copy_seconds / 1e9;
+  std::printf("device copy: %.1f GB/s (read + write)\n\n", copy_gbps);
+
+  auto rows = nlohmann::json::array();
+  bench_w4a16(b, copy_gbps, rows);
+  gpu_bench::bench_quant(b, copy_gbps, rows);
   if (!json_path.empty()) {
     nlohmann::json doc{{"device", b.device_name()}, {"target", b.target()}, {"copy_gbps", copy_gbps}, {"rows", rows}};
     std::ofstream(json_path) << doc.dump(2) << '\n';

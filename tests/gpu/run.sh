@@ -33,7 +33,8 @@ if command -v nvidia-smi >/dev/null; then nvidia-smi -L | tee "$out/nvidia-smi.t
 if [ ! -f "$build/build.ninja" ]; then
   step "configure" setup.log meson setup "$build" "$root" -Dbuildtype=release -Dtests=true || { tail -30 "$out/setup.log"; exit 1; }
 fi
-targets=(plugins/cuda/libmetrale_cuda.so plugins/cuda/cuda.json cli/metrale tests/gpu/gpu_kernel_tests tests/gpu/gpu_bench)
+targets=(plugins/cuda/libmetrale_cuda.so plugins/cuda/cuda.json cli/metrale tests/gpu/gpu_kernel_tests tests/gpu/gpu_quant_tests
+  tests/gpu/gpu_bench)
 ninja -C "$build" -t targets all 2>/dev/null | grep -q '^tests/conformance/conformance_tests:' && targets+=(tests/conformance/conformance_tests)
 step "build" build.log ninja -C "$build" -j"$(nproc)" "${targets[@]}" || { tail -40 "$out/build.log"; exit 1; }
 
@@ -59,7 +60,7 @@ step "gpu suite (kernels vs reference, benchmark)" gpu-suite.log \
 cp "$build/meson-logs/testlog.txt" "$out/gpu-testlog.txt" 2>/dev/null
 cp "$build/gpu-bench.json" "$out/gpu-bench.json" 2>/dev/null
 # The benchmark table, readable in the summary.
-sed -n '/^kernel /,/^$/p' "$out/gpu-testlog.txt" 2>/dev/null | head -60 >>"$summary"
+sed -n '/^kernel /,/^$/p' "$out/gpu-testlog.txt" 2>/dev/null | head -200 >>"$summary"
 if [ -x "$build/tests/conformance/conformance_tests" ]; then
   step "conformance cases on cuda" conformance.log env METRALE_BACKENDS_DISABLE=cpu "$build/tests/conformance/conformance_tests"
 else

@@ -15,7 +15,7 @@ namespace emu {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
-constexpr size_t kSlotBytes = 64;  // per-lane deposit of a warp collective
+constexpr size_t kSlotBytes = kWarpSlotBytes;  // per-lane deposit of a warp collective
 
 struct Copy {
   void* dst;
@@ -276,6 +276,25 @@ uint32_t shfl_xor(uint32_t value, int mask) {
   warp_collective(&value, sizeof(value), &result, sizeof(result), [mask](const unsigned char* in, unsigned char* out) {
     for (unsigned lane = 0; lane < 32; ++lane) {
       std::memcpy(out + lane * kSlotBytes, in + ((lane ^ static_cast<unsigned>(mask)) & 31u) * kSlotBytes, 4);
+    }
+  });
+  return result;
+}
+
+void syncwarp() {
+  unsigned char none = 0;
+  warp_collective(&none, 1, &none, 1, [](const unsigned char*, unsigned char*) {});
+}
+
+unsigned match_any(uint32_t value) {
+  unsigned result = 0;
+  warp_collective(&value, sizeof(value), &result, sizeof(result), [](const unsigned char* in, unsigned char* out) {
+    uint32_t values[32];
+    for (unsigned lane = 0; lane < 32; ++lane) std::memcpy(&values[lane], in + lane * kSlotBytes, 4);
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      unsigned mask = 0;
+      for (unsigned other = 0; other < 32; ++other) mask |= (values[other] == values[lane] ? 1u : 0u) << other;
+      std::memcpy(out + lane * kSlotBytes, &mask, 4);
     }
   });
   return result;

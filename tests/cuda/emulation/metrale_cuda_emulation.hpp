@@ -44,8 +44,14 @@ void syncthreads();
 uint32_t shfl_xor(uint32_t value, int mask);
 // A warp-wide collective: each lane deposits `in` (in_bytes); once all 32 lanes have, `combine`
 // runs once over all deposits and fills every lane's output (out_bytes each); each lane gets its own.
+// Deposits and outputs are laid out lane after lane, kWarpSlotBytes apart.
+constexpr size_t kWarpSlotBytes = 64;
 void warp_collective(const void* in, size_t in_bytes, void* out, size_t out_bytes,
                      const std::function<void(const unsigned char* in, unsigned char* out)>& combine);
+// A warp-wide barrier of the calling warp's 32 lanes (__syncwarp).
+void syncwarp();
+// The lanes of the calling warp whose `value` equals this lane's (__match_any_sync).
+unsigned match_any(uint32_t value);
 // Yields to the other fibers without arriving anywhere (a polling wait).
 void poll_yield();
 // Something changed that a polling fiber may be waiting for.
@@ -83,6 +89,30 @@ inline float __shfl_xor_sync(unsigned, float value, int mask) {
   return std::bit_cast<float>(emu::shfl_xor(std::bit_cast<uint32_t>(value), mask));
 }
 
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
+inline unsigned __match_any_sync(unsigned, int value) { return emu::match_any(static_cast<uint32_t>(value)); }
+
+// Fibers never preempt each other, so a read-modify-write is atomic as written.
+inline int atomicAdd(int* address, int value) {
+  const int old = *address;
+  *address = old + value;
+  return old;
+}
+
+inline int __popc(unsigned v) { return std::popcount(v); }
+inline int __ffs(int v) { return v == 0 ? 0 : std::countr_zero(static_cast<unsigned>(v)) + 1; }
+
+// Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x (x the low four).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+  unsigned result = 0;
+  for (unsigned i = 0; i < 4; ++i) result |= static_cast<unsigned>((bytes >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return result;
+}
+
+// Round to nearest, ties to even (the default rounding mode of the host).
+inline int __float2int_rn(float v) { return static_cast<int>(std::nearbyint(v)); }
+
 template <class T>
 inline T __ldg(const T* p) {
   return *p;
@@ -100,6 +130,8 @@ inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 
 struct __nv_bfloat16 {

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The quantized weight formats of docs/kernels.md as the kernels read them, one policy each:
+// code width, scale type, group size, zero points, and the value of a code. The GEMV and tile
+// bodies are written once against these policies.
+//   W4Sym  w4a16-nk-g128: 4-bit, value (q - 8) · f16 scale, groups of 128
+//   W4Zp   w4-zp:         4-bit, value (q - z) · f32 scale, groups of G, u8 zero points
+//   W8Zp   w8-zp:         8-bit, value (q - z) · f32 scale, groups of G, u8 zero points
+//   Fp8W   fp8-e4m3:      8-bit E4M3, value e4m3(q) · f32 scale, groups of 128
+#pragma once
+
+#include "metrale_common.cuh"
+
+namespace metrale {
+
+struct W4Sym {
+  static constexpr unsigned kBits = 4;
+  static constexpr unsigned kFixedGroup = 128;
+  static constexpr bool kZeros = false;
+  static constexpr int kZero = 8;
+  static constexpr bool kFp8 = false;
+  using Scale = __half;
+  __device__ static float scale(Scale s) { return __half2float(s); }
+};
+
+struct W4Zp {
+  static constexpr unsigned kBits = 4;
+  static constexpr unsigned kFixedGroup = 0;  // the launch's `group` (32, 64 or 128)
+  static constexpr bool kZeros = true;
+  static constexpr int kZero = 0;
+  static constexpr bool kFp8 = false;
+  using Scale = float;
+  __device__ static float scale(Scale s) { return s; }
+};
+
+struct W8Zp {
+  static constexpr unsigned kBits = 8;
+  static constexpr unsigned kFixedGroup = 0;
+  static constexpr bool kZeros = true;
+  static constexpr int kZero = 0;
+  static constexpr bool kFp8 = false;
+  using Scale = float;
+  __device__ static float scale(Scale s) { return s; }
+};
+
+struct Fp8W {
+  static constexpr unsigned kBits = 8;
+  static constexpr unsigned kFixedGroup = 128;
+  static constexpr bool kZeros = false;
+  static constexpr int kZero = 0;
+  static constexpr bool kFp8 = true;
+  using Scale = float;
+  __device__ static float scale(Scale s) { return s; }
+};
+
+// The value of code q (already extracted) given zf = code_offset(zero point): exact in f32 and
+// in bf16 (|q - z| <= 255; every E4M3 number is a bf16 number).
+template <class Fmt>
+__device__ __forceinline__ float code_value(unsigned q, float zf) {
+  if constexpr (Fmt::kFp8) {
+    return e4m3_to_f32(q);
+  } else {
+    return code_minus(q, zf);
+  }
+}
+
+// Code i (0-based, lowest bits first) of a 32-bit word of codes.
+template <class Fmt>
+__device__ __forceinline__ unsigned code_at(unsigned word, unsigned i) {
+  return (word >> (i * Fmt::kBits)) & ((1u << Fmt::kBits) - 1u);
+}
+
+// One matrix [N][K] (or, before expert(), a stack of them) in its family's canonical layout.
+template <class Fmt>
+struct QuantWeights {
+  const unsigned* codes;            // rows of K·bits/32 words
+  const typename Fmt::Scale* scales;  // [N][K/G]
+  const unsigned char* zeros;       // [N][K/G]; formats with zero points only
+  unsigned n, k, group;
+
+  // log2 of the group size: groups are 32, 64 or 128 (powers of two), so positions map to groups
+  // by a shift, not a division.
+  __device__ unsigned group_shift() const { return Fmt::kFixedGroup == 128 ? 7 : __ffs(static_cast<int>(group)) - 1; }
+  __device__ unsigned group_of(unsigned kpos) const { return kpos >> group_shift(); }
+  // True when K position kpos starts a group.
+  __device__ bool group_starts(unsigned kpos) const { return (kpos & ((1u << group_shift()) - 1u)) == 0; }
+  __device__ unsigned groups() const { return k >> group_shift(); }
+  __device__ unsigned row_words() const { return k * Fmt::kBits / 32; }
+  __device__ const unsigned* row_codes(unsigned row) const { return codes + static_cast<size_t>(row) * row_words(); }
+  __device__ float scale(unsigned row, unsigned g) const {
+    return Fmt::scale(scales[static_cast<size_t>(row) * groups() + g]);
+  }
+  __device__ int zero(unsigned row, unsigned g) const {
+    if constexpr (Fmt::kZeros) {
+      return zeros[static_cast<size_t>(row) * groups() + g];
+    } else {
+      return Fmt::kZero;
+    }
+  }
+  // Matrix e of a stack, each tensor at e times its per-matrix size.
+  __device__ QuantWeights expert(unsigned e) const {
+    const size_t cells = static_cast<size_t>(e) * n * groups();
+    return {codes + static_cast<size_t>(e) * n * row_words(), scales + cells, Fmt::kZeros ? zeros + cells : zeros, n, k,
+            group};
+  }
+};
+
+}  // namespace metrale

@@ -259,7 +259,7 @@ RunReport compute_report(CliContext& ctx, const RunOptions& o) {
   uint64_t before = 0;
   for (const auto& row : b.audit().snapshot()) before = std::max(before, row.sequence);
   progress.update("building the layers on " + b.name(), 0.0);
-  FfnComponent ffn = FfnComponent::build(b, r.config, weights, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !o.per_expert}});
+  FfnComponent ffn = FfnComponent::build(b, r.config, weights, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !o.per_expert}, {}});
   progress.finish("building the layers on " + b.name());
   for (const auto& row : b.audit().snapshot())
     if (row.sequence > before && row.backend == b.name()) r.audit.push_back(row);

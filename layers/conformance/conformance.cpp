@@ -240,7 +240,7 @@ CaseResult run_layer(Backend& b, const Case& c, CaseResult r) {
   FfnWeights w = synthetic_ffn_weights(c.config, c.seed);
   std::vector<uint16_t> x = synthetic_activations(c.m, c.config.hidden_size, c.seed + 1);
   if (c.routing == Routing::uneven) make_uneven(*w.moe, x, c.m, c.config.num_experts_per_tok);
-  FfnComponent ffn = FfnComponent::build(b, c.config, w, FfnBuildOptions{c.moe_options});
+  FfnComponent ffn = FfnComponent::build(b, c.config, w, FfnBuildOptions{c.moe_options, {}});
   std::set<std::string> seen;
   for (const auto& step : ffn.plan(c.m))
     if (seen.insert(step.kernel).second) r.kernels.push_back(step.kernel);

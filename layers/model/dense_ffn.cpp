@@ -28,21 +28,25 @@ void launch_act(Backend& backend, KernelHandle act, DevicePtr gate_up, DevicePtr
 }
 
 DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
-                                       Activation activation, std::string_view model_type) {
+                                       Activation activation, std::string_view model_type, const DenseFfnTier& tier) {
   check_w4a16_shape(name + ".gate_up", 2 * uint64_t{intermediate}, hidden);
   check_w4a16_shape(name + ".down", hidden, intermediate);
-  const std::array<ProjectionShape, 2> shapes{ProjectionShape{name + ".gate_up", 2 * intermediate, hidden},
-                                              ProjectionShape{name + ".down", hidden, intermediate}};
+  ProjectionSetRequest request;
+  request.name = name;
+  request.format = tier.format;
+  request.act_order = tier.act_order;
+  request.shapes = {ProjectionShape{name + ".gate_up", 2 * intermediate, hidden},
+                    ProjectionShape{name + ".down", hidden, intermediate}};
+  request.model_type = std::string(model_type);
+  request.activations = tier.activations;
   DenseFfnKernels k;
-  k.projections = resolve_projection_kernels(backend, shapes, model_type);
+  k.projections = resolve_projection_set(backend, request);
   k.act = resolve_act(backend, activation, std::source_location::current());
-  k.repack = resolve_w4a16_repack(backend);
-  require_weight_layout(backend, k.projections, weight_layout_of(backend, k.repack));
   return k;
 }
 
 DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, const DenseFfnWeights& weights,
-                                   Activation activation, std::string_view model_type) {
+                                   Activation activation, std::string_view model_type, const ActivationRequest& activations) {
   weights.validate(weights.hidden(), weights.intermediate());
   DenseFfnLayer layer;
   layer.backend_ = &backend;
@@ -50,17 +54,19 @@ DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, co
   layer.hidden_ = weights.hidden();
   layer.intermediate_ = weights.intermediate();
   layer.activation_ = activation;
-  layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type);
-  layer.gate_up_ = DeviceQuantMatrix::upload(backend, weights.gate_up, layer.kernels_.repack);
-  layer.down_ = DeviceQuantMatrix::upload(backend, weights.down, layer.kernels_.repack);
+  const DenseFfnTier tier{weights.format(), weights.act_order(), activations};
+  layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type, tier);
+  layer.gate_up_ = layer.kernels_.projections.upload(backend, weights.gate_up);
+  layer.down_ = layer.kernels_.projections.upload(backend, weights.down);
   // Uploads may be asynchronous; the caller may free the host weights once build returns.
   backend.synchronize();
   return layer;
 }
 
-DenseFfnLayer DenseFfnLayer::build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights) {
+DenseFfnLayer DenseFfnLayer::build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights,
+                                   const ActivationRequest& activations) {
   weights.validate(config.hidden_size, config.intermediate_size);
-  return build(backend, "ffn", weights, config.activation, config.model_type);
+  return build(backend, "ffn", weights, config.activation, config.model_type, activations);
 }
 
 void DenseFfnLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream) {
@@ -68,9 +74,9 @@ void DenseFfnLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_
   Backend& b = *backend_;
   gate_up_out_.ensure(b, size_t{m} * 2 * intermediate_ * kBf16);
   act_out_.ensure(b, size_t{m} * intermediate_ * kBf16);
-  launch_projection(b, kernels_.projections, gate_up_, 0, x, gate_up_out_.ptr(), m, stream);
+  run_projection(b, kernels_.projections, gate_up_, 0, x, gate_up_out_.ptr(), m, scratch_, stream);
   launch_act(b, kernels_.act, gate_up_out_.ptr(), act_out_.ptr(), m, intermediate_, stream);
-  launch_projection(b, kernels_.projections, down_, 0, act_out_.ptr(), out, m, stream);
+  run_projection(b, kernels_.projections, down_, 0, act_out_.ptr(), out, m, scratch_, stream);
 }
 
 DevicePtr DenseFfnLayer::forward(DevicePtr x, uint32_t m, uint64_t stream) {
@@ -93,10 +99,10 @@ DevicePtr DenseFfnLayer::forward_prefill(DevicePtr x, uint32_t m, uint64_t strea
 std::vector<PlanStep> DenseFfnLayer::plan(uint32_t m) const {
   Backend& b = *backend_;
   std::vector<PlanStep> steps;
-  steps.push_back(describe_projection(b, kernels_.projections, name_ + ".gate_up", m, 2 * intermediate_, hidden_));
+  steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".gate_up", m, 2 * intermediate_, hidden_));
   steps.push_back(PlanStep{name_ + ".act", b.kernel_name(kernels_.act), activation_name(activation_),
                            {(intermediate_ + 1023) / 1024, m, 1}});
-  steps.push_back(describe_projection(b, kernels_.projections, name_ + ".down", m, hidden_, intermediate_));
+  steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".down", m, hidden_, intermediate_));
   return steps;
 }
 

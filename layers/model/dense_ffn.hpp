@@ -11,6 +11,7 @@
 #include "config.hpp"
 #include "device_buffer.hpp"
 #include "projection.hpp"
+#include "projection_set.hpp"
 #include "weights.hpp"
 
 #include <metrale/backend.hpp>
@@ -23,9 +24,16 @@ namespace metrale::layers {
 
 // What a dense FFN asks the backend for.
 struct DenseFfnKernels {
-  ProjectionKernels projections;
-  KernelHandle act;     // act/silu_mul or act/gelu_mul, required
-  KernelHandle repack;  // w4a16/w4a16_repack, try; null: the weights stay canonical
+  ProjectionSet projections;  // gate_up and down under the layer's tier (and the family's repack)
+  KernelHandle act;           // act/silu_mul or act/gelu_mul, required
+};
+
+// How a dense FFN is asked to run: the weights' format (and whether they carry an act-order
+// permutation) and the activation tier.
+struct DenseFfnTier {
+  WeightFormat format = WeightFormat::w4a16;
+  bool act_order = false;
+  ActivationRequest activations;
 };
 
 class DenseFfnLayer {
@@ -33,11 +41,12 @@ class DenseFfnLayer {
   // Resolves the kernels only (audit rows, no memory): what build() does first. Throws
   // Error(incompatible) when a projection kernel cannot read the layout the weights will be in.
   static DenseFfnKernels resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
-                                 Activation activation, std::string_view model_type);
+                                 Activation activation, std::string_view model_type, const DenseFfnTier& tier = {});
   // Resolves, then uploads `weights` (checked against hidden/intermediate) through the repack.
   static DenseFfnLayer build(Backend& backend, const std::string& name, const DenseFfnWeights& weights,
-                             Activation activation, std::string_view model_type);
-  static DenseFfnLayer build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights);
+                             Activation activation, std::string_view model_type, const ActivationRequest& activations = {});
+  static DenseFfnLayer build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights,
+                             const ActivationRequest& activations = {});
 
   // y = FFN(x) for m rows of bf16 [m, H]; returns the layer's output buffer (valid until the next
   // forward). The path is chosen by m: decode (1), batched decode (<= 8), prefill (more).
@@ -69,6 +78,7 @@ class DenseFfnLayer {
   DeviceBuffer gate_up_out_;  // bf16 [m, 2I]
   DeviceBuffer act_out_;      // bf16 [m, I]
   DeviceBuffer out_;          // bf16 [m, H]
+  ProjectionScratch scratch_; // gathered / quantized inputs
 };
 
 // act kernel launch shared by the dense and MoE layers: gate_up bf16 [m, 2I] -> out bf16 [m, I].

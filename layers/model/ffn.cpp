@@ -13,8 +13,12 @@ FfnComponent FfnComponent::build(Backend& backend, const ModelConfig& config, co
   FfnComponent ffn;
   switch (config.ffn_kind()) {
     case FfnKind::none: break;
-    case FfnKind::dense: ffn.impl_.emplace<DenseFfnLayer>(DenseFfnLayer::build(backend, config, *weights.dense)); break;
-    case FfnKind::moe: ffn.impl_.emplace<MoeLayer>(MoeLayer::build(backend, config, *weights.moe, options.moe)); break;
+    case FfnKind::dense:
+      ffn.impl_.emplace<DenseFfnLayer>(DenseFfnLayer::build(backend, config, *weights.dense, options.activations));
+      break;
+    case FfnKind::moe:
+      ffn.impl_.emplace<MoeLayer>(MoeLayer::build(backend, config, *weights.moe, options.moe, options.activations));
+      break;
   }
   return ffn;
 }
@@ -61,7 +65,7 @@ size_t FfnComponent::weight_bytes() const noexcept {
   return 0;
 }
 
-size_t FfnComponent::last_weight_bytes() const noexcept {
+size_t FfnComponent::last_weight_bytes() {
   if (auto* e = std::get_if<MoeLayer>(&impl_)) return e->last_weight_bytes();
   return weight_bytes();
 }

@@ -19,6 +19,7 @@ namespace metrale::layers {
 
 struct FfnBuildOptions {
   MoeBuildOptions moe;
+  ActivationRequest activations;  // the layer's activation tier (projection_set.hpp)
 };
 
 class FfnComponent {
@@ -43,7 +44,7 @@ class FfnComponent {
   std::vector<PlanStep> plan(uint32_t m) const;
   size_t weight_bytes() const noexcept;
   // Weight bytes the last forward read (for a MoE: only the experts that received rows).
-  size_t last_weight_bytes() const noexcept;
+  size_t last_weight_bytes();
 
  private:
   std::variant<std::monostate, DenseFfnLayer, MoeLayer> impl_;

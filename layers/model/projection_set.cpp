@@ -32,18 +32,20 @@ std::string formats_for(ActivationQuant a) {
                                     : "FP8 (fp8-e4m3) weights";
 }
 
+// The W4A16 family: MoE experts try the grouped GEMM first and need the section-7 projection
+// chain only without it (per-expert launches).
 void resolve_w4a16(Backend& backend, const ProjectionSetRequest& r, ProjectionSet& set, std::source_location site) {
-  set.w4a16 = resolve_projection_kernels(backend, r.shapes, r.model_type, site);
-  set.repack = resolve_w4a16_repack(backend, site);
-  set.layout = weight_layout_of(backend, set.repack);
-  require_weight_layout(backend, set.w4a16, set.layout);
   if (r.grouped) {
     set.quant.grouped = backend.lookup("moe", "w4a16_grouped_gemm",
                                        Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = kW4a16GroupedSignature,
                                                               .lever = {}, .refuse_because = {}},
                                        site);
-    require_weight_layout(backend, set.quant.grouped, set.layout);
   }
+  if (!set.quant.grouped) set.w4a16 = resolve_projection_kernels(backend, r.shapes, r.model_type, site);
+  set.repack = resolve_w4a16_repack(backend, site);
+  set.layout = weight_layout_of(backend, set.repack);
+  require_weight_layout(backend, set.w4a16, set.layout);
+  require_weight_layout(backend, set.quant.grouped, set.layout);
   set.quant.family = KernelFamily::w4a16;
 }
 

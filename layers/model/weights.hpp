@@ -22,6 +22,8 @@ struct DenseFfnWeights {
   uint32_t hidden() const noexcept { return down.n; }
   uint32_t intermediate() const noexcept { return down.k; }
   size_t bytes() const noexcept { return gate_up.bytes() + down.bytes(); }
+  WeightFormat format() const noexcept { return gate_up.format; }
+  bool act_order() const noexcept { return !gate_up.perm.empty() || !down.perm.empty(); }
   // Shapes agree with each other and with (hidden, intermediate); throws Error naming the tensor.
   void validate(uint32_t hidden, uint32_t intermediate) const;
 };

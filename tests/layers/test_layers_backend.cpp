@@ -168,7 +168,7 @@ TEST_CASE("MoE matches the reference, grouped and per expert, with a shared expe
   for (bool grouped : {true, false}) {
     CAPTURE(grouped);
     const uint64_t before = last_sequence(*b);
-    FfnComponent ffn = FfnComponent::build(*b, c, w, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = grouped}});
+    FfnComponent ffn = FfnComponent::build(*b, c, w, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = grouped}, {}});
     auto rows = rows_since(*b, before);
     REQUIRE(ffn.moe());
     CHECK(ffn.moe()->grouped() == grouped);

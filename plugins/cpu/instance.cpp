@@ -154,8 +154,9 @@ metrale_status Instance::create(const metrale_backend_create_info* info,
                                       std::to_string(workers) + " workers";
   }
   out->log(METRALE_LOG_DEBUG, "cpu backend: " + out->device_name_ + ", target " +
-                                  tier_target(tier) + ", " + std::to_string(threads) + " threads" +
-                                  pinning);
+                                  tier_target(tier) + " (int8 dot products: " +
+                                  int8_dot_name(tier, features) + "), " + std::to_string(threads) +
+                                  " threads" + pinning);
   return METRALE_STATUS_OK;
 }
 
@@ -164,7 +165,7 @@ Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures fe
     : host_(host), tier_(tier), features_(std::move(features)) {
   device_name_ = features_.model.empty() ? std::string("host CPU") : features_.model;
   memory_bytes_ = physical_memory();
-  for (size_t i = 0; i < kernel_specs().size(); ++i) bodies_.push_back(kernel_body(i, tier_));
+  for (size_t i = 0; i < kernel_specs().size(); ++i) bodies_.push_back(kernel_body(i, tier_, features_));
   scratch_.reserve(threads);
   scratch_ptrs_.reserve(threads);
   for (unsigned slot = 0; slot < threads; ++slot) {

@@ -136,19 +136,33 @@ TEST_CASE("the manifest lists exactly the kernels the plugin provides, with the 
     provided.emplace(std::string(kernels[i].module) + "/" + kernels[i].name, params);
   }
   CHECK(provided == listed);
-  // The kernels that read W4A16 weights read the layout the repack produces (docs/kernels.md).
+  // The kernels that read quantized weights read the layout their family's repack produces
+  // (docs/kernels.md); the int8-activation families share their bf16 siblings' layouts.
+  const std::map<std::string, std::string> layouts{
+      {"w4a16", "cpu-native"},        {"w4a16_zp", "cpu-native-w4zp"}, {"w4a8", "cpu-native-w4zp"},
+      {"w8a16", "cpu-native-w8"},     {"w8a8", "cpu-native-w8"},       {"fp8", "cpu-native-fp8"}};
   for (const auto& module : manifest.at("modules"))
     for (const auto& kernel : module.at("kernels")) {
       bool reads_weights = false;
-      for (const auto& param : kernel.at("params"))
-        reads_weights = reads_weights || param.at("name").get<std::string>().starts_with("qweight");
+      for (const auto& param : kernel.at("params")) {
+        const std::string name = param.at("name");
+        reads_weights = reads_weights || name.starts_with("qweight") || name == "weight" || name.starts_with("weight_");
+      }
+      const std::string family =
+          module.at("name") == "moe" ? std::string("w4a16") : module.at("name").get<std::string>();
       CAPTURE(kernel.at("name"));
-      CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? "cpu-native" : ""));
+      CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? layouts.at(family) : ""));
     }
   const std::set<std::string> expected{
       "w4a16/w4a16_gemv", "w4a16/w4a16_gemv_b8", "w4a16/w4a16_gemm_t", "w4a16/w4a16_gemm_t_k64",
       "w4a16/w4a16_repack", "act/silu_mul", "act/gelu_mul", "moe/router_gemm", "moe/topk_softmax", "moe/moe_gather",
-      "moe/w4a16_grouped_gemm", "moe/moe_combine"};
+      "moe/w4a16_grouped_gemm", "moe/moe_combine", "moe/moe_align",
+      "w4a16_zp/w4a16_zp_gemv", "w4a16_zp/w4a16_zp_gemm", "w4a16_zp/w4a16_zp_grouped_gemm", "w4a16_zp/w4a16_zp_repack",
+      "w8a16/w8a16_gemv", "w8a16/w8a16_gemm", "w8a16/w8a16_grouped_gemm", "w8a16/w8a16_repack",
+      "fp8/fp8_gemv", "fp8/fp8_gemm", "fp8/fp8_grouped_gemm", "fp8/fp8_grouped_gemv", "fp8/fp8_repack",
+      "w4a8/w4a8_gemv", "w4a8/w4a8_gemm", "w4a8/w4a8_grouped_gemm", "w4a8/w4a8_repack",
+      "w8a8/w8a8_gemv", "w8a8/w8a8_gemm", "w8a8/w8a8_grouped_gemm", "w8a8/w8a8_repack",
+      "quant/quantize_int8", "quant/gather_k"};
   std::set<std::string> names;
   for (const auto& [name, params] : provided) names.insert(name);
   CHECK(names == expected);
@@ -272,6 +286,17 @@ TEST_CASE("tier choice against feature sets this machine may not have") {
   CpuFeatures undetected;
   CHECK(choose_tier("avx2", undetected, chosen, error) == METRALE_STATUS_INCOMPATIBLE);
   CHECK(contains(error, "detection failed"));
+
+  // The int8 dot products: VNNI on the BF16 tier when the CPU has it, else the avx512 tier's.
+  CpuFeatures vnni = bf16;
+  vnni.avx512vnni = true;
+  CHECK(int8_tier(Tier::avx512bf16, vnni) == Tier::avx512bf16);
+  CHECK(int8_tier(Tier::avx512bf16, bf16) == Tier::avx512);
+  CHECK(int8_tier(Tier::avx512, vnni) == Tier::avx512);
+  CHECK(int8_tier(Tier::avx2, vnni) == Tier::avx2);
+  CHECK(std::string(int8_dot_name(Tier::avx512bf16, vnni)) == "vpdpbusd");
+  CHECK(std::string(int8_dot_name(Tier::avx512bf16, bf16)) == "vpmaddwd");
+  CHECK(std::string(int8_dot_name(Tier::baseline, vnni)) == "scalar");
 }
 
 TEST_CASE("device_info reports the model, target, memory and the thread count") {

@@ -31,7 +31,7 @@ struct Isa : Avx512PanelOps, Avx512IntAcc {
   using Src = int8_t;
   // Accumulators MR x panels <= 24 zmm, the decoded vectors and a broadcast besides.
   static constexpr uint32_t kMaxRows = 8;
-  static constexpr uint32_t panels(uint32_t mr) { return mr <= 1 ? 8 : mr <= 4 ? 4 : 3; }
+  static constexpr uint32_t panels(uint32_t mr) { return mr <= 1 ? 8 : mr <= 4 ? 4 : 2; }
   template <Codes C>
   static constexpr uint32_t steps() { return C == Codes::w4 ? 2 : 1; }  // four k per step
   template <Codes>
@@ -53,7 +53,12 @@ struct Isa : Avx512PanelOps, Avx512IntAcc {
     __builtin_memcpy(&quad, p, sizeof quad);
     return _mm512_set1_epi32(quad);
   }
-  static va dot(va acc, vw w, vx x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  // In assembly: GCC 12 does not tie the intrinsic's accumulator to its result in these loops
+  // (each step copied the accumulator out and back and kept a copy on the stack: half speed).
+  static va dot(va acc, vw w, vx x) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
+  }
   // 4-bit codes: each 8-wide block of K as (x0, x4, x1, x5, x2, x6, x3, x7); 8-bit: in place.
   template <Codes C>
   static const int8_t* prepare(const int8_t* src, uint32_t len, int8_t* dst) {

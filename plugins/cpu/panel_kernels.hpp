@@ -79,6 +79,7 @@ struct PanelKernels {
   static constexpr uint32_t kMaxChunkGroups = kChunkK / 32;
   static constexpr uint32_t kBlockCols = kTileN;     // widest block: 128 columns, 8 panels
   static constexpr uint32_t kStartLines = 8;         // lines of each panel prefetched up front
+  static constexpr uint32_t kGroupsAhead = 4;        // f32 scales and zero points fetched ahead
   static constexpr bool kIntAcc = kF.int8_act;
   static constexpr bool kSums = kF.zeros || kF.sym_zero != 0;  // group sums of the activations
   // The group sums as the accumulators start from them: -(8 + offset) * sum for symmetric W4A16.
@@ -136,6 +137,98 @@ struct PanelKernels {
     return kTail ? I::zeros_tail(p, valid) : I::zeros(p);
   }
 
+  // Where a micro-kernel call's panels are: codes, scales and zero points from group g0 on, and
+  // the lanes each vector of a panel holds.
+  template <uint32_t NP, bool kTail>
+  struct Streams {
+    const uint8_t* codes[NP];
+    const uint8_t* scales[NP];
+    const uint8_t* zeros[NP];
+    uint32_t width, units;
+    size_t unit_bytes;
+    uint32_t valid[kVecs];
+    Streams(const PanelRef* panels, uint32_t g0, uint32_t group_units) {
+      units = kF.fixed_group ? kF.fixed_group / kUnitK : group_units;
+      width = kTail ? panels[0].width : kPanel;
+      unit_bytes = size_t{width} * 4;
+#pragma GCC unroll 4
+      for (uint32_t h = 0; h < kVecs; ++h) {
+        const uint32_t first = h * kLanes;
+        valid[h] = width <= first ? 0 : min_u32(kLanes, width - first);
+      }
+#pragma GCC unroll 8
+      for (uint32_t p = 0; p < NP; ++p) {
+        codes[p] = panels[p].codes + static_cast<size_t>(g0) * units * unit_bytes;
+        scales[p] = panels[p].scales + static_cast<size_t>(g0) * width * kF.scale_bytes;
+        zeros[p] = kF.zeros ? panels[p].zeros + static_cast<size_t>(g0) * width : nullptr;
+      }
+    }
+    // Vector h of panel p's group g: where its scales (or zero points, of one byte) start.
+    size_t at(uint32_t g, uint32_t h) const { return static_cast<size_t>(g) * width + h * kLanes; }
+  };
+
+  // The accumulators at the start of group g (see the header comment): 0 for int8 activations
+  // and FP8, else -(z + offset) * sum(x) per row (corr) and column.
+  template <uint32_t MR, uint32_t NV, bool kTail>
+  [[gnu::always_inline]] static inline void group_start(va (&acc)[MR][NV], const Streams<NV / kVecs, kTail>& st,
+                                                        const float* corr, uint32_t g) {
+    if constexpr (kIntAcc || !kSums) {
+#pragma GCC unroll 16
+      for (uint32_t i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < NV; ++v) acc[i][v] = I::zero_acc();
+    } else if constexpr (!kF.zeros) {  // symmetric: the start is -(8 + offset) * sum, in corr
+#pragma GCC unroll 16
+      for (uint32_t i = 0; i < MR; ++i) {
+        const vf c = I::set1(corr[i * kMaxChunkGroups + g]);
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < NV; ++v) acc[i][v] = c;
+      }
+    } else {
+      vf zf[NV];
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < NV; ++v) {
+        const uint32_t h = v % kVecs;
+        zf[v] = zeros<kTail>(st.zeros[v / kVecs] + st.at(g, h), st.valid[h]);
+        if constexpr (I::template decode_offset<kCodes>() != 0.0f)
+          zf[v] = I::add(zf[v], I::set1(I::template decode_offset<kCodes>()));
+      }
+#pragma GCC unroll 16
+      for (uint32_t i = 0; i < MR; ++i) {
+        const vf c = I::set1(-corr[i * kMaxChunkGroups + g]);
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < NV; ++v) acc[i][v] = I::mul(zf[v], c);
+      }
+    }
+  }
+
+  // The end of group g: its scale applied into the running totals (tot rows stride kBlockCols);
+  // for int8 activations after the exact integer correction acc - z * sum(xq).
+  template <uint32_t MR, uint32_t NV, bool kTail>
+  [[gnu::always_inline]] static inline void group_end(const va (&acc)[MR][NV], const Streams<NV / kVecs, kTail>& st,
+                                                      const float* corr, uint32_t g, float* tot) {
+#pragma GCC unroll 16
+    for (uint32_t v = 0; v < NV; ++v) {
+      const uint32_t p = v / kVecs, h = v % kVecs;
+      const vf s = scales<kTail>(st.scales[p] + st.at(g, h) * kF.scale_bytes, st.valid[h]);
+      if constexpr (kIntAcc) {  // exact: acc and z * sum(xq) are integers below 2^24
+        const vf z = zeros<kTail>(st.zeros[p] + st.at(g, h), st.valid[h]);
+#pragma GCC unroll 16
+        for (uint32_t i = 0; i < MR; ++i) {
+          float* t = tot + i * kBlockCols + v * kLanes;
+          const vf d = I::fnmadd(z, I::set1(corr[i * kMaxChunkGroups + g]), I::to_f32(acc[i][v]));
+          I::storef(t, I::fma(d, s, I::loadf(t)));
+        }
+      } else {
+#pragma GCC unroll 16
+        for (uint32_t i = 0; i < MR; ++i) {
+          float* t = tot + i * kBlockCols + v * kLanes;
+          I::storef(t, I::fma(acc[i][v], s, I::loadf(t)));
+        }
+      }
+    }
+  }
+
   // MR activation rows times NP panels over `groups` groups starting at group g0 of the chunk.
   // Full panels (kTail false) are 16 wide; a tail panel (NP = 1) has `width` < 16 lanes, its
   // codes, scales and zeros read under a mask. x rows are the chunk's prepared activations; tot
@@ -145,92 +238,34 @@ struct PanelKernels {
   static void micro(const Act* const* x, const float* corr, const PanelRef* panels, uint32_t g0,
                     uint32_t groups, uint32_t group_units, float* tot) {
     constexpr uint32_t NV = NP * kVecs;
-    const uint32_t units = kF.fixed_group ? kF.fixed_group / kUnitK : group_units;
-    const uint32_t width = kTail ? panels[0].width : kPanel;
-    const size_t unit_bytes = size_t{width} * 4;
-    uint32_t valid[kVecs];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < kVecs; ++h) {
-      const uint32_t first = h * kLanes;
-      valid[h] = width <= first ? 0 : min_u32(kLanes, width - first);
-    }
-    const uint8_t* codes[NP];
-    const uint8_t* scale_at[NP];
-    const uint8_t* zero_at[NP];
-#pragma GCC unroll 8
-    for (uint32_t p = 0; p < NP; ++p) {
-      codes[p] = panels[p].codes + static_cast<size_t>(g0) * units * unit_bytes;
-      scale_at[p] = panels[p].scales + static_cast<size_t>(g0) * width * kF.scale_bytes;
-      zero_at[p] = kF.zeros ? panels[p].zeros + static_cast<size_t>(g0) * width : nullptr;
-    }
+    const Streams<NP, kTail> st(panels, g0, group_units);
     for (uint32_t g = 0; g < groups; ++g) {
+      // f32 scales and zero points are streams of their own, a line every few groups: fetched
+      // ahead like the codes (the f16 scales of W4A16 ride along without help).
+      if constexpr (kF.scale_bytes == 4)
+#pragma GCC unroll 8
+        for (uint32_t p = 0; p < NP; ++p) {
+          __builtin_prefetch(st.scales[p] + st.at(g + kGroupsAhead, 0) * 4, 0, 2);
+          if constexpr (kF.zeros) __builtin_prefetch(st.zeros[p] + st.at(g + kGroupsAhead, 0), 0, 2);
+        }
       va acc[MR][NV];
-      if constexpr (kIntAcc || !kSums) {
-#pragma GCC unroll 16
-        for (uint32_t i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-          for (uint32_t v = 0; v < NV; ++v) acc[i][v] = I::zero_acc();
-      } else if constexpr (!kF.zeros) {  // symmetric: the start is -(8 + offset) * sum, in corr
-#pragma GCC unroll 16
-        for (uint32_t i = 0; i < MR; ++i) {
-          const vf c = I::set1(corr[i * kMaxChunkGroups + g]);
-#pragma GCC unroll 16
-          for (uint32_t v = 0; v < NV; ++v) acc[i][v] = c;
-        }
-      } else {  // -(z + offset) * sum, z per column
-        vf zf[NV];
-#pragma GCC unroll 16
-        for (uint32_t v = 0; v < NV; ++v) {
-          const uint32_t p = v / kVecs, h = v % kVecs;
-          zf[v] = zeros<kTail>(zero_at[p] + static_cast<size_t>(g) * width + h * kLanes, valid[h]);
-          if constexpr (I::template decode_offset<kCodes>() != 0.0f)
-            zf[v] = I::add(zf[v], I::set1(I::template decode_offset<kCodes>()));
-        }
-#pragma GCC unroll 16
-        for (uint32_t i = 0; i < MR; ++i) {
-          const vf c = I::set1(-corr[i * kMaxChunkGroups + g]);
-#pragma GCC unroll 16
-          for (uint32_t v = 0; v < NV; ++v) acc[i][v] = I::mul(zf[v], c);
-        }
-      }
-      for (uint32_t j = 0; j < units; ++j) {
+      group_start<MR, NV, kTail>(acc, st, corr, g);
+      for (uint32_t j = 0; j < st.units; ++j) {
         vu unit[NV];
 #pragma GCC unroll 8
         for (uint32_t p = 0; p < NP; ++p) {
-          const uint8_t* u = codes[p] + (static_cast<size_t>(g) * units + j) * unit_bytes;
+          const uint8_t* u = st.codes[p] + (static_cast<size_t>(g) * st.units + j) * st.unit_bytes;
           // Panels stream side by side; help the prefetcher see each stream early: 2 KiB ahead
           // into L2 (measured on Zen 4: +12% on one thread against 512 B ahead into L1).
-          __builtin_prefetch(u + 32 * unit_bytes, 0, 2);
+          __builtin_prefetch(u + 32 * st.unit_bytes, 0, 2);
 #pragma GCC unroll 4
           for (uint32_t h = 0; h < kVecs; ++h)
-            unit[p * kVecs + h] = kTail ? I::load_codes_tail(u + h * kLanes * 4, valid[h])
+            unit[p * kVecs + h] = kTail ? I::load_codes_tail(u + h * kLanes * 4, st.valid[h])
                                         : I::load_codes(u + h * kLanes * 4);
         }
-        unit_steps<MR, NV>(acc, unit, x, (g * units + j) * kUnitK,
-                           std::make_integer_sequence<uint32_t, kSteps>{});
+        unit_steps<MR, NV>(acc, unit, x, (g * st.units + j) * kUnitK, std::make_integer_sequence<uint32_t, kSteps>{});
       }
-#pragma GCC unroll 8
-      for (uint32_t p = 0; p < NP; ++p)
-#pragma GCC unroll 4
-        for (uint32_t h = 0; h < kVecs; ++h) {
-          const size_t at = static_cast<size_t>(g) * width + h * kLanes;
-          const vf s = scales<kTail>(scale_at[p] + at * kF.scale_bytes, valid[h]);
-          if constexpr (kIntAcc) {  // exact: acc and z * sum(xq) are integers below 2^24
-            const vf z = zeros<kTail>(zero_at[p] + at, valid[h]);
-#pragma GCC unroll 16
-            for (uint32_t i = 0; i < MR; ++i) {
-              float* t = tot + i * kBlockCols + (p * kVecs + h) * kLanes;
-              const vf d = I::fnmadd(z, I::set1(corr[i * kMaxChunkGroups + g]), I::to_f32(acc[i][p * kVecs + h]));
-              I::storef(t, I::fma(d, s, I::loadf(t)));
-            }
-          } else {
-#pragma GCC unroll 16
-            for (uint32_t i = 0; i < MR; ++i) {
-              float* t = tot + i * kBlockCols + (p * kVecs + h) * kLanes;
-              I::storef(t, I::fma(acc[i][p * kVecs + h], s, I::loadf(t)));
-            }
-          }
-        }
+      group_end<MR, NV, kTail>(acc, st, corr, g, tot);
     }
   }
 
@@ -262,6 +297,19 @@ struct PanelKernels {
     rows<MR>(x, corr, panels, count, g0, groups, units, tot);
   }
 
+  // Part `part` of `parts` of the units [first, first + count) of every panel, into L2. A block
+  // of many rows sweeps each chunk's panels once per row block: the first sweep would wait on
+  // memory while the others hit the cache, so the later sweeps of a chunk fetch the next one.
+  static void prefetch_part(const PanelRef* panels, uint32_t panel_count, uint32_t first, uint32_t count,
+                            uint32_t part, uint32_t parts) {
+    for (uint32_t p = 0; p < panel_count; ++p) {
+      const size_t unit_bytes = size_t{panels[p].width} * 4, bytes = count * unit_bytes;
+      const uint8_t* base = panels[p].codes + first * unit_bytes;
+      for (size_t line = bytes * part / parts / 64; line < bytes * (part + 1) / parts / 64; ++line)
+        __builtin_prefetch(base + line * 64, 0, 2);
+    }
+  }
+
   // Rows [0, mt) (mt <= kTileM) of x (row stride k; per-row scales xscale, or null) times
   // columns [n0, n0 + nt) (n0 a multiple of 16, nt <= kBlockCols) of one panel-layout matrix,
   // into y (row stride n).
@@ -282,9 +330,13 @@ struct PanelKernels {
       for (uint32_t line = 0; line < kStartLines; ++line) __builtin_prefetch(panels[p].codes + line * 64, 0, 3);
     }
     const uint32_t groups = k / group, chunk_groups = kChunkK / group, units = group / kUnitK;
+    const uint32_t row_blocks = (mt + kMaxRows - 1) / kMaxRows;
     for (uint32_t g0 = 0; g0 < groups; g0 += chunk_groups) {
       const uint32_t gn = min_u32(chunk_groups, groups - g0);
       for (uint32_t r0 = 0, mr = 0; r0 < mt; r0 += mr) {
+        if (r0 != 0 && g0 + chunk_groups < groups)
+          prefetch_part(panels, count, (g0 + chunk_groups) * units, min_u32(chunk_groups, groups - g0 - chunk_groups) * units,
+                        r0 / kMaxRows - 1, row_blocks - 1);
         mr = mt - r0 >= kMaxRows ? kMaxRows : min_u32(kSmallRows, mt - r0);
         const Act* xr[kMaxRows];
         for (uint32_t i = 0; i < mr; ++i) {

@@ -155,7 +155,8 @@ metrale_status Instance::create(const metrale_backend_create_info* info,
   }
   out->log(METRALE_LOG_DEBUG, "cpu backend: " + out->device_name_ + ", target " +
                                   tier_target(tier) + " (int8 dot products: " +
-                                  int8_dot_name(tier, features) + "), " + std::to_string(threads) +
+                                  int8_dot_name(tier, features) + ", FP8 decode: " +
+                                  fp8_decode_name(tier, features) + "), " + std::to_string(threads) +
                                   " threads" + pinning);
   return METRALE_STATUS_OK;
 }

@@ -242,13 +242,16 @@ BlockFn kernel_body(size_t index, Tier tier, const CpuFeatures& features) {
   // Each tier's table is fetched only once that tier was chosen: even bodies() of a higher tier
   // is compiled with its -m flags and may not run on a lesser CPU. A tier leaves a body null
   // when the baseline's serves it (the repack of a tier that keeps the canonical layout). The
-  // int8 dot products of the BF16 tier are VNNI's, or the avx512 tier's without it.
+  // BF16 tier's int8 dot products are VNNI's and its FP8 decoder VBMI's, each the avx512 tier's
+  // without that feature.
   const auto slot = static_cast<Simd>(spec.simd_slot);
-  const bool vnni = int8_dot_slot(slot) && tier == Tier::avx512bf16 && int8_tier(tier, features) == tier;
-  const Tier from = int8_dot_slot(slot) ? int8_tier(tier, features) : tier;
+  const Tier from = int8_dot_slot(slot) ? int8_tier(tier, features) : fp8_slot(slot) ? fp8_tier(tier, features) : tier;
   BlockFn body = nullptr;
-  if (vnni) {
+  if (from == Tier::avx512bf16 && int8_dot_slot(slot)) {
     static const SimdBodies bodies = avx512vnni::bodies();
+    body = bodies[slot];
+  } else if (from == Tier::avx512bf16 && fp8_slot(slot)) {
+    static const SimdBodies bodies = avx512vbmi::bodies();
     body = bodies[slot];
   } else {
     switch (from) {

@@ -8,7 +8,8 @@
 // Kernel bodies exist per instruction-set tier: baseline (portable scalar, every kernel) and,
 // on x86-64, AVX2+FMA, AVX-512 and AVX-512 BF16 variants of the weight-quantized GEMM families
 // and the activations, each compiled in its own translation unit with the matching -m flags
-// (the int8 dot products of the BF16 tier in one of their own, with AVX-512 VNNI). Like
+// (the BF16 tier's int8 dot products and FP8 decoder in units of their own, with AVX-512 VNNI
+// and VBMI). Like
 // numeric.hpp, the helpers below have internal linkage so no code compiled for a higher tier
 // can leak into a lower one.
 #pragma once
@@ -57,6 +58,7 @@ enum class Simd : uint8_t {
   count
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
+inline constexpr bool fp8_slot(Simd slot) { return slot >= Simd::fp8_gemv && slot <= Simd::fp8_repack; }
 
 struct SimdBodies {
   BlockFn body[static_cast<size_t>(Simd::count)] = {};
@@ -114,6 +116,9 @@ namespace avx512bf16 {
 SimdBodies bodies();
 }
 namespace avx512vnni {  // the int8-activation families only
+SimdBodies bodies();
+}
+namespace avx512vbmi {  // the FP8 family only
 SimdBodies bodies();
 }
 #endif

@@ -19,7 +19,8 @@ struct CpuFeatures {
   bool detected = false;  // libcpuinfo initialised
   bool avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512bf16 = false;
-  bool avx512vnni = false;  // not a tier of its own: the BF16 tier's int8 dot products
+  bool avx512vnni = false;  // not tiers of their own: the BF16 tier's int8 dot products
+  bool avx512vbmi = false;  // and FP8 decoder
   std::string model;  // package name, "" when unknown
 };
 
@@ -44,6 +45,10 @@ Tier best_tier(const CpuFeatures& have);
 Tier int8_tier(Tier tier, const CpuFeatures& have);
 // How those dot products are formed, for the log: "vpdpbusd", "vpmaddwd" or "scalar".
 const char* int8_dot_name(Tier tier, const CpuFeatures& have);
+// The same for the FP8 family: the BF16 tier's decoder is a VBMI table lookup (`vpermi2b`), so
+// without VBMI it runs the avx512 tier's bodies.
+Tier fp8_tier(Tier tier, const CpuFeatures& have);
+const char* fp8_decode_name(Tier tier, const CpuFeatures& have);  // "vpermi2b", "vcvtph2ps", "scalar"
 
 // Resolves the "target" option (nullptr or "auto": the best tier). On failure returns
 // INVALID_ARGUMENT (unknown value, listing the valid ones) or INCOMPATIBLE (the CPU lacks the

@@ -265,6 +265,16 @@ TEST_CASE("tier choice against feature sets this machine may not have") {
   CHECK(std::string(int8_dot_name(Tier::avx512bf16, vnni)) == "vpdpbusd");
   CHECK(std::string(int8_dot_name(Tier::avx512bf16, bf16)) == "vpmaddwd");
   CHECK(std::string(int8_dot_name(Tier::baseline, vnni)) == "scalar");
+  // The FP8 decoder: VBMI table lookups on the BF16 tier when the CPU has them, else the avx512
+  // tier's bodies.
+  CpuFeatures vbmi = bf16;
+  vbmi.avx512vbmi = true;
+  CHECK(fp8_tier(Tier::avx512bf16, vbmi) == Tier::avx512bf16);
+  CHECK(fp8_tier(Tier::avx512bf16, vnni) == Tier::avx512);
+  CHECK(fp8_tier(Tier::avx2, vbmi) == Tier::avx2);
+  CHECK(std::string(fp8_decode_name(Tier::avx512bf16, vbmi)) == "vpermi2b");
+  CHECK(std::string(fp8_decode_name(Tier::avx512bf16, bf16)) == "vcvtph2ps");
+  CHECK(std::string(fp8_decode_name(Tier::avx512, vbmi)) == "vcvtph2ps");
 }
 
 TEST_CASE("device_info reports the model, target, memory and the thread count") {

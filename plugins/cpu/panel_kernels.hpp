@@ -76,7 +76,7 @@ struct PanelKernels {
   // Row blocks: kMaxRows while that many are left, then at most kSmallRows at a time.
   static constexpr uint32_t kSmallRows = kMaxRows < kGemvMaxRows ? kMaxRows : kGemvMaxRows;
   static constexpr uint32_t kChunkK = 2048;          // K per pass over a block's panels
-  static constexpr uint32_t kMaxChunkGroups = kChunkK / 32;
+  static constexpr uint32_t kMaxChunkGroups = kChunkK / (kF.fixed_group ? kF.fixed_group : 32);
   static constexpr uint32_t kBlockCols = kTileN;     // widest block: 128 columns, 8 panels
   static constexpr uint32_t kStartLines = 8;         // lines of each panel prefetched up front
   static constexpr uint32_t kGroupsAhead = 4;        // f32 scales and zero points fetched ahead
@@ -320,8 +320,7 @@ struct PanelKernels {
     Act* xbuf = scratch_at<Act>(scratch, kOffX);
     const uint32_t group = kF.fixed_group ? kF.fixed_group : group_arg;
     const uint32_t count = (nt + kPanel - 1) / kPanel;
-    for (uint32_t i = 0; i < mt; ++i)
-      for (uint32_t j = 0; j < count * kPanel; ++j) tot[i * kBlockCols + j] = 0.0f;
+    for (uint32_t i = 0; i < mt; ++i) __builtin_memset(tot + i * kBlockCols, 0, sizeof(float) * count * kPanel);
     PanelRef panels[kBlockCols / kPanel];
     for (uint32_t p = 0; p < count; ++p) {
       panels[p] = panel_ref(kF, w, n, k, group, n0 / kPanel + p);

@@ -79,8 +79,8 @@ struct ActAvx512 {
   }
 
   static void set(SimdBodies& b) {
-    b.silu_mul = &gated<&silu>;
-    b.gelu_mul = &gated<&gelu_tanh>;
+    b[Simd::silu_mul] = &gated<&silu>;
+    b[Simd::gelu_mul] = &gated<&gelu_tanh>;
   }
 };
 

@@ -142,21 +142,25 @@ metrale_status Instance::create(const metrale_backend_create_info* info,
                                    "' (known options: target, threads, pin)");
   if (!features.detected)
     out->log(METRALE_LOG_WARN, "cpu backend: CPU feature detection failed; using the baseline tier");
-  // Pinning is best effort: a worker that cannot be pinned runs unpinned, with a warning.
-  for (const std::string& failure : out->pool_->pin_failures())
-    out->log(METRALE_LOG_WARN, "cpu backend: option pin=1: " + failure);
-  std::string pinning;
-  if (options.pin) {
-    const unsigned workers = out->pool_->threads() - 1;
-    const unsigned pinned = out->pool_->pinned();
-    pinning = pinned == workers ? ", pinned"
-                                : ", pinned " + std::to_string(pinned) + " of " +
-                                      std::to_string(workers) + " workers";
-  }
-  out->log(METRALE_LOG_DEBUG, "cpu backend: " + out->device_name_ + ", target " +
-                                  tier_target(tier) + ", " + std::to_string(threads) + " threads" +
-                                  pinning);
+  out->log_start(options.pin);
   return METRALE_STATUS_OK;
+}
+
+void Instance::log_start(bool pin) const {
+  // Pinning is best effort: a worker that cannot be pinned runs unpinned, with a warning.
+  for (const std::string& failure : pool_->pin_failures())
+    log(METRALE_LOG_WARN, "cpu backend: option pin=1: " + failure);
+  std::string pinning;
+  if (pin) {
+    const unsigned workers = pool_->threads() - 1;
+    const unsigned pinned = pool_->pinned();
+    pinning = pinned == workers ? ", pinned"
+                                : ", pinned " + std::to_string(pinned) + " of " + std::to_string(workers) + " workers";
+  }
+  log(METRALE_LOG_DEBUG, "cpu backend: " + device_name_ + ", target " + tier_target(tier_) +
+                             " (int8 dot products: " + int8_dot_name(tier_, features_) + ", FP8 decode: " +
+                             fp8_decode_name(tier_, features_) + "), " + std::to_string(pool_->threads()) +
+                             " threads" + pinning);
 }
 
 Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures features,
@@ -164,7 +168,7 @@ Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures fe
     : host_(host), tier_(tier), features_(std::move(features)) {
   device_name_ = features_.model.empty() ? std::string("host CPU") : features_.model;
   memory_bytes_ = physical_memory();
-  for (size_t i = 0; i < kernel_specs().size(); ++i) bodies_.push_back(kernel_body(i, tier_));
+  for (size_t i = 0; i < kernel_specs().size(); ++i) bodies_.push_back(kernel_body(i, tier_, features_));
   scratch_.reserve(threads);
   scratch_ptrs_.reserve(threads);
   for (unsigned slot = 0; slot < threads; ++slot) {

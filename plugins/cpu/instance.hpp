@@ -73,6 +73,9 @@ class Instance final : private MemoryView {
            bool pin);
 
   void log(metrale_log_level level, const std::string& message) const;
+  // What create() reports once the instance stands: pinning failures, then the debug line
+  // naming the CPU, the tier, its int8 dot product and FP8 decoder, and the threads.
+  void log_start(bool pin) const;
   uint64_t extent(uint64_t address) const override;
   // Checks [address, address + bytes) lies inside one live allocation; `role` names it in the
   // message ("copy_to_device destination").

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "kernel_table.hpp"
 
+#include "launch_checks.hpp"
+#include "quant_table.hpp"
+
 #include <array>
-#include <cinttypes>
-#include <cstdio>
-#include <limits>
+#include <iterator>
+#include <vector>
 
 namespace metrale::cpu {
 
@@ -12,78 +14,6 @@ namespace {
 
 constexpr metrale_param_type P = METRALE_PARAM_PTR;
 constexpr metrale_param_type U = METRALE_PARAM_U32;
-
-// Keeps a weight row under 32 MiB and every offset along K (in elements, bytes or 8-wide units)
-// far inside 32 bits, which the kernels' index arithmetic relies on.
-constexpr uint32_t kMaxK = uint32_t{1} << 26;
-
-uint32_t ceil_div(uint32_t a, uint32_t b) { return a / b + (a % b != 0); }
-
-// Saturating product: an overflow becomes "more bytes than any allocation has".
-uint64_t product(std::initializer_list<uint64_t> factors) {
-  uint64_t result = 1;
-  for (uint64_t factor : factors) {
-    if (factor != 0 && result > std::numeric_limits<uint64_t>::max() / factor)
-      return std::numeric_limits<uint64_t>::max();
-    result *= factor;
-  }
-  return result;
-}
-
-std::string hex(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%" PRIx64, value);
-  return text;
-}
-
-// Checks that argument `index` points at `bytes` bytes inside one live allocation.
-bool buffer(const KernelArgs& args, const MemoryView& memory, unsigned index, const char* name,
-            uint64_t bytes, const char* what, std::string& error) {
-  const uint64_t address = args.v[index];
-  if (address == 0) {
-    error = std::string("argument '") + name + "' is a null pointer";
-    return false;
-  }
-  if (bytes == 0) return true;
-  const uint64_t extent = memory.extent(address);
-  if (extent == 0) {
-    error = std::string("argument '") + name + "' (" + hex(address) +
-            ") is not inside any live allocation of this cpu backend instance";
-    return false;
-  }
-  if (extent < bytes) {
-    error = std::string("argument '") + name + "' (" + hex(address) + ") must hold " +
-            (bytes == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64")
-                                                           : std::to_string(bytes)) +
-            " bytes (" + what + ") but its allocation ends " + std::to_string(extent) +
-            " bytes after it";
-    return false;
-  }
-  return true;
-}
-
-bool at_least_one(std::initializer_list<std::pair<const char*, uint32_t>> values,
-                  std::string& error) {
-  for (const auto& [name, value] : values) {
-    if (value == 0) {
-      error = std::string(name) + " must be at least 1 (got 0)";
-      return false;
-    }
-  }
-  return true;
-}
-
-bool k_ok(uint32_t k, std::string& error) {
-  if (k == 0 || k % kGroup != 0 || k > kMaxK) {
-    error = "k must be a positive multiple of 128 and at most " + std::to_string(kMaxK) +
-            " (got k=" + std::to_string(k) + ")";
-    return false;
-  }
-  return true;
-}
-
-constexpr metrale_status kInvalid = METRALE_STATUS_INVALID_ARGUMENT;
-constexpr metrale_status kOk = METRALE_STATUS_OK;
 
 // The W4A16 family; `max_m` 0 means unbounded, `tile_m` 0 means all rows in one block.
 metrale_status check_w4a16(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
@@ -119,11 +49,6 @@ metrale_status check_tile(const KernelArgs& a, const MemoryView& mem, BlockRange
   return check_w4a16(a, mem, needed, error, 0, kTileN, kTileM);
 }
 
-// [first, first + bytes) and [other, other + bytes_other) share no byte.
-bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other) {
-  return first >= other + bytes_other || other >= first + bytes;
-}
-
 // w4a16_repack: `count` stacked canonical [n, k] matrices in, the same byte sizes out; outputs
 // overlap neither the inputs nor each other (a block reads rows another block may be writing).
 metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
@@ -137,19 +62,9 @@ metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRan
       !buffer(a, mem, 2, "qweight_out", code_bytes, "count*n*k/8 u32", error) ||
       !buffer(a, mem, 3, "scales_out", scale_bytes, "count*n*k/128 f16", error))
     return kInvalid;
-  static constexpr const char* kNames[] = {"qweight_in", "scales_in", "qweight_out", "scales_out"};
-  const uint64_t bytes[] = {code_bytes, scale_bytes, code_bytes, scale_bytes};
-  for (unsigned out = 2; out < 4; ++out) {
-    for (unsigned other = 0; other < out; ++other) {
-      if (!disjoint(a.v[out], bytes[out], a.v[other], bytes[other])) {
-        error = std::string("argument '") + kNames[out] + "' (" + hex(a.v[out]) + ", " +
-                std::to_string(bytes[out]) + " bytes) overlaps '" + kNames[other] + "' (" +
-                hex(a.v[other]) + ", " + std::to_string(bytes[other]) +
-                " bytes); the repack's output never aliases its input";
-        return kInvalid;
-      }
-    }
-  }
+  const Span spans[] = {{a.v[0], code_bytes, "qweight_in"}, {a.v[1], scale_bytes, "scales_in"},
+                         {a.v[2], code_bytes, "qweight_out"}, {a.v[3], scale_bytes, "scales_out"}};
+  if (!apart(spans, 4, 2, error)) return kInvalid;
   needed = {ceil_div(n, kRepackRows), count};
   return kOk;
 }
@@ -193,23 +108,6 @@ metrale_status check_topk(const KernelArgs& a, const MemoryView& mem, BlockRange
   return kOk;
 }
 
-// Every index in `indices` (count of them) must name a row of the buffer at argument `source`.
-bool rows_in_range(const KernelArgs& a, const MemoryView& mem, unsigned source,
-                   const char* source_name, const char* index_name, const int32_t* indices,
-                   uint64_t count, uint32_t h, std::string& error) {
-  const uint64_t rows = mem.extent(a.v[source]) / (uint64_t{h} * 2);
-  for (uint64_t i = 0; i < count; ++i) {
-    if (indices[i] < 0 || static_cast<uint64_t>(indices[i]) >= rows) {
-      error = std::string(index_name) + "[" + std::to_string(i) + "] = " +
-              std::to_string(indices[i]) + " is not a row of '" + source_name +
-              "', whose allocation holds " + std::to_string(rows) + " rows of h=" +
-              std::to_string(h) + " bf16 from there";
-      return false;
-    }
-  }
-  return true;
-}
-
 metrale_status check_gather(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
                             std::string& error) {
   const uint32_t t = arg_u32(a, 3), h = arg_u32(a, 4);
@@ -230,19 +128,8 @@ metrale_status check_grouped(const KernelArgs& a, const MemoryView& mem, BlockRa
   if (!buffer(a, mem, 3, "offsets", product({uint64_t{experts} + 1, 4}), "(experts+1) i32",
               error))
     return kInvalid;
+  if (!offsets_ok(a, 3, experts, error)) return kInvalid;
   const auto* offsets = arg_ptr<const int32_t>(a, 3);
-  if (offsets[0] < 0) {
-    error = "offsets[0] = " + std::to_string(offsets[0]) + " is negative";
-    return kInvalid;
-  }
-  for (uint32_t e = 0; e < experts; ++e) {
-    if (offsets[e + 1] < offsets[e]) {
-      error = "offsets must be non-decreasing: offsets[" + std::to_string(e + 1) + "] = " +
-              std::to_string(offsets[e + 1]) + " < offsets[" + std::to_string(e) +
-              "] = " + std::to_string(offsets[e]);
-      return kInvalid;
-    }
-  }
   const auto rows = static_cast<uint64_t>(offsets[experts]);
   if (!buffer(a, mem, 0, "x", product({rows, k, 2}), "offsets[experts]*k bf16", error) ||
       !buffer(a, mem, 1, "qweight", product({experts, n, k / 2}), "experts*n*k/8 u32", error) ||
@@ -288,20 +175,24 @@ constexpr metrale_param_type kCombineTypes[] = {P, P, P, P, U, U, U};
 
 #define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
 
-const std::array<KernelSpec, 12> kSpecs{{
-    {"w4a16", "w4a16_gemv", METRALE_CPU_PARAMS(W4), check_gemv, baseline::w4a16_gemv, 0,
+constexpr int slot(Simd s) { return static_cast<int>(s); }
+
+const std::array<KernelSpec, 12> kBaseSpecs{{
+    {"w4a16", "w4a16_gemv", METRALE_CPU_PARAMS(W4), check_gemv, baseline::w4a16_gemv, slot(Simd::w4a16_gemv),
      "(ceil(n/64), 1)"},
-    {"w4a16", "w4a16_gemv_b8", METRALE_CPU_PARAMS(W4), check_gemv_b8, baseline::w4a16_gemv_b8, 1,
+    {"w4a16", "w4a16_gemv_b8", METRALE_CPU_PARAMS(W4), check_gemv_b8, baseline::w4a16_gemv_b8,
+     slot(Simd::w4a16_gemv_b8),
      "(ceil(n/64), 1)"},
-    {"w4a16", "w4a16_gemm_t", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t, 2,
+    {"w4a16", "w4a16_gemm_t", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t, slot(Simd::w4a16_gemm_t),
      "(ceil(n/128), ceil(m/64))"},
     {"w4a16", "w4a16_gemm_t_k64", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t_k64,
-     3, "(ceil(n/128), ceil(m/64))"},
-    {"w4a16", "w4a16_repack", METRALE_CPU_PARAMS(Repack), check_repack, baseline::w4a16_repack, 5,
+     slot(Simd::w4a16_gemm_t_k64), "(ceil(n/128), ceil(m/64))"},
+    {"w4a16", "w4a16_repack", METRALE_CPU_PARAMS(Repack), check_repack, baseline::w4a16_repack,
+     slot(Simd::w4a16_repack),
      "(ceil(n/64), count)"},
-    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, 6,
+    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, slot(Simd::silu_mul),
      "(ceil(i/1024), m)"},
-    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, 7,
+    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, slot(Simd::gelu_mul),
      "(ceil(i/1024), m)"},
     {"moe", "router_gemm", METRALE_CPU_PARAMS(Router), check_router, baseline::router_gemm, -1,
      "(ceil(e/64), m)"},
@@ -310,71 +201,81 @@ const std::array<KernelSpec, 12> kSpecs{{
     {"moe", "moe_gather", METRALE_CPU_PARAMS(Gather), check_gather, baseline::moe_gather, -1,
      "(t, 1)"},
     {"moe", "w4a16_grouped_gemm", METRALE_CPU_PARAMS(Grouped), check_grouped,
-     baseline::w4a16_grouped_gemm, 4, "(ceil(n/128), experts)"},
+     baseline::w4a16_grouped_gemm, slot(Simd::w4a16_grouped_gemm), "(ceil(n/128), experts)"},
     {"moe", "moe_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::moe_combine, -1,
      "(m, 1)"},
 }};
 
 #undef METRALE_CPU_PARAMS
 
-std::array<metrale_kernel_desc, kSpecs.size()> make_descs() {
-  std::array<metrale_kernel_desc, kSpecs.size()> descs{};
-  for (size_t i = 0; i < kSpecs.size(); ++i)
-    descs[i] = {kSpecs[i].module, kSpecs[i].name, kSpecs[i].param_types, kSpecs[i].param_count};
+// The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp).
+const std::vector<KernelSpec>& all_specs() {
+  static const std::vector<KernelSpec> specs = [] {
+    std::vector<KernelSpec> all(kBaseSpecs.begin(), kBaseSpecs.end());
+    const auto more = quant_kernel_specs();
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  }();
+  return specs;
+}
+
+const std::vector<metrale_kernel_desc>& all_descs() {
+  static const std::vector<metrale_kernel_desc> descs = [] {
+    std::vector<metrale_kernel_desc> out;
+    for (const KernelSpec& spec : all_specs())
+      out.push_back({spec.module, spec.name, spec.param_types, spec.param_count});
+    return out;
+  }();
   return descs;
 }
 
-const std::array<metrale_kernel_desc, kSpecs.size()> kDescs = make_descs();
-
-#if defined(METRALE_CPU_X86_SIMD)
-BlockFn simd_slot(const SimdBodies& bodies, int slot) {
-  switch (slot) {
-    case 0: return bodies.gemv;
-    case 1: return bodies.gemv_b8;
-    case 2: return bodies.gemm_t;
-    case 3: return bodies.gemm_t_k64;
-    case 4: return bodies.grouped_gemm;
-    case 5: return bodies.repack;
-    case 6: return bodies.silu_mul;
-    case 7: return bodies.gelu_mul;
-    default: return nullptr;
-  }
-}
-#endif
-
 }  // namespace
 
-std::span<const KernelSpec> kernel_specs() { return kSpecs; }
+std::span<const KernelSpec> kernel_specs() { return all_specs(); }
 
-std::span<const metrale_kernel_desc> kernel_descs() { return kDescs; }
+std::span<const metrale_kernel_desc> kernel_descs() { return all_descs(); }
 
-BlockFn kernel_body(size_t index, Tier tier) {
-  const KernelSpec& spec = kSpecs.at(index);
+BlockFn kernel_body(size_t index, Tier tier, const CpuFeatures& features) {
+  const KernelSpec& spec = all_specs().at(index);
   if (spec.simd_slot < 0 || tier == Tier::baseline) return spec.baseline;
 #if defined(METRALE_CPU_X86_SIMD)
   // Each tier's table is fetched only once that tier was chosen: even bodies() of a higher tier
   // is compiled with its -m flags and may not run on a lesser CPU. A tier leaves a body null
-  // when the baseline's serves it (the repack of a tier that keeps the canonical layout).
+  // when the baseline's serves it (the repack of a tier that keeps the canonical layout). The
+  // BF16 tier's int8 dot products are VNNI's and its FP8 decoder VBMI's, each the avx512 tier's
+  // without that feature.
+  const auto slot = static_cast<Simd>(spec.simd_slot);
+  const Tier from = int8_dot_slot(slot) ? int8_tier(tier, features) : fp8_slot(slot) ? fp8_tier(tier, features) : tier;
   BlockFn body = nullptr;
-  switch (tier) {
-    case Tier::avx2: {
-      static const SimdBodies bodies = avx2::bodies();
-      body = simd_slot(bodies, spec.simd_slot);
-      break;
+  if (from == Tier::avx512bf16 && int8_dot_slot(slot)) {
+    static const SimdBodies bodies = avx512vnni::bodies();
+    body = bodies[slot];
+  } else if (from == Tier::avx512bf16 && fp8_slot(slot)) {
+    static const SimdBodies bodies = avx512vbmi::bodies();
+    body = bodies[slot];
+  } else {
+    switch (from) {
+      case Tier::avx2: {
+        static const SimdBodies bodies = avx2::bodies();
+        body = bodies[slot];
+        break;
+      }
+      case Tier::avx512: {
+        static const SimdBodies bodies = avx512::bodies();
+        body = bodies[slot];
+        break;
+      }
+      case Tier::avx512bf16: {
+        static const SimdBodies bodies = avx512bf16::bodies();
+        body = bodies[slot];
+        break;
+      }
+      case Tier::baseline: break;
     }
-    case Tier::avx512: {
-      static const SimdBodies bodies = avx512::bodies();
-      body = simd_slot(bodies, spec.simd_slot);
-      break;
-    }
-    case Tier::avx512bf16: {
-      static const SimdBodies bodies = avx512bf16::bodies();
-      body = simd_slot(bodies, spec.simd_slot);
-      break;
-    }
-    case Tier::baseline: break;
   }
   if (body != nullptr) return body;
+#else
+  (void)features;
 #endif
   return spec.baseline;
 }

@@ -45,14 +45,15 @@ struct KernelSpec {
   uint32_t param_count;
   Validator validate;
   BlockFn baseline;
-  int simd_slot;  // index into SimdBodies when a SIMD tier may replace `baseline`, else -1
+  int simd_slot;  // a Simd (kernels.hpp) when a SIMD tier may replace `baseline`, else -1
   const char* grid_rule;  // for messages: "(ceil(n/64), 1)"
 };
 
 std::span<const KernelSpec> kernel_specs();
 // The same, as the ABI's descriptors (static storage).
 std::span<const metrale_kernel_desc> kernel_descs();
-// The body a tier runs for kernel `index`. Call only with a tier this CPU supports.
-BlockFn kernel_body(size_t index, Tier tier);
+// The body a tier runs for kernel `index` on a CPU with `features`. Call only with a tier this
+// CPU supports.
+BlockFn kernel_body(size_t index, Tier tier, const CpuFeatures& features);
 
 }  // namespace metrale::cpu

@@ -6,9 +6,12 @@
 // Each pool slot owns kScratchBytes of 64-byte aligned scratch, so kernels never allocate.
 //
 // Kernel bodies exist per instruction-set tier: baseline (portable scalar, every kernel) and,
-// on x86-64, AVX2+FMA, AVX-512 and AVX-512 BF16 variants of the W4A16 family, each compiled in
-// its own translation unit with the matching -m flags. Like numeric.hpp, the helpers below have
-// internal linkage so no code compiled for a higher tier can leak into a lower one.
+// on x86-64, AVX2+FMA, AVX-512 and AVX-512 BF16 variants of the weight-quantized GEMM families
+// and the activations, each compiled in its own translation unit with the matching -m flags
+// (the BF16 tier's int8 dot products and FP8 decoder in units of their own, with AVX-512 VNNI
+// and VBMI). Like
+// numeric.hpp, the helpers below have internal linkage so no code compiled for a higher tier
+// can leak into a lower one.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +19,7 @@
 
 namespace metrale::cpu {
 
-inline constexpr unsigned kMaxParams = 8;
+inline constexpr unsigned kMaxParams = 12;  // moe/moe_align
 inline constexpr size_t kScratchBytes = size_t{512} * 1024;
 inline constexpr size_t kScratchAlign = 64;
 
@@ -31,24 +34,36 @@ using BlockFn = void (*)(const KernelArgs& args, uint32_t bx, uint32_t by, unsig
 inline constexpr uint32_t kGemvRows = 64;      // w4a16_gemv, w4a16_gemv_b8: N64 per block
 inline constexpr uint32_t kTileN = 128;        // gemm_t, gemm_t_k64, grouped gemm: N128
 inline constexpr uint32_t kTileM = 64;         // gemm_t, gemm_t_k64: M64
-inline constexpr uint32_t kGroup = 128;        // quantisation group along K
+inline constexpr uint32_t kGroup = 128;        // W4A16 quantisation group along K; K's multiple
 inline constexpr uint32_t kGemvMaxRows = 8;    // w4a16_gemv_b8
 inline constexpr uint32_t kActColumns = 1024;  // silu_mul / gelu_mul block width
 inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
 inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
 
-// The bodies a SIMD tier provides; a null one (or a kernel not listed) runs the baseline body.
-struct SimdBodies {
-  BlockFn gemv = nullptr;          // w4a16_gemv
-  BlockFn gemv_b8 = nullptr;       // w4a16_gemv_b8
-  BlockFn gemm_t = nullptr;        // w4a16_gemm_t
-  BlockFn gemm_t_k64 = nullptr;    // w4a16_gemm_t_k64
-  BlockFn grouped_gemm = nullptr;  // moe/w4a16_grouped_gemm
+// The kernels a SIMD tier may replace (KernelSpec::simd_slot); a null body runs the baseline's.
+enum class Simd : uint8_t {
+  w4a16_gemv, w4a16_gemv_b8, w4a16_gemm_t, w4a16_gemm_t_k64, w4a16_grouped_gemm,
   // w4a16_repack into the layout this tier's W4A16 bodies read (manifest layout "cpu-native").
-  // Null: the tier keeps the canonical layout and the repack is a copy (the baseline body).
-  BlockFn repack = nullptr;
-  BlockFn silu_mul = nullptr;      // act/silu_mul
-  BlockFn gelu_mul = nullptr;      // act/gelu_mul
+  // Null: the tier keeps the canonical layout and the repack is a copy (the baseline body). The
+  // other families' repacks follow the same rule for their own layouts.
+  w4a16_repack,
+  silu_mul, gelu_mul,
+  w4a16_zp_gemv, w4a16_zp_gemm, w4a16_zp_grouped_gemm, w4a16_zp_repack,
+  w8a16_gemv, w8a16_gemm, w8a16_grouped_gemm, w8a16_repack,
+  fp8_gemv, fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemv, fp8_repack,
+  // The int8-activation families: a tier's integer dot products (see int8_tier in target.hpp).
+  w4a8_gemv, w4a8_gemm, w4a8_grouped_gemm, w4a8_repack,
+  w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
+  quantize_int8,
+  count
+};
+inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
+inline constexpr bool fp8_slot(Simd slot) { return slot >= Simd::fp8_gemv && slot <= Simd::fp8_repack; }
+
+struct SimdBodies {
+  BlockFn body[static_cast<size_t>(Simd::count)] = {};
+  BlockFn& operator[](Simd slot) { return body[static_cast<size_t>(slot)]; }
+  BlockFn operator[](Simd slot) const { return body[static_cast<size_t>(slot)]; }
 };
 
 namespace baseline {
@@ -64,6 +79,30 @@ void router_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void topk_softmax(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void moe_gather(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void moe_combine(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void moe_align(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// The quantized weight families (baseline_quant.cpp), canonical layouts.
+void w4a16_zp_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_zp_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a16_zp_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a16_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a16_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a16_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_grouped_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4a8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8a8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// The repacks: 4-bit codes with zero points (w4a16_zp, w4a8), 8-bit (w8a16, w8a8), fp8.
+void w4zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w8zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_int8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void gather_k(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)
@@ -74,6 +113,12 @@ namespace avx512 {
 SimdBodies bodies();
 }
 namespace avx512bf16 {
+SimdBodies bodies();
+}
+namespace avx512vnni {  // the int8-activation families only
+SimdBodies bodies();
+}
+namespace avx512vbmi {  // the FP8 family only
 SimdBodies bodies();
 }
 #endif

@@ -274,4 +274,47 @@ void moe_combine(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* s
   }
 }
 
+// The routing of one MoE step on one block: a counting sort of the (token, choice) pairs by
+// expert, stable in (token, choice) order. ids were checked to lie in [0, e) at launch.
+void moe_align(const KernelArgs& args, uint32_t, uint32_t, unsigned char*) {
+  const auto* ids = arg_ptr<const int32_t>(args, 0);
+  const auto* topk_weights = arg_ptr<const float>(args, 1);
+  const auto* shared_logits = arg_ptr<const float>(args, 2);
+  auto* offsets = arg_ptr<int32_t>(args, 3);
+  auto* rows = arg_ptr<int32_t>(args, 4);
+  auto* slots = arg_ptr<int32_t>(args, 5);
+  auto* combine = arg_ptr<float>(args, 6);
+  auto* active = arg_ptr<int32_t>(args, 7);
+  const uint32_t m = arg_u32(args, 8), experts = arg_u32(args, 9), top = arg_u32(args, 10);
+  const uint32_t shared = arg_u32(args, 11);
+  const uint32_t width = top + (shared != 0 ? 1 : 0);
+  const size_t pairs = size_t{m} * top;
+  for (uint32_t e = 0; e <= experts; ++e) offsets[e] = 0;
+  for (size_t i = 0; i < pairs; ++i) ++offsets[ids[i] + 1];
+  active[0] = 0;
+  for (uint32_t e = 0; e < experts; ++e) {
+    if (offsets[e + 1] != 0) {
+      active[1 + active[0]] = static_cast<int32_t>(e);
+      ++active[0];
+    }
+    offsets[e + 1] += offsets[e];
+  }
+  // offsets[e] is expert e's next free row while filling; it ends at offsets[e + 1], so the
+  // pass below shifts the array by one expert, which the last loop undoes.
+  for (size_t r = 0; r < m; ++r)
+    for (uint32_t j = 0; j < top; ++j) {
+      const int32_t row = offsets[ids[r * top + j]]++;
+      rows[row] = static_cast<int32_t>(r);
+      slots[r * width + j] = row;
+      combine[r * width + j] = topk_weights[r * top + j];
+    }
+  for (uint32_t e = experts; e > 0; --e) offsets[e] = offsets[e - 1];
+  offsets[0] = 0;
+  if (shared == 0) return;
+  for (size_t r = 0; r < m; ++r) {
+    slots[r * width + top] = static_cast<int32_t>(pairs + r);
+    combine[r * width + top] = shared == 1 ? 1.0f : 1.0f / (1.0f + std::exp(-shared_logits[r]));
+  }
+}
+
 }  // namespace metrale::cpu::baseline

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Scalar number formats of the kernels: bf16 <-> f32 (round-to-nearest-even on store) and
-// f16 -> f32 (exact, subnormals included).
+// Scalar number formats of the kernels: bf16 <-> f32 (round-to-nearest-even on store),
+// f16 -> f32 and OCP FP8 E4M3 -> f32 (exact, subnormals included).
 //
 // Everything here has internal linkage on purpose: this header is included by translation units
 // compiled with -mavx2 / -mavx512f. An inline function with external linkage would be emitted
@@ -53,6 +53,22 @@ inline float f16_to_f32(uint16_t half) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
+}
+
+// E4M3 ("e4m3fn"): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal;
+// 0x7f and 0xff are NaN, there are no infinities.
+inline float e4m3_to_f32(uint8_t code) {
+  const uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 7u;
+  float magnitude;
+  if ((code & 0x7fu) == 0x7fu) {
+    magnitude = __builtin_nanf("");
+  } else if (exponent == 0) {
+    magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+  } else {
+    const uint32_t bits = ((exponent + 120u) << 23) | (mantissa << 20);  // 127 - 7 = 120
+    std::memcpy(&magnitude, &bits, sizeof magnitude);
+  }
+  return (code & 0x80u) ? -magnitude : magnitude;
 }
 
 inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }

@@ -30,6 +30,8 @@ CpuFeatures detect_features() {
     features.avx512bw = cpuinfo_has_x86_avx512bw();
     features.avx512vl = cpuinfo_has_x86_avx512vl();
     features.avx512bf16 = cpuinfo_has_x86_avx512bf16();
+    features.avx512vnni = cpuinfo_has_x86_avx512vnni();
+    features.avx512vbmi = cpuinfo_has_x86_avx512vbmi();
 #endif
     if (const cpuinfo_package* package = cpuinfo_get_package(0))
       features.model.assign(package->name, strnlen(package->name, sizeof package->name));
@@ -96,6 +98,24 @@ Tier best_tier(const CpuFeatures& have) {
   for (Tier tier : kTiers)
     if (tier_built(tier) && missing_features(tier, have).empty()) best = tier;
   return best;
+}
+
+Tier int8_tier(Tier tier, const CpuFeatures& have) {
+  return tier == Tier::avx512bf16 && !have.avx512vnni ? Tier::avx512 : tier;
+}
+
+const char* int8_dot_name(Tier tier, const CpuFeatures& have) {
+  if (tier == Tier::baseline) return "scalar";
+  return int8_tier(tier, have) == Tier::avx512bf16 ? "vpdpbusd" : "vpmaddwd";
+}
+
+Tier fp8_tier(Tier tier, const CpuFeatures& have) {
+  return tier == Tier::avx512bf16 && !have.avx512vbmi ? Tier::avx512 : tier;
+}
+
+const char* fp8_decode_name(Tier tier, const CpuFeatures& have) {
+  if (tier == Tier::baseline) return "scalar";
+  return fp8_tier(tier, have) == Tier::avx512bf16 ? "vpermi2b" : "vcvtph2ps";
 }
 
 metrale_status choose_tier(const char* requested, const CpuFeatures& have, Tier& chosen,

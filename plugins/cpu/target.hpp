@@ -19,6 +19,8 @@ struct CpuFeatures {
   bool detected = false;  // libcpuinfo initialised
   bool avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512bf16 = false;
+  bool avx512vnni = false;  // not tiers of their own: the BF16 tier's int8 dot products
+  bool avx512vbmi = false;  // and FP8 decoder
   std::string model;  // package name, "" when unknown
 };
 
@@ -36,6 +38,17 @@ bool tier_built(Tier tier);
 std::vector<std::string> missing_features(Tier tier, const CpuFeatures& have);
 // The highest tier `have` supports (and this build carries).
 Tier best_tier(const CpuFeatures& have);
+
+// The tier whose int8 dot products (the w4a8 and w8a8 families) run on `tier`: the BF16 tier's
+// are AVX-512 VNNI `vpdpbusd`, so without VNNI they are the avx512 tier's; every other tier
+// runs its own.
+Tier int8_tier(Tier tier, const CpuFeatures& have);
+// How those dot products are formed, for the log: "vpdpbusd", "vpmaddwd" or "scalar".
+const char* int8_dot_name(Tier tier, const CpuFeatures& have);
+// The same for the FP8 family: the BF16 tier's decoder is a VBMI table lookup (`vpermi2b`), so
+// without VBMI it runs the avx512 tier's bodies.
+Tier fp8_tier(Tier tier, const CpuFeatures& have);
+const char* fp8_decode_name(Tier tier, const CpuFeatures& have);  // "vpermi2b", "vcvtph2ps", "scalar"
 
 // Resolves the "target" option (nullptr or "auto": the best tier). On failure returns
 // INVALID_ARGUMENT (unknown value, listing the valid ones) or INCOMPATIBLE (the CPU lacks the

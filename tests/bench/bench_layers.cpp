@@ -8,10 +8,10 @@
 // one-block kernel through the runtime against the plugin's raw entry point and the cost of a
 // warm try_kernel hit; and the worst figure per issue 6 target. All ratios of the same run. Not
 // a test: numbers, not verdicts. Progress on stderr; --json puts one JSON document on stdout.
+#include "bench_machine.hpp"
 #include "model/ffn.hpp"
 #include "model/reference.hpp"
 #include "selectors.hpp"
-#include "test_support.hpp"
 
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
@@ -21,13 +21,6 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-#if defined(__linux__)
-#include <sched.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -39,204 +32,14 @@
 #include <memory>
 #include <optional>
 #include <thread>
-
-#include <sys/mman.h>
 #include <vector>
 
 namespace {
 
 using namespace metrale;
+using namespace metrale::bench;
 using namespace metrale::layers;
 using Clock = std::chrono::steady_clock;
-
-struct BandwidthPoint {
-  unsigned threads;
-  double gb_per_s;        // the denominator: the better of the two measurements
-  double at_start = 0;    // GB/s measured before the rows, and after them
-  double at_end = 0;
-};
-
-// The thread counts the denominators are measured on: 1, 2, 4 ... below the hardware threads,
-// the hardware threads, and every count of --threads, ascending.
-std::vector<unsigned> denominator_counts(const std::vector<unsigned>& requested) {
-  std::vector<unsigned> counts;
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned t = 1; t < hw; t *= 2) counts.push_back(t);
-  counts.push_back(hw);
-  counts.insert(counts.end(), requested.begin(), requested.end());
-  std::sort(counts.begin(), counts.end());
-  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-  return counts;
-}
-
-// Sums a buffer of u64 with 4 independent accumulators per thread (the loop the compiler
-// vectorises), best of `reps` per thread count; the result is kept so the reads cannot be
-// optimised away.
-std::vector<BandwidthPoint> measure_read_bandwidth(size_t bytes, unsigned reps, const std::vector<unsigned>& counts,
-                                                   uint64_t& sink) {
-  // Backed like the CPU backend's weight buffers (2 MiB aligned, transparent huge pages asked
-  // for): the denominator must not lose to TLB walks that the kernels do not pay.
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t words = rounded / 8;
-  std::unique_ptr<uint64_t, decltype(&std::free)> memory(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, rounded)),
-                                                         &std::free);
-  if (!memory) throw std::runtime_error("cannot allocate the bandwidth buffer");
-#if defined(MADV_HUGEPAGE)
-  ::madvise(memory.get(), rounded, MADV_HUGEPAGE);
-#endif
-  uint64_t* const buffer = memory.get();
-  // Touch every page first (first-touch from several threads, like the readers).
-  for (size_t i = 0; i < words; ++i) buffer[i] = i * 0x9e3779b97f4a7c15ull;
-  std::vector<BandwidthPoint> out;
-  for (unsigned threads : counts) {
-    double best = 0;
-    for (unsigned r = 0; r < reps; ++r) {
-      std::vector<uint64_t> sums(threads, 0);
-      const auto start = Clock::now();
-      std::vector<std::thread> pool;
-      for (unsigned t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          const size_t begin = words * t / threads, end = words * (t + 1) / threads;
-          uint64_t a = 0, b = 0, c = 0, d = 0;
-          size_t i = begin;
-          for (; i + 4 <= end; i += 4) {
-            a += buffer[i];
-            b += buffer[i + 1];
-            c += buffer[i + 2];
-            d += buffer[i + 3];
-          }
-          for (; i < end; ++i) a += buffer[i];
-          sums[t] = a + b + c + d;
-        });
-      }
-      for (auto& th : pool) th.join();
-      const double s = std::chrono::duration<double>(Clock::now() - start).count();
-      for (uint64_t v : sums) sink += v;
-      best = std::max(best, static_cast<double>(words * 8) / s / 1e9);
-    }
-    out.push_back({threads, best, best, 0});
-  }
-  return out;
-}
-
-// Register-only loops: 12 independent accumulators, no memory traffic; FLOP per instruction:
-// vdpbf16ps zmm 64 (32 bf16 pairs, multiply and add), vfmadd zmm 32, vfmadd ymm 16.
-constexpr uint64_t kPeakIters = uint64_t{1} << 22;
-
-#if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_loop(uint64_t iters) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
-  __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x0001));  // tiny: no overflow
-  for (uint64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, y);
-    __asm__ volatile("" : "+v"(x), "+v"(y));
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  alignas(64) float out[16];
-  _mm512_store_ps(out, sum);
-  return static_cast<double>(out[0]) * 0 + 64.0 * 12 * static_cast<double>(iters);
-}
-__attribute__((target("avx512f"))) double fma512_loop(uint64_t iters) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
-  for (uint64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (auto& a : acc) a = _mm512_fmadd_ps(x, y, a);
-    __asm__ volatile("" : "+v"(x), "+v"(y));
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  alignas(64) float out[16];
-  _mm512_store_ps(out, sum);
-  return static_cast<double>(out[0]) * 0 + 32.0 * 12 * static_cast<double>(iters);
-}
-__attribute__((target("avx2,fma"))) double fma256_loop(uint64_t iters) {
-  __m256 acc[12];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-30f);
-  for (uint64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (auto& a : acc) a = _mm256_fmadd_ps(x, y, a);
-    __asm__ volatile("" : "+x"(x), "+x"(y));
-  }
-  __m256 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
-  alignas(32) float out[8];
-  _mm256_store_ps(out, sum);
-  return static_cast<double>(out[0]) * 0 + 16.0 * 12 * static_cast<double>(iters);
-}
-#endif
-
-struct PeakPoint {
-  unsigned threads;
-  double bf16_dot_gflop_per_s;  // 0: the CPU lacks AVX512_BF16
-  double fma_gflop_per_s;       // f32 FMA at the widest width the CPU has; 0: none
-};
-
-// Best of 3 per thread count, all threads running the loop at once.
-std::vector<PeakPoint> measure_peaks(const std::vector<unsigned>& counts) {
-  std::vector<PeakPoint> out;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  const bool bf16 = __builtin_cpu_supports("avx512bf16");
-  const bool f512 = __builtin_cpu_supports("avx512f");
-  const bool f256 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  auto run = [](unsigned threads, double (*loop)(uint64_t)) {
-    double best = 0;
-    for (int r = 0; r < 3; ++r) {
-      std::vector<double> flops(threads, 0);
-      const auto start = Clock::now();
-      std::vector<std::thread> pool;
-      for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] { flops[t] = loop(kPeakIters); });
-      for (auto& th : pool) th.join();
-      const double s = std::chrono::duration<double>(Clock::now() - start).count();
-      double total = 0;
-      for (double f : flops) total += f;
-      best = std::max(best, total / s / 1e9);
-    }
-    return best;
-  };
-  for (unsigned threads : counts)
-    out.push_back({threads, bf16 ? run(threads, &bf16_dot_loop) : 0.0,
-                   f512 ? run(threads, &fma512_loop) : f256 ? run(threads, &fma256_loop) : 0.0});
-#else
-  for (unsigned threads : counts) out.push_back({threads, 0.0, 0.0});
-#endif
-  return out;
-}
-
-template <class P, class F>
-double at_threads(const std::vector<P>& points, unsigned threads, F field) {
-  double v = 0;
-  for (const auto& p : points)
-    if (p.threads <= threads) v = field(p);  // the largest count not above `threads`
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// The CPU backend's default thread count: the CPUs in the affinity mask.
-unsigned affinity_cpus() {
-#if defined(__linux__)
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
-#endif
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-std::string threads_label(unsigned threads) {
-  return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-}
 
 struct Rate {
   std::string preset;
@@ -272,28 +75,6 @@ double pass_flops(const ModelConfig& c, uint32_t m) {
   }
   return 0;
 }
-
-// Reads a buffer several times the size of the last-level cache before each timed pass, so the
-// weights of a pass come from memory, as they do in a model whose layers do not fit the cache
-// (otherwise the 20 MB of experts a MoE decode step touches stay in L3 from one repeat to the
-// next and "beat" the read bandwidth). Its size 0 keeps the caches warm.
-class CacheEvictor {
- public:
-  explicit CacheEvictor(size_t bytes) : words_(bytes / 8), buffer_(words_ ? new uint64_t[words_] : nullptr) {
-    for (size_t i = 0; i < words_; ++i) buffer_[i] = i;
-  }
-  void evict() {
-    uint64_t sum = 0;
-    for (size_t i = 0; i < words_; i += 8) sum += buffer_[i];  // one word per cache line
-    sink_ += sum;
-  }
-  uint64_t sink() const { return sink_; }
-
- private:
-  size_t words_;
-  std::unique_ptr<uint64_t[]> buffer_;
-  uint64_t sink_ = 0;
-};
 
 // A row's figures against the denominators bw (GB/s) and dot (GFLOP/s) of its thread count.
 void set_ratios(Rate& r, double bw, double dot) {
@@ -332,10 +113,10 @@ std::vector<Rate> measure_rates(Backend& b, const std::vector<std::string>& pres
       std::vector<double> times;
       for (uint32_t i = 0; i < repeat; ++i) {
         evictor.evict();
-        const auto start = Clock::now();
+        const double start = clock_now();
         ffn.forward(dx.ptr(), m);
         b.synchronize();
-        times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        times.push_back(seconds_since(start, threads));
       }
       std::sort(times.begin(), times.end());
       Rate r;
@@ -584,7 +365,12 @@ int main(int argc, char** argv) {
                  "Buffer read before each timed pass to push the weights out of the caches (0: keep them warm)")
       ->capture_default_str();
   app.add_flag("--json", json, "JSON on stdout");
+  bool cpu_time = false;
+  app.add_flag("--cpu-time", cpu_time,
+               "Time the passes and the denominators with the process's CPU time over the threads at work instead of "
+               "wall time (an oversubscribed machine stretches the latter); launch costs stay wall time");
   CLI11_PARSE(app, argc, argv);
+  use_cpu_time(cpu_time);
   repeat = std::max(repeat, 1u);
   launches = std::max(launches, 1u);
   // Ascending and distinct: the scaling tables compare neighbours, the thread scaling the first.
@@ -611,11 +397,7 @@ int main(int argc, char** argv) {
     CacheEvictor evictor(evict_mb << 20);
     {
       for (unsigned requested : thread_list) {
-        // Levers are read at discovery and cached: the guard resets the cache both ways and puts
-        // the user's value back.
-        const testing::EnvGuard lever{{"METRALE_CPU_THREADS", std::to_string(requested)}};
-        Registry registry = Registry::discover();
-        auto backend = registry.select(backend_name.empty() ? std::nullopt : std::optional(backend_name));
+        auto backend = backend_on_threads(requested, backend_name);
         Backend& b = *backend;
         name = b.name();
         target = b.target();
@@ -642,13 +424,8 @@ int main(int argc, char** argv) {
     // The bandwidth a shared machine gives swings from minute to minute: measure it again at the
     // end and hold every row to the better of the two, so no ratio flatters a quiet spell.
     std::fprintf(stderr, "measuring read bandwidth again...\n");
-    const auto bandwidth_end = measure_read_bandwidth(bandwidth_mb << 20, 5, counts, sink);
-    for (size_t i = 0; i < bandwidth.size(); ++i) {
-      bandwidth[i].at_start = bandwidth[i].gb_per_s;
-      bandwidth[i].at_end = bandwidth_end[i].gb_per_s;
-      bandwidth[i].gb_per_s = std::max(bandwidth[i].gb_per_s, bandwidth_end[i].gb_per_s);
-      peak = std::max(peak, bandwidth[i].gb_per_s);
-    }
+    remeasure_read_bandwidth(bandwidth, bandwidth_mb << 20, 5, sink);
+    for (const auto& p : bandwidth) peak = std::max(peak, p.gb_per_s);
     for (auto& run : runs) {
       run.read_bw = at_threads(bandwidth, run.threads, [](const BandwidthPoint& p) { return p.gb_per_s; });
       for (auto& r : run.rates) set_ratios(r, run.read_bw, run.dot_peak);

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <map>
+
 
 namespace cpu_test {
 
@@ -111,6 +113,13 @@ std::string Backend::target() {
   info.struct_size = sizeof info;
   REQUIRE(table().device_info(backend_, &info) == METRALE_STATUS_OK);
   return info.target;
+}
+
+Backend& tier_backend(const std::string& tier) {
+  static std::map<std::string, std::unique_ptr<Backend>> backends;
+  auto& slot = backends[tier];
+  if (!slot) slot = std::make_unique<Backend>(Options{{"target", tier}, {"threads", "2"}});
+  return *slot;
 }
 
 std::vector<std::string> supported_tiers() {

@@ -148,6 +148,10 @@ class Backend {
   std::vector<uint64_t> allocations_;
 };
 
+// One instance per tier ("threads" 2) for the whole process: creating pools per case would
+// dominate the tests' time.
+Backend& tier_backend(const std::string& tier);
+
 // Targets (option values) this CPU supports, lowest first, as the plugin reports them.
 std::vector<std::string> supported_tiers();
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The CPU plugin through its C ABI: handshake, description, create() options and refusals,
-// device facts, the kernel list against manifests/cpu.json, memory, streams, launch errors and
-// the thread pool under concurrent and sparse use.
+// device facts, the kernel list against manifests/cpu.json, memory, streams and launch errors.
+// The thread pool under concurrent and sparse use, and pinning: test_pool.cpp.
 #include "support.hpp"
 #include "target.hpp"
 
@@ -10,11 +10,9 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <map>
 #include <set>
@@ -32,36 +30,6 @@ nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   return nlohmann::json::parse(in);
-}
-
-// The ids of this process's threads, from /proc/self/task.
-std::set<pid_t> thread_ids() {
-  std::set<pid_t> ids;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
-    ids.insert(static_cast<pid_t>(std::stol(entry.path().filename().string())));
-  return ids;
-}
-
-// The CPUs of a thread's affinity mask (tid 0: the calling thread), ascending.
-std::vector<int> affinity(pid_t tid) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE_MESSAGE(sched_getaffinity(tid, sizeof set, &set) == 0, "sched_getaffinity(" << tid << ")");
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  return cpus;
-}
-
-// The threads a Backend with these options starts (its pool's workers): the ids that appear
-// while it is created. The tests run one at a time, so no other thread starts meanwhile.
-std::vector<pid_t> workers_of(const std::function<void()>& create) {
-  const std::set<pid_t> before = thread_ids();
-  create();
-  std::vector<pid_t> started;
-  for (pid_t id : thread_ids())
-    if (before.count(id) == 0) started.push_back(id);
-  return started;
 }
 
 }  // namespace
@@ -136,19 +104,33 @@ TEST_CASE("the manifest lists exactly the kernels the plugin provides, with the 
     provided.emplace(std::string(kernels[i].module) + "/" + kernels[i].name, params);
   }
   CHECK(provided == listed);
-  // The kernels that read W4A16 weights read the layout the repack produces (docs/kernels.md).
+  // The kernels that read quantized weights read the layout their family's repack produces
+  // (docs/kernels.md); the int8-activation families share their bf16 siblings' layouts.
+  const std::map<std::string, std::string> layouts{
+      {"w4a16", "cpu-native"},        {"w4a16_zp", "cpu-native-w4zp"}, {"w4a8", "cpu-native-w4zp"},
+      {"w8a16", "cpu-native-w8"},     {"w8a8", "cpu-native-w8"},       {"fp8", "cpu-native-fp8"}};
   for (const auto& module : manifest.at("modules"))
     for (const auto& kernel : module.at("kernels")) {
       bool reads_weights = false;
-      for (const auto& param : kernel.at("params"))
-        reads_weights = reads_weights || param.at("name").get<std::string>().starts_with("qweight");
+      for (const auto& param : kernel.at("params")) {
+        const std::string name = param.at("name");
+        reads_weights = reads_weights || name.starts_with("qweight") || name == "weight" || name.starts_with("weight_");
+      }
+      const std::string family =
+          module.at("name") == "moe" ? std::string("w4a16") : module.at("name").get<std::string>();
       CAPTURE(kernel.at("name"));
-      CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? "cpu-native" : ""));
+      CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? layouts.at(family) : ""));
     }
   const std::set<std::string> expected{
       "w4a16/w4a16_gemv", "w4a16/w4a16_gemv_b8", "w4a16/w4a16_gemm_t", "w4a16/w4a16_gemm_t_k64",
       "w4a16/w4a16_repack", "act/silu_mul", "act/gelu_mul", "moe/router_gemm", "moe/topk_softmax", "moe/moe_gather",
-      "moe/w4a16_grouped_gemm", "moe/moe_combine"};
+      "moe/w4a16_grouped_gemm", "moe/moe_combine", "moe/moe_align",
+      "w4a16_zp/w4a16_zp_gemv", "w4a16_zp/w4a16_zp_gemm", "w4a16_zp/w4a16_zp_grouped_gemm", "w4a16_zp/w4a16_zp_repack",
+      "w8a16/w8a16_gemv", "w8a16/w8a16_gemm", "w8a16/w8a16_grouped_gemm", "w8a16/w8a16_repack",
+      "fp8/fp8_gemv", "fp8/fp8_gemm", "fp8/fp8_grouped_gemm", "fp8/fp8_grouped_gemv", "fp8/fp8_repack",
+      "w4a8/w4a8_gemv", "w4a8/w4a8_gemm", "w4a8/w4a8_grouped_gemm", "w4a8/w4a8_repack",
+      "w8a8/w8a8_gemv", "w8a8/w8a8_gemm", "w8a8/w8a8_grouped_gemm", "w8a8/w8a8_repack",
+      "quant/quantize_int8", "quant/gather_k"};
   std::set<std::string> names;
   for (const auto& [name, params] : provided) names.insert(name);
   CHECK(names == expected);
@@ -272,6 +254,27 @@ TEST_CASE("tier choice against feature sets this machine may not have") {
   CpuFeatures undetected;
   CHECK(choose_tier("avx2", undetected, chosen, error) == METRALE_STATUS_INCOMPATIBLE);
   CHECK(contains(error, "detection failed"));
+
+  // The int8 dot products: VNNI on the BF16 tier when the CPU has it, else the avx512 tier's.
+  CpuFeatures vnni = bf16;
+  vnni.avx512vnni = true;
+  CHECK(int8_tier(Tier::avx512bf16, vnni) == Tier::avx512bf16);
+  CHECK(int8_tier(Tier::avx512bf16, bf16) == Tier::avx512);
+  CHECK(int8_tier(Tier::avx512, vnni) == Tier::avx512);
+  CHECK(int8_tier(Tier::avx2, vnni) == Tier::avx2);
+  CHECK(std::string(int8_dot_name(Tier::avx512bf16, vnni)) == "vpdpbusd");
+  CHECK(std::string(int8_dot_name(Tier::avx512bf16, bf16)) == "vpmaddwd");
+  CHECK(std::string(int8_dot_name(Tier::baseline, vnni)) == "scalar");
+  // The FP8 decoder: VBMI table lookups on the BF16 tier when the CPU has them, else the avx512
+  // tier's bodies.
+  CpuFeatures vbmi = bf16;
+  vbmi.avx512vbmi = true;
+  CHECK(fp8_tier(Tier::avx512bf16, vbmi) == Tier::avx512bf16);
+  CHECK(fp8_tier(Tier::avx512bf16, vnni) == Tier::avx512);
+  CHECK(fp8_tier(Tier::avx2, vbmi) == Tier::avx2);
+  CHECK(std::string(fp8_decode_name(Tier::avx512bf16, vbmi)) == "vpermi2b");
+  CHECK(std::string(fp8_decode_name(Tier::avx512bf16, bf16)) == "vcvtph2ps");
+  CHECK(std::string(fp8_decode_name(Tier::avx512, vbmi)) == "vcvtph2ps");
 }
 
 TEST_CASE("device_info reports the model, target, memory and the thread count") {
@@ -546,93 +549,4 @@ TEST_CASE("last_error is per thread") {
   std::thread([&] { theirs = b.table().last_error(b.raw()); }).join();
   CHECK(theirs.empty());
   CHECK(b.last_error() == mine);
-}
-
-TEST_CASE("thread pool: concurrent launchers and sparse launches stay correct") {
-  // Two threads launch into one instance; between bursts the workers fall asleep and must wake.
-  Backend b({{"threads", "3"}, {"target", "baseline"}});
-  const uint32_t n = 640, k = 128;
-  std::vector<uint16_t> xv(k);
-  for (uint32_t t = 0; t < k; ++t) xv[t] = to_bf16(t % 2 ? 1.0 : 0.0);  // odd k only
-  // Codes 9 (value +1) everywhere, scale 1.0 (f16 0x3c00): y = number of odd k = 64.
-  std::vector<uint32_t> qv(size_t{n} * k / 8, 0x99999999u);
-  std::vector<uint16_t> sv(size_t{n} * k / 128, 0x3c00);
-  const uint64_t x = b.upload(xv), q = b.upload(qv), s = b.upload(sv);
-  const uint64_t gemv = b.kernel("w4a16", "w4a16_gemv");
-  std::atomic<int> wrong{0};
-  auto launcher = [&](int id) {
-    const uint64_t y = [&] {
-      static std::mutex mutex;
-      std::lock_guard lock(mutex);
-      return b.alloc(n * 2);
-    }();
-    for (int i = 0; i < 300; ++i) {
-      std::vector<uint16_t> zero(n, 0);
-      if (b.table().copy_to_device(b.raw(), y, zero.data(), n * 2, 0) != METRALE_STATUS_OK) ++wrong;
-      Args args;
-      args.ptr(x).ptr(q).ptr(s).ptr(y).u32(1).u32(n).u32(k);
-      if (b.launch(gemv, {n / 64, 1}, args) != METRALE_STATUS_OK) ++wrong;
-      std::vector<uint16_t> out(n);
-      if (b.table().copy_to_host(b.raw(), out.data(), y, n * 2, 0) != METRALE_STATUS_OK) ++wrong;
-      for (uint16_t v : out) wrong += bf16_value(v) != 64.0;
-      if (i % 50 == id) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  };
-  std::thread first(launcher, 0), second(launcher, 1);
-  first.join();
-  second.join();
-  CHECK(wrong.load() == 0);
-}
-
-TEST_CASE("pin=1 pins each pool worker to one CPU of the mask; without it they keep the mask") {
-  const std::vector<int> mask = affinity(0);
-  REQUIRE_FALSE(mask.empty());
-  if (mask.size() < 2) {
-    MESSAGE("skipped: the process's affinity mask has one CPU, so every thread is trivially pinned");
-    return;
-  }
-  SUBCASE("threads=2 with pin=1: the one worker is on the mask's second CPU") {
-    std::unique_ptr<Backend> b;
-    const auto workers = workers_of([&] { b = std::make_unique<Backend>(Options{{"threads", "2"}, {"pin", "1"}}); });
-    REQUIRE(workers.size() == 1);
-    CHECK(affinity(workers[0]) == std::vector<int>{mask[1]});
-    CHECK(affinity(0) == mask);  // the calling thread is the application's: left alone
-    bool reported = false;
-    for (const LogLine& line : b->log()) {
-      INFO(line.text);
-      CHECK(line.level != METRALE_LOG_WARN);
-      reported |= line.level == METRALE_LOG_DEBUG && line.text.ends_with("2 threads, pinned");
-    }
-    CHECK(reported);
-  }
-  SUBCASE("more workers than CPUs wrap around the mask") {
-    const size_t threads = mask.size() + 2;
-    std::unique_ptr<Backend> b;
-    const auto workers = workers_of([&] {
-      b = std::make_unique<Backend>(Options{{"threads", std::to_string(threads)}, {"pin", "1"}});
-    });
-    REQUIRE(workers.size() == threads - 1);
-    std::vector<int> expected, got;
-    for (size_t slot = 1; slot < threads; ++slot) expected.push_back(mask[slot % mask.size()]);
-    for (pid_t worker : workers) {
-      const std::vector<int> cpus = affinity(worker);
-      REQUIRE(cpus.size() == 1);
-      got.push_back(cpus[0]);
-    }
-    std::sort(expected.begin(), expected.end());
-    std::sort(got.begin(), got.end());
-    CHECK(got == expected);
-  }
-  SUBCASE("without pin, or with pin=0, the worker keeps the whole mask") {
-    for (const char* pin : {"0", static_cast<const char*>(nullptr)}) {
-      INFO("pin " << (pin ? pin : "(not given)"));
-      Options options{{"threads", "2"}};
-      if (pin != nullptr) options.emplace_back("pin", pin);
-      std::unique_ptr<Backend> b;
-      const auto workers = workers_of([&] { b = std::make_unique<Backend>(options); });
-      REQUIRE(workers.size() == 1);
-      CHECK(affinity(workers[0]) == mask);
-      for (const LogLine& line : b->log()) CHECK_FALSE(contains(line.text, "pinned"));
-    }
-  }
 }

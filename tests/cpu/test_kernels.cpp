@@ -3,6 +3,7 @@
 // set tier this CPU has (forced through the "target" option), plus agreement between tiers and
 // between thread counts. W4A16 weights reach the kernels as the layers hand them over: through
 // w4a16_repack, into the layout the manifest says the kernels read ("cpu-native").
+#include "compare.hpp"
 #include "reference.hpp"
 
 #include <doctest/doctest.h>
@@ -15,46 +16,6 @@
 using namespace cpu_test;
 
 namespace {
-
-// One instance per tier for the whole process (creating pools per case would dominate).
-Backend& tier_backend(const std::string& tier) {
-  static std::map<std::string, std::unique_ptr<Backend>> backends;
-  auto& slot = backends[tier];
-  if (!slot) slot = std::make_unique<Backend>(Options{{"target", tier}, {"threads", "2"}});
-  return *slot;
-}
-
-struct Mismatch {
-  size_t count = 0;
-  double worst_ratio = 0;  // error / budget of the worst element
-  std::string worst;
-};
-
-template <class Budget>
-Mismatch compare(const std::vector<double>& got, const std::vector<double>& ref, Budget budget,
-                 uint32_t columns) {
-  Mismatch m;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double error = std::fabs(got[i] - ref[i]);
-    const double allowed = budget(i);
-    const double ratio = error / allowed;
-    if (!(error <= allowed)) ++m.count;
-    if (!(ratio <= m.worst_ratio)) {
-      m.worst_ratio = ratio;
-      std::ostringstream text;
-      text << "[" << i / columns << "][" << i % columns << "] got " << got[i] << " want "
-           << ref[i] << " (error " << error << ", budget " << allowed << ")";
-      m.worst = text.str();
-    }
-  }
-  return m;
-}
-
-std::vector<double> widen_bf16(const std::vector<uint16_t>& values) {
-  std::vector<double> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_value(values[i]);
-  return out;
-}
 
 std::array<uint32_t, 2> w4_grid(const std::string& kernel, uint32_t m, uint32_t n) {
   if (kernel == "w4a16_gemv" || kernel == "w4a16_gemv_b8") return {ceil_div(n, 64), 1};

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Bodies of the cpu-x86_64-avx512bf16 tier: the bf16-activation GEMM families with integer
+// codes on the panel layouts (panel_layout.hpp) that this tier's repacks write at load, the loop
+// structure panel_kernels.hpp's and the instructions bf16_isa.hpp's; the activations of
+// act_avx512.hpp; the int8 quantization of quant_avx512.hpp. The FP8 family comes from
+// fp8_avx512vbmi.cpp and the int8-activation families from int8_avx512vnni.cpp (or, on a CPU
+// without VBMI or VNNI, from the avx512 tier). Compiled with the matching -m flags; called only
+// after target detection.
+// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector, which
+// -Wuninitialized reports wherever they are inlined (GCC bug 105593); silence it for the
+// header's own lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include "act_avx512.hpp"
+#include "bf16_isa.hpp"
+#include "quant_avx512.hpp"
+
+namespace metrale::cpu::avx512bf16 {
+
+SimdBodies bodies() {
+  SimdBodies b;
+  PanelKernels<Bf16Isa, Family::w4a16>::install(b);
+  PanelKernels<Bf16Isa, Family::w4a16_zp>::install(b);
+  PanelKernels<Bf16Isa, Family::w8a16>::install(b);
+  ActAvx512::set(b);
+  QuantAvx512::set(b);
+  return b;
+}
+
+}  // namespace metrale::cpu::avx512bf16

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "bench_machine.hpp"
+
+#include "test_support.hpp"
+
+#include <metrale/registry.hpp>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <stdexcept>
+#include <thread>
+
+namespace metrale::bench {
+
+namespace {
+
+bool cpu_time = false;
+
+// Register-only loops: 12 independent accumulators, no memory traffic; operations per
+// instruction: vdpbf16ps zmm 64 (32 bf16 pairs, multiply and add), vpdpbusd zmm 128 (64 u8 x s8
+// products and their sums), vfmadd zmm 32, vfmadd ymm 16.
+constexpr uint64_t kPeakIters = uint64_t{1} << 22;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_loop(uint64_t iters) {
+  __m512 acc[12];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
+  __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x0001));  // tiny: no overflow
+  for (uint64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, y);
+    __asm__ volatile("" : "+v"(x), "+v"(y));
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, sum);
+  return static_cast<double>(out[0]) * 0 + 64.0 * 12 * static_cast<double>(iters);
+}
+__attribute__((target("avx512f,avx512vnni"))) double int8_dot_loop(uint64_t iters) {
+  __m512i acc[12];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(1);
+  for (uint64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (auto& a : acc) a = _mm512_dpbusd_epi32(a, x, y);
+    __asm__ volatile("" : "+v"(x), "+v"(y));
+  }
+  __m512i sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_epi32(sum, acc[i]);
+  alignas(64) int32_t out[16];
+  _mm512_store_si512(out, sum);
+  return static_cast<double>(out[0]) * 0 + 128.0 * 12 * static_cast<double>(iters);
+}
+__attribute__((target("avx512f"))) double fma512_loop(uint64_t iters) {
+  __m512 acc[12];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
+  for (uint64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (auto& a : acc) a = _mm512_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+v"(x), "+v"(y));
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, sum);
+  return static_cast<double>(out[0]) * 0 + 32.0 * 12 * static_cast<double>(iters);
+}
+__attribute__((target("avx2,fma"))) double fma256_loop(uint64_t iters) {
+  __m256 acc[12];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-30f);
+  for (uint64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (auto& a : acc) a = _mm256_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+x"(x), "+x"(y));
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, sum);
+  return static_cast<double>(out[0]) * 0 + 16.0 * 12 * static_cast<double>(iters);
+}
+#endif
+
+}  // namespace
+
+void use_cpu_time(bool on) { cpu_time = on; }
+
+double clock_now() {
+  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double seconds_since(double start, unsigned threads) {
+  const double s = clock_now() - start;
+  return cpu_time ? s / threads : s;
+}
+
+namespace {
+
+// Giga-operations per second of `loop` on `threads` threads at once, best of 3.
+double run_peak(unsigned threads, double (*loop)(uint64_t)) {
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<double> ops(threads, 0);
+    const double start = clock_now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] { ops[t] = loop(kPeakIters); });
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(start, threads);
+    double total = 0;
+    for (double v : ops) total += v;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<unsigned> denominator_counts(const std::vector<unsigned>& requested) {
+  std::vector<unsigned> counts;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned t = 1; t < hw; t *= 2) counts.push_back(t);
+  counts.push_back(hw);
+  counts.insert(counts.end(), requested.begin(), requested.end());
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
+// Sums the buffer with 4 independent accumulators per thread (the loop the compiler vectorises).
+std::vector<BandwidthPoint> measure_read_bandwidth(size_t bytes, unsigned reps, const std::vector<unsigned>& counts,
+                                                   uint64_t& sink) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t words = rounded / 8;
+  std::unique_ptr<uint64_t, decltype(&std::free)> memory(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, rounded)),
+                                                         &std::free);
+  if (!memory) throw std::runtime_error("cannot allocate the bandwidth buffer");
+#if defined(MADV_HUGEPAGE)
+  ::madvise(memory.get(), rounded, MADV_HUGEPAGE);
+#endif
+  uint64_t* const buffer = memory.get();
+  for (size_t i = 0; i < words; ++i) buffer[i] = i * 0x9e3779b97f4a7c15ull;  // touch every page first
+  std::vector<BandwidthPoint> out;
+  for (unsigned threads : counts) {
+    double best = 0;
+    for (unsigned r = 0; r < reps; ++r) {
+      std::vector<uint64_t> sums(threads, 0);
+      const double start = clock_now();
+      std::vector<std::thread> pool;
+      for (unsigned t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          const size_t begin = words * t / threads, end = words * (t + 1) / threads;
+          uint64_t a = 0, b = 0, c = 0, d = 0;
+          size_t i = begin;
+          for (; i + 4 <= end; i += 4) {
+            a += buffer[i];
+            b += buffer[i + 1];
+            c += buffer[i + 2];
+            d += buffer[i + 3];
+          }
+          for (; i < end; ++i) a += buffer[i];
+          sums[t] = a + b + c + d;
+        });
+      }
+      for (auto& th : pool) th.join();
+      const double s = seconds_since(start, threads);
+      for (uint64_t v : sums) sink += v;
+      best = std::max(best, static_cast<double>(words * 8) / s / 1e9);
+    }
+    out.push_back({threads, best, best, 0});
+  }
+  return out;
+}
+
+void remeasure_read_bandwidth(std::vector<BandwidthPoint>& points, size_t bytes, unsigned reps, uint64_t& sink) {
+  std::vector<unsigned> counts;
+  for (const auto& p : points) counts.push_back(p.threads);
+  const auto again = measure_read_bandwidth(bytes, reps, counts, sink);
+  for (size_t i = 0; i < points.size(); ++i) {
+    points[i].at_start = points[i].gb_per_s;
+    points[i].at_end = again[i].gb_per_s;
+    points[i].gb_per_s = std::max(points[i].gb_per_s, again[i].gb_per_s);
+  }
+}
+
+std::vector<PeakPoint> measure_peaks(const std::vector<unsigned>& counts) {
+  std::vector<PeakPoint> out;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  const bool vnni = __builtin_cpu_supports("avx512vnni");
+  const bool f512 = __builtin_cpu_supports("avx512f");
+  const bool f256 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  for (unsigned threads : counts)
+    out.push_back({threads, bf16 ? run_peak(threads, &bf16_dot_loop) : 0.0,
+                   f512 ? run_peak(threads, &fma512_loop) : f256 ? run_peak(threads, &fma256_loop) : 0.0,
+                   vnni ? run_peak(threads, &int8_dot_loop) : 0.0});
+#else
+  for (unsigned threads : counts) out.push_back({threads, 0.0, 0.0, 0.0});
+#endif
+  return out;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+unsigned affinity_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string threads_label(unsigned threads) { return std::to_string(threads) + (threads == 1 ? " thread" : " threads"); }
+
+CacheEvictor::CacheEvictor(size_t bytes) : words_(bytes / 8), buffer_(words_ ? new uint64_t[words_] : nullptr) {
+  for (size_t i = 0; i < words_; ++i) buffer_[i] = i;
+}
+
+void CacheEvictor::evict() {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < words_; i += 8) sum += buffer_[i];  // one word per cache line
+  sink_ += sum;
+}
+
+std::shared_ptr<Backend> backend_on_threads(unsigned threads, const std::string& name) {
+  // Levers are read at discovery and cached: the guard resets the cache both ways and puts the
+  // user's value back.
+  const testing::EnvGuard lever{{"METRALE_CPU_THREADS", std::to_string(threads)}};
+  Registry registry = Registry::discover();
+  return registry.select(name.empty() ? std::nullopt : std::optional(name));
+}
+
+}  // namespace metrale::bench

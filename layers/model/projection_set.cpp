@@ -12,7 +12,6 @@ namespace metrale::layers {
 
 namespace {
 
-constexpr std::string_view kActivationLever = "METRALE_ACTIVATION_QUANTIZATION";
 constexpr std::array<metrale_param_type, 8> kW4a16GroupedSignature{
     METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
     METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
@@ -51,21 +50,6 @@ void resolve_w4a16(Backend& backend, const ProjectionSetRequest& r, ProjectionSe
 
 }  // namespace
 
-ActivationRequest activation_request(std::string_view cli_value, std::optional<ActivationQuant> declared,
-                                     const std::string& declared_source) {
-  ActivationRequest r;
-  if (!cli_value.empty()) {
-    const auto tier = parse_activation_quant(cli_value);
-    if (!tier) throw Refusal("--activation-quantization " + std::string(cli_value) + " is not valid: expected bf16, int8 or fp8");
-    return ActivationRequest{*tier, true, "--activation-quantization " + std::string(cli_value)};
-  }
-  if (auto value = lever_choice(kActivationLever)) {
-    return ActivationRequest{*parse_activation_quant(*value), true, lever_note(kActivationLever)};
-  }
-  if (declared && *declared != ActivationQuant::bf16) return ActivationRequest{*declared, false, declared_source};
-  return r;
-}
-
 QuantMatrix ProjectionSet::prepare(const QuantMatrix& weights) const {
   if (family_info(family).weights == WeightFormat::w4_zp && weights.format == WeightFormat::w4a16) {
     return to_w4_zp(weights);
@@ -102,7 +86,7 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
       resolve_w4a16(backend, r, set, site);
       break;
     }
-    const std::string lever = r.activations.source.starts_with(std::string(kActivationLever)) ? r.activations.source : "";
+    const std::string lever = r.activations.source.starts_with(std::string(kActivationQuantizationLever)) ? r.activations.source : "";
     std::string missing;
     const FamilyRequest request{*family, r.grouped, r.act_order, r.grouped_decode, lever};
     if (auto kernels = resolve_family(backend, request, missing, site)) {

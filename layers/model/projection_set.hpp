@@ -15,6 +15,7 @@
 #include "device_buffer.hpp"
 #include "family.hpp"
 #include "projection.hpp"
+#include "tier_request.hpp"
 #include "tiers.hpp"
 
 #include <metrale/backend.hpp>
@@ -25,18 +26,6 @@
 #include <vector>
 
 namespace metrale::layers {
-
-// The activation tier a build was asked for, and where that came from.
-struct ActivationRequest {
-  ActivationQuant tier = ActivationQuant::bf16;
-  bool is_explicit = false;
-  std::string source = "default";  // "--activation-quantization int8", "METRALE_ACTIVATION_QUANTIZATION=int8", "m/config.json"
-};
-
-// The request from a command-line value ("" when not given), else the lever, else what the
-// checkpoint declares (`declared_source` names it), else bf16. A bad value is a Refusal.
-ActivationRequest activation_request(std::string_view cli_value, std::optional<ActivationQuant> declared = std::nullopt,
-                                     const std::string& declared_source = {});
 
 struct ProjectionSetRequest {
   std::string name;  // "ffn", "ffn.experts", "ffn.shared_expert": for messages and the audit

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "weights.hpp"
 
+#include "quant_synthetic.hpp"
 #include "rng.hpp"
 #include "safetensors.hpp"
 
@@ -37,9 +38,10 @@ std::vector<float> synthetic_f32(const std::string& name, size_t count, double a
   return out;
 }
 
-DenseFfnWeights synthetic_dense(const std::string& prefix, uint32_t hidden, uint32_t inter, uint64_t seed) {
-  return DenseFfnWeights{synthetic_w4a16(prefix + ".gate_up", 2 * inter, hidden, seed),
-                         synthetic_w4a16(prefix + ".down", hidden, inter, seed)};
+DenseFfnWeights synthetic_dense(const std::string& prefix, uint32_t hidden, uint32_t inter, uint64_t seed,
+                                WeightFormat format, uint32_t group) {
+  return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, 2 * inter, hidden, seed, 1, group),
+                         synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, group)};
 }
 
 // Router rows uniform in ±a with a = 4.5/sqrt(H): logits of inputs in ±1 then spread ~1.5,
@@ -301,9 +303,23 @@ FfnWeights load_gptq(const TensorSource& src, const ModelConfig& c, const Weight
 
 }  // namespace
 
+namespace {
+
+// A layer's projections run under one kernel family: their formats and groups agree.
+void expect_same_format(const QuantMatrix& a, const QuantMatrix& b) {
+  if (a.format != b.format || a.group != b.group) {
+    shape_error(a.name + " is " + weight_format_name(a.format) + " (group " + std::to_string(a.group) + "), but " + b.name +
+                " is " + weight_format_name(b.format) + " (group " + std::to_string(b.group) +
+                "): the projections of one layer share a format");
+  }
+}
+
+}  // namespace
+
 void DenseFfnWeights::validate(uint32_t hidden, uint32_t inter) const {
   expect_shape(gate_up, 1, 2 * inter, hidden);
   expect_shape(down, 1, hidden, inter);
+  expect_same_format(gate_up, down);
 }
 
 size_t MoeWeights::bytes() const noexcept {
@@ -324,6 +340,7 @@ void MoeWeights::validate(const ModelConfig& c) const {
   }
   expect_shape(gate_up, experts, 2 * c.moe_intermediate_size, hidden);
   expect_shape(down, experts, hidden, c.moe_intermediate_size);
+  expect_same_format(gate_up, down);
   if ((c.shared_expert_intermediate_size > 0) != shared_expert.has_value()) {
     shape_error(c.source + ": shared_expert_intermediate_size = " + std::to_string(c.shared_expert_intermediate_size) +
                 (shared_expert ? ", but the weights have a shared expert" : ", but the weights have no shared expert"));
@@ -356,21 +373,25 @@ void FfnWeights::validate(const ModelConfig& config) const {
   }
 }
 
-FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed) {
+FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed, const SyntheticFormats& formats) {
   c.validate();
   FfnWeights w;
   w.kind = c.ffn_kind();
   if (w.kind == FfnKind::dense) {
-    w.dense = synthetic_dense("ffn", c.hidden_size, c.intermediate_size, seed);
+    w.dense = synthetic_dense("ffn", c.hidden_size, c.intermediate_size, seed, formats.weights, formats.group);
   } else if (w.kind == FfnKind::moe) {
     MoeWeights m;
     m.experts = c.num_experts;
     m.hidden = c.hidden_size;
     m.router = synthetic_f32("ffn.router.weight", size_t{c.num_experts} * c.hidden_size, router_amplitude(c.hidden_size), seed);
-    m.gate_up = synthetic_w4a16("ffn.experts.gate_up", 2 * c.moe_intermediate_size, c.hidden_size, seed, c.num_experts);
-    m.down = synthetic_w4a16("ffn.experts.down", c.hidden_size, c.moe_intermediate_size, seed, c.num_experts);
+    const WeightFormat experts = formats.experts.value_or(formats.weights);
+    m.gate_up = synthetic_quant("ffn.experts.gate_up", experts, 2 * c.moe_intermediate_size, c.hidden_size, seed, c.num_experts,
+                                formats.group);
+    m.down = synthetic_quant("ffn.experts.down", experts, c.hidden_size, c.moe_intermediate_size, seed, c.num_experts,
+                             formats.group);
     if (c.shared_expert_intermediate_size > 0) {
-      m.shared_expert = synthetic_dense("ffn.shared_expert", c.hidden_size, c.shared_expert_intermediate_size, seed);
+      m.shared_expert = synthetic_dense("ffn.shared_expert", c.hidden_size, c.shared_expert_intermediate_size, seed,
+                                        formats.weights, formats.group);
       m.shared_expert_gate = synthetic_f32("ffn.shared_expert_gate.weight", c.hidden_size, router_amplitude(c.hidden_size), seed);
     }
     w.moe = std::move(m);

@@ -22,7 +22,7 @@ struct DenseFfnWeights {
   uint32_t hidden() const noexcept { return down.n; }
   uint32_t intermediate() const noexcept { return down.k; }
   size_t bytes() const noexcept { return gate_up.bytes() + down.bytes(); }
-  WeightFormat format() const noexcept { return gate_up.format; }
+  WeightFormat format() const noexcept { return gate_up.format; }  // validate(): gate_up's and down's agree
   bool act_order() const noexcept { return !gate_up.perm.empty() || !down.perm.empty(); }
   // Shapes agree with each other and with (hidden, intermediate); throws Error naming the tensor.
   void validate(uint32_t hidden, uint32_t intermediate) const;
@@ -51,8 +51,15 @@ struct FfnWeights {
   void validate(const ModelConfig& config) const;
 };
 
+// The formats synthetic weights are made in (--weight-quantization, --expert-quantization).
+struct SyntheticFormats {
+  WeightFormat weights = WeightFormat::w4a16;  // dense FFN and shared expert
+  std::optional<WeightFormat> experts;         // MoE experts; unset: `weights`
+  uint32_t group = kW4a16GroupSize;            // zero-point formats: 32, 64 or 128
+};
+
 // Deterministic weights for `config` from `seed`; each tensor has its own stream.
-FfnWeights synthetic_ffn_weights(const ModelConfig& config, uint64_t seed);
+FfnWeights synthetic_ffn_weights(const ModelConfig& config, uint64_t seed, const SyntheticFormats& formats = {});
 
 struct WeightLoadOptions {
   // GPTQ checkpoints hold many layers: the decoder layer whose FFN to load; nullopt: the lowest

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Deterministic synthetic weights in every format (quant_matrix.hpp), straight from a seed, for
+// `metrale run --check`, the conformance cases and the benchmarks: codes and zero points as a
+// quantizer would leave them, scales chosen so that a dot product over K inputs of magnitude ~1
+// stays ~1. Each tensor has its own stream (the seed mixed with the tensor's name).
+#pragma once
+
+#include "quant_matrix.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace metrale::layers {
+
+// Synthetic weights of `format`; `group` for the zero-point formats (32, 64 or 128).
+QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, uint32_t k, uint64_t seed,
+                            uint32_t batch = 1, uint32_t group = kW4a16GroupSize);
+
+// The weight tiers synthetic weights can be made in, by their command-line names: "int4" (the
+// symmetric group-128 W4A16 format), "int4-zp", "int8" (8-bit codes with zero points) and "fp8".
+std::optional<WeightFormat> parse_weight_tier(std::string_view name) noexcept;
+const char* weight_tier_name(WeightFormat format) noexcept;
+
+}  // namespace metrale::layers

@@ -32,25 +32,25 @@ struct FamilyTraits {
 
 constexpr FamilyTraits kW4a16{Codes::w4, 4, 2, false, false, 128, 8,
                               {0, -1, 1, 2, -1, 3, 4, 5, 6, -1}, {0, -1, 1, 2, -1, 3, 4, 5, 6, -1, 7}};
-constexpr FamilyTraits kZp16(Codes codes, uint32_t bits) {
+constexpr FamilyTraits zero_point_bf16(Codes codes, uint32_t bits) {
   return {codes, bits, 4, true, false, 0, 0, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8}, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
 }
 constexpr FamilyTraits kFp8{Codes::fp8, 8, 4, false, false, 128, 0,
                             {0, -1, 1, 2, -1, 3, 4, 5, 6, -1}, {0, -1, 1, 2, -1, 3, 4, 5, 6, -1, 7}};
-constexpr FamilyTraits kZp8(Codes codes, uint32_t bits) {
+constexpr FamilyTraits zero_point_int8(Codes codes, uint32_t bits) {
   return {codes, bits, 4, true, true, 0, 0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
 }
 
 constexpr FamilyTraits traits(Family family) {
   switch (family) {
     case Family::w4a16: return kW4a16;
-    case Family::w4a16_zp: return kZp16(Codes::w4, 4);
-    case Family::w8a16: return kZp16(Codes::w8, 8);
+    case Family::w4a16_zp: return zero_point_bf16(Codes::w4, 4);
+    case Family::w8a16: return zero_point_bf16(Codes::w8, 8);
     case Family::fp8: return kFp8;
-    case Family::w4a8: return kZp8(Codes::w4, 4);
+    case Family::w4a8: return zero_point_int8(Codes::w4, 4);
     case Family::w8a8: break;
   }
-  return kZp8(Codes::w8, 8);
+  return zero_point_int8(Codes::w8, 8);
 }
 
 // One matrix's tensors (or the start of a stack).

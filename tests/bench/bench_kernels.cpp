@@ -133,7 +133,9 @@ struct Buffers {
 // One projection's launches for m rows: what a layer runs (gather, quantize, GEMM).
 void project(Backend& b, const Family& f, const Projection& p, const Buffers& io, uint32_t m) {
   const bool gemv = m <= 8;
-  const KernelHandle gemm = b.kernel(f.module, gemv ? f.gemv : f.gemm);
+  // W4A16's m = 1 GEMV takes one row only; its batched twin takes up to 8.
+  const std::string gemv_name = f.module == "w4a16" && m > 1 ? "w4a16_gemv_b8" : f.gemv;
+  const KernelHandle gemm = b.kernel(f.module, gemv ? gemv_name : f.gemm);
   const LaunchShape shape{{gemv ? (p.shape.n + 63) / 64 : (p.shape.n + 127) / 128, gemv ? 1 : (m + 63) / 64, 1},
                           {128, 1, 1}};
   DevicePtr x = io.x;
@@ -207,10 +209,11 @@ std::vector<Row> measure(Backend& b, const std::vector<Family>& families, uint32
       std::fprintf(stderr, "%s: m = %u...\n", f.name.c_str(), m);
       Row r;
       r.family = f.name;
-      r.path = m == 1 ? "decode" : "prefill";
+      r.path = m == 1 ? "decode" : m <= 8 ? "batched" : "prefill";
       r.m = m;
       r.int8 = f.int8;
-      r.kernels = std::string(f.act_order ? "gather_k + " : f.int8 ? "quantize_int8 + " : "") + (m == 1 ? f.gemv : f.gemm);
+      r.kernels = std::string(f.act_order ? "gather_k + " : f.int8 ? "quantize_int8 + " : "") +
+                  (m == 1 ? f.gemv : m <= 8 ? (f.module == "w4a16" ? "w4a16_gemv_b8" : f.gemv) : f.gemm);
       r.median_s = time_passes(b, f, projections, m == 1 ? decode_io : prefill_io, m, m == 1 ? 3 * repeat : repeat,
                                evictor);
       for (const auto& p : projections) {
@@ -273,7 +276,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1u, 1024u));
   app.add_option("--families", names, "Families (default: all)")->delimiter(',');
-  app.add_option("--m", prefill_m, "Rows of the prefill pass")->check(CLI::Range(9u, 4096u))->capture_default_str();
+  app.add_option("--m", prefill_m, "Rows of the second pass (2..8: the GEMVs, batched; more: the tile GEMMs)")
+      ->check(CLI::Range(2u, 4096u))
+      ->capture_default_str();
   app.add_option("--repeat", repeat, "Timed prefill passes per row, median (decode: three times as many)")
       ->capture_default_str();
   app.add_option("--bandwidth-mb", bandwidth_mb, "Buffer size of the bandwidth measurement")->capture_default_str();

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The CUDA backend through the real runtime: discovery of its manifest, METRALE_CUDA_DRIVER and
-// METRALE_CUDA_DEVICE reaching create(), "unavailable" without a driver (and a refusal when cuda
-// was asked for), gating by target with the audit's reason, and a typed launch.
+// METRALE_CUDA_DEVICE (declared by the manifest) reaching create(), "unavailable" without a driver
+// (and a refusal when cuda was asked for), gating by target with the audit's reason, and a typed
+// launch.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "cuda_test_support.hpp"
 
 #include "test_support.hpp"
 
+#include <metrale/levers.hpp>
 #include <metrale/registry.hpp>
 
 using namespace metrale;
@@ -101,4 +103,22 @@ TEST_CASE("with a driver (the fake): loaded, target from the device, kernels gat
     backend->free(in);
     backend->free(out);
   }
+}
+
+TEST_CASE("the manifest declares the CUDA levers; a bad device index is a refusal naming the manifest") {
+  {
+    EnvGuard env({{"METRALE_CUDA_DEVICE", "first"}, {"METRALE_CUDA_DRIVER", METRALE_TEST_FAKE_DRIVER}});
+    CHECK_THROWS_WITH_AS(discover_cuda(),
+                         doctest::Contains("METRALE_CUDA_DEVICE=\"first\" is not valid: expected an unsigned 32-bit "
+                                           "integer (lever declared by backend cuda in manifest "),
+                         Refusal);
+  }
+  for (const char* name : {"METRALE_CUDA_DEVICE", "METRALE_CUDA_DRIVER"}) {
+    const LeverSpec* spec = find_lever(name);
+    REQUIRE_MESSAGE(spec != nullptr, name);
+    CHECK(spec->declared_by == "backend cuda");
+    CHECK(spec->declared_in == fs::path(METRALE_TEST_CUDA_MANIFEST).lexically_normal().string());
+  }
+  CHECK(find_lever("METRALE_CUDA_DRIVER")->path_like);
+  CHECK_FALSE(find_lever("METRALE_CUDA_DEVICE")->path_like);
 }

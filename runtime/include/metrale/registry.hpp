@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Registry: discovers manifests (docs/architecture.md, "Discovery"), loads their plugins, checks
-// manifest against plugin, and selects a backend. Every manifest found has an entry saying what
-// happened to it; nothing is dropped silently. Not thread-safe during discover(); const use after.
+// Registry: discovers manifests (docs/architecture.md, "Discovery"), declares the levers they
+// declare, loads their plugins, checks manifest against plugin, and selects a backend. Every
+// manifest found has an entry saying what happened to it; nothing is dropped silently. Not thread-safe during scan() and load(); const use after.
 #pragma once
 
 #include <metrale/audit.hpp>
@@ -21,11 +21,12 @@ enum class ManifestOrigin { explicit_list, added, plugin_path, user_data, instal
 const char* manifest_origin_name(ManifestOrigin origin) noexcept;
 
 enum class EntryState {
+  pending,       // found and valid, its levers declared; load() has not run yet
   loaded,        // plugin loaded and an instance created
   unavailable,   // plugin loaded but reports it cannot run here (no driver, no device)
   disabled,      // matched METRALE_BACKENDS_DISABLE
   shadowed,      // an earlier manifest already named this backend
-  invalid,       // manifest failed validation
+  invalid,       // manifest failed validation, or declares a lever another declarer has otherwise
   skipped,       // unknown manifest format major
   failed,        // library missing, not loadable, bad entry point, handshake or create failed
 };
@@ -53,8 +54,14 @@ struct DiscoveryOptions {
 
 class Registry {
  public:
-  // Find, validate and load every manifest. Never throws for a bad plugin: it becomes an entry.
+  // scan() then load(). Never throws for a bad plugin: it becomes an entry.
   static Registry discover(const DiscoveryOptions& options = {});
+  // Finds and validates every manifest and declares the levers of each one that is not shadowed
+  // (disabled ones included, so their levers are known); loads nothing (entries are pending).
+  static Registry scan(const DiscoveryOptions& options = {});
+  // Loads the plugin of every pending entry: handshake, create() with the options its manifest's
+  // levers yield, cross-check. Throws Refusal when such a lever's value does not parse.
+  void load();
 
   const std::vector<RegistryEntry>& entries() const noexcept { return entries_; }
   // The loaded backend of that name, or nullptr.
@@ -66,6 +73,8 @@ class Registry {
   std::shared_ptr<AuditLog> audit() const noexcept { return audit_; }
 
  private:
+  std::string summary() const;
+
   std::vector<RegistryEntry> entries_;
   std::shared_ptr<AuditLog> audit_ = std::make_shared<AuditLog>();
 };

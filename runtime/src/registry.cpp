@@ -46,8 +46,7 @@ std::string join_problems(const std::vector<ManifestProblem>& problems) {
 }
 
 // create() on the entry's library; sets the entry's state (and instance when it succeeds).
-void create_instance(RegistryEntry& entry, const std::shared_ptr<PluginLibrary>& library,
-                     const std::shared_ptr<AuditLog>& audit) {
+void create_instance(RegistryEntry& entry, const PluginLibrary& library, const std::shared_ptr<AuditLog>& audit) {
   const Manifest& manifest = *entry.manifest;
   const LeverOptions options(manifest);  // throws Refusal for a bad lever value
   std::string cache = cache_dir().value_or(fs::path()).string();
@@ -59,7 +58,7 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<PluginLibrary>&
 
   metrale_backend_create_info info{};
   info.struct_size = sizeof(info);
-  info.host = &library->host_callbacks();
+  info.host = &library.host_callbacks();
   info.device_index = options.device_index();
   info.cache_dir = cache.empty() ? nullptr : cache.c_str();
   info.kernel_source_dirs = source_dirs.data();
@@ -73,7 +72,7 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<PluginLibrary>&
   std::array<char, 1024> error{};
   metrale_status status = METRALE_STATUS_INTERNAL;
   try {
-    status = library->table().create(&info, &instance, error.data(), error.size());
+    status = library.table().create(&info, &instance, error.data(), error.size());
   } catch (...) {
     entry.state = EntryState::failed;
     entry.reason = "plugin " + manifest.library.string() + ": create() let an exception escape the C ABI";
@@ -89,7 +88,7 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<PluginLibrary>&
     return;
   }
   try {
-    entry.instance = std::make_shared<Backend>(library, manifest, instance, audit);
+    entry.instance = std::make_shared<Backend>(entry.library, manifest, instance, audit);
   } catch (const Error& e) {
     entry.state = EntryState::failed;
     entry.reason = e.what();
@@ -99,21 +98,24 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<PluginLibrary>&
 }
 
 void load_entry(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
-  std::shared_ptr<PluginLibrary> library;
   try {
-    library = PluginLibrary::open(*entry.manifest);
+    entry.library = PluginLibrary::open(*entry.manifest);
   } catch (const Error& e) {
     entry.state = EntryState::failed;
     entry.reason = e.what();
     return;
   }
-  create_instance(entry, library, audit);
+  create_instance(entry, *entry.library, audit);
   if (entry.state == EntryState::loaded) {
     for (const auto& row : entry.instance->kernel_availability()) {
       if (row.gated || row.note.empty()) continue;
       entry.cross_check.push_back(row.module + "/" + row.name + ": " + row.note);
     }
   }
+}
+
+std::string disabled_by() {
+  return "METRALE_BACKENDS_DISABLE=" + lever_raw("METRALE_BACKENDS_DISABLE").value_or("");
 }
 
 }  // namespace
@@ -286,6 +288,39 @@ std::string Registry::summary() const {
     out += (out.empty() ? "" : ", ") + name + " (" + entry_state_name(entry.state) + ")";
   }
   return out.empty() ? std::string("none found") : out;
+}
+
+Extension Registry::extension(std::string_view backend, std::string_view name) const {
+  const std::string what = "extension '" + std::string(name) + "' of backend '" + std::string(backend) + "'";
+  // A usable entry first; else the first that names the backend, for its reason.
+  const RegistryEntry* found = nullptr;
+  for (const auto& entry : entries_) {
+    if (entry.backend != backend || entry.state == EntryState::shadowed) continue;
+    const bool usable = entry.state == EntryState::loaded || entry.state == EntryState::unavailable;
+    if (usable || found == nullptr) found = &entry;
+    if (usable) break;
+  }
+  if (found == nullptr) throw Refusal(what + ": no manifest names the backend. Backends: " + summary());
+  switch (found->state) {
+    case EntryState::loaded:
+    case EntryState::unavailable:
+      break;
+    case EntryState::disabled:
+      throw Refusal(what + ": the backend is disabled by " + disabled_by());
+    case EntryState::pending:
+      throw Error(Status::internal, what + ": Registry::extension() called before load()");
+    default:
+      throw Refusal(what + ": the backend cannot be used (" + entry_state_name(found->state) + ": " + found->reason + ")");
+  }
+  const std::string plugin = "plugin " + found->manifest->library.string() + " (manifest " +
+                             found->manifest_path.string() + ")";
+  if (!found->library->offers_extensions())
+    throw Error(Status::unimplemented, what + ": " + plugin + " offers no extensions (its function table has no "
+                                                 "get_proc_address)");
+  void* address = found->library->proc_address(std::string(name));
+  if (address == nullptr)
+    throw Error(Status::unimplemented, what + ": " + plugin + " offers no extension of that name");
+  return Extension{address, std::shared_ptr<const void>(found->library, found->library.get()), *found->manifest};
 }
 
 }  // namespace metrale

@@ -282,8 +282,20 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   return METRALE_STATUS_OK;
 }
 
+// The one extension every variant offers (Registry::extension tests): "fault_answer", a
+// uint32_t(void) returning 42.
+uint32_t fault_answer() { return 42; }
+
+void* get_proc_address(const char* name) {
+  return std::strcmp(name, "fault_answer") == 0 ? reinterpret_cast<void*>(&fault_answer) : nullptr;
+}
+
 const metrale_plugin_table kTable = {
+#if defined(FAULT_SHORT_TABLE)
+    METRALE_PLUGIN_TABLE_V1_SIZE,  // built before get_proc_address was appended
+#else
     sizeof(metrale_plugin_table),
+#endif
 #if defined(FAULT_TABLE_VERSION_LIES)
     2,
 #else
@@ -292,6 +304,7 @@ const metrale_plugin_table kTable = {
     describe, device_count, create, destroy, last_error, device_info, list_kernels, get_kernel,
     mem_alloc, mem_free, copy_to_device, copy_to_host, copy_device, memset_device,
     stream_create, stream_destroy, stream_synchronize, launch,
+    get_proc_address,
 };
 
 }  // namespace

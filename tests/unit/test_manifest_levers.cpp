@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // What manifests declare beyond kernels, through the registry and the test plugins of tests/abi:
-// levers (declared, validated, passed to create()) and target tiers (gating).
+// levers (declared, validated, passed to create()), target tiers (gating), and plugin extensions
+// (Registry::extension, with or without an instance).
 #include <doctest/doctest.h>
 
 #include <metrale/levers.hpp>
@@ -124,6 +125,7 @@ TEST_CASE("scan() declares levers, disabled backends' included, and loads nothin
   CHECK(find_lever("METRALE_TEST_SCANNED") != nullptr);
   CHECK(find_lever("METRALE_TEST_DISABLED") != nullptr);
   CHECK(find_lever("METRALE_TEST_SHADOWED") == nullptr);
+  CHECK_THROWS_WITH_AS(registry.extension("fault", "fault_answer"), doctest::Contains("before load()"), Error);
   registry.load();
   CHECK(registry.entries()[0].state == EntryState::loaded);
   CHECK(registry.find("fault") != nullptr);
@@ -155,4 +157,55 @@ TEST_CASE("target_tiers gate min_target and cpu_features by the manifest's ladde
   CHECK_FALSE(backend->try_kernel("w4a16", "with_512f"));
   CHECK(backend->audit().snapshot().back().reason ==
         "gated: requires cpu_features avx512f that target x86-avx2 lacks (manifest /target_tiers)");
+}
+
+TEST_CASE("extensions: offered by loaded and unavailable backends, precise errors otherwise") {
+  EnvGuard clean(kClean);
+  TempDir dir;
+  const fs::path good = write_manifest(dir, "alt", "alt", {});
+  const fs::path down = write_manifest(dir, "down", "unavailable", {});
+  const fs::path failing = write_manifest(dir, "fault", "create_fails", {});
+  using Answer = uint32_t (*)();
+  Extension kept;
+  {
+    const Registry registry = discover({good, down, failing});
+    for (const char* backend : {"alt", "down"}) {
+      CAPTURE(backend);
+      const Extension answer = registry.extension(backend, "fault_answer");
+      CHECK(answer.as<Answer>()() == 42u);
+      CHECK(answer.manifest.backend == backend);
+    }
+    CHECK(registry.entries()[1].state == EntryState::unavailable);
+    const std::string unknown = "extension 'no_such_thing' of backend 'alt': plugin " + plugin("alt").string();
+    CHECK_THROWS_WITH_AS(registry.extension("alt", "no_such_thing"), doctest::Contains(unknown.c_str()), Error);
+    CHECK_THROWS_WITH_AS(registry.extension("nosuch", "fault_answer"),
+                         doctest::Contains("no manifest names the backend. Backends: alt (loaded)"), Refusal);
+    REQUIRE(registry.entries()[2].state == EntryState::failed);
+    CHECK_THROWS_WITH_AS(registry.extension("fault", "fault_answer"),
+                         doctest::Contains("cannot be used (failed: create() failed"), Refusal);
+    kept = registry.extension("alt", "fault_answer");
+  }
+  CHECK(kept.as<Answer>()() == 42u);  // the extension keeps its library loaded
+
+  {
+    EnvGuard env({{"METRALE_BACKENDS_DISABLE", "al*"}});
+    const Registry registry = discover({good});
+    CHECK_THROWS_WITH_AS(registry.extension("alt", "fault_answer"),
+                         doctest::Contains("the backend is disabled by METRALE_BACKENDS_DISABLE=al*"), Refusal);
+  }
+}
+
+TEST_CASE("a version-1 table that ends before get_proc_address loads and offers no extensions") {
+  EnvGuard clean(kClean);
+  TempDir dir;
+  const Registry registry = discover({write_manifest(dir, "fault", "short_table", {})});
+  REQUIRE(registry.entries()[0].state == EntryState::loaded);
+  try {
+    registry.extension("fault", "fault_answer");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::unimplemented);
+    CHECK(std::string(e.what()).find("offers no extensions (its function table has no get_proc_address)") !=
+          std::string::npos);
+  }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Registry: discovers manifests (docs/architecture.md, "Discovery"), declares the levers they
-// declare, loads their plugins, checks manifest against plugin, and selects a backend. Every
-// manifest found has an entry saying what happened to it; nothing is dropped silently. Not thread-safe during scan() and load(); const use after.
+// declare, loads their plugins, checks manifest against plugin, selects a backend and looks up
+// plugin extensions. Every manifest found has an entry saying what happened to it; nothing is
+// dropped silently. Not thread-safe during scan() and load(); const use after.
 #pragma once
 
 #include <metrale/audit.hpp>
@@ -15,6 +16,8 @@
 #include <vector>
 
 namespace metrale {
+
+class PluginLibrary;
 
 // Where a manifest came from, in discovery order.
 enum class ManifestOrigin { explicit_list, added, plugin_path, user_data, installed, build_tree };
@@ -42,6 +45,20 @@ struct RegistryEntry {
   std::vector<std::string> cross_check;  // manifest <-> plugin disagreements
   std::shared_ptr<Backend> instance;     // set when loaded
   std::optional<Manifest> manifest;
+  // The handshaked library, kept when create() failed too (extensions need no instance).
+  std::shared_ptr<PluginLibrary> library;
+};
+
+// A plugin extension entry point (metrale_plugin_table.get_proc_address) and what it belongs to.
+struct Extension {
+  void* address = nullptr;             // cast to the type the plugin documents for the name
+  std::shared_ptr<const void> owner;   // keeps the plugin library loaded while held
+  Manifest manifest;                   // of the backend that offered it
+
+  template <class Fn>
+  Fn as() const noexcept {
+    return reinterpret_cast<Fn>(address);
+  }
 };
 
 struct DiscoveryOptions {
@@ -71,6 +88,13 @@ class Registry {
   // the highest priority. Throws Error(unavailable) when none loaded.
   std::shared_ptr<Backend> select(std::optional<std::string> requested = std::nullopt) const;
   std::shared_ptr<AuditLog> audit() const noexcept { return audit_; }
+
+  // The extension entry point `name` of `backend`'s plugin, which needs the library but no
+  // instance: a backend that is loaded or unavailable (no device here) offers it. Throws Refusal
+  // when the backend is disabled by METRALE_BACKENDS_DISABLE (naming the lever and its value), has
+  // no manifest, or is invalid, skipped or failed (with the entry's reason); Error(unimplemented)
+  // when its plugin offers no extension of that name.
+  Extension extension(std::string_view backend, std::string_view name) const;
 
  private:
   std::string summary() const;

@@ -235,6 +235,13 @@ TEST_CASE("levers: the runtime's, the layers' and each manifest's, with who decl
                      "declared by backend cpu in manifest "));
 }
 
+TEST_CASE("compile goes through the registry: without a cuda manifest it is a refusal saying so") {
+  auto r = run("compile --target sm_90", {{"METRALE_MANIFESTS", CPU_MANIFEST}});
+  CHECK(r.code == 3);
+  INFO(r.err);
+  CHECK(has(r.err, "extension 'metrale_cuda_compile' of backend 'cuda': no manifest names the backend"));
+}
+
 TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and accepts the same one") {
   TempDir dir;
   std::string lock = (dir / "lock.json").string();

@@ -46,9 +46,9 @@ std::string join_problems(const std::vector<ManifestProblem>& problems) {
 }
 
 // create() on the entry's library; sets the entry's state (and instance when it succeeds).
-void create_instance(RegistryEntry& entry, const PluginLibrary& library, const std::shared_ptr<AuditLog>& audit) {
+void create_instance(RegistryEntry& entry, const PluginLibrary& library, const LeverOptions& options,
+                     const std::shared_ptr<AuditLog>& audit) {
   const Manifest& manifest = *entry.manifest;
-  const LeverOptions options(manifest);  // throws Refusal for a bad lever value
   std::string cache = cache_dir().value_or(fs::path()).string();
   std::vector<std::string> source_dir_storage;
   for (const auto& dir : kernel_source_dirs()) source_dir_storage.push_back(dir.string());
@@ -98,6 +98,7 @@ void create_instance(RegistryEntry& entry, const PluginLibrary& library, const s
 }
 
 void load_entry(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
+  const LeverOptions options(*entry.manifest);  // a bad lever value is a Refusal, before any loading
   try {
     entry.library = PluginLibrary::open(*entry.manifest);
   } catch (const Error& e) {
@@ -105,7 +106,7 @@ void load_entry(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
     entry.reason = e.what();
     return;
   }
-  create_instance(entry, *entry.library, audit);
+  create_instance(entry, *entry.library, options, audit);
   if (entry.state == EntryState::loaded) {
     for (const auto& row : entry.instance->kernel_availability()) {
       if (row.gated || row.note.empty()) continue;

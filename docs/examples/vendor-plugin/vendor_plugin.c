@@ -27,7 +27,7 @@ struct metrale_backend {
   const metrale_host_callbacks* host;
 };
 
-/* ---- number formats (design.md section 8) ---- */
+/* ---- number formats (docs/kernels.md) ---- */
 
 static float bf16_to_f32(uint16_t v) {
   uint32_t bits = (uint32_t)v << 16;

@@ -3,26 +3,26 @@
 // NVRTC for a target, without a GPU or a driver, through the compile cache; print per module the
 // time, image size and cache hit, and per kernel registers, spills, stack and shared memory.
 //
-// The metrale binary does not link NVRTC: it finds the cuda backend's manifest by the registry's
-// discovery, loads the library it names (Boost.DLL) and calls the plugin's extra entry point
-// metrale_cuda_compile (plugins/cuda/include/metrale/cuda_compile.h). Progress goes to stderr,
-// one line as each module starts and ends; the table (or --json) to stdout.
+// The metrale binary does not link NVRTC, nor load anything itself: the registry discovers the
+// cuda backend (handshake, checksum pin, METRALE_BACKENDS_DISABLE, as for any use of a backend)
+// and hands out the plugin's compile extension (plugins/cuda/include/metrale/cuda_compile.h),
+// which works without a device. Kernel source and cache directories are the runtime's. Progress
+// goes to stderr, one line as each module starts and ends; the table (or --json) to stdout.
 #include "commands.hpp"
 
 #include <metrale/cuda_compile.h>
 #include <metrale/log.hpp>
-#include <metrale/manifest.hpp>
 #include <metrale/paths.hpp>
 #include <metrale/text_table.hpp>
 
-#include <boost/dll/shared_library.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <sstream>
-#include <system_error>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace metrale::cli {
 
@@ -34,18 +34,7 @@ struct CompileOptions {
   bool no_cache = false;
 };
 
-// The first valid manifest of the cuda backend, in discovery order (a later one is shadowed).
-Manifest find_cuda_manifest() {
-  std::string looked;
-  for (const auto& [file, origin] : discover_manifest_files(DiscoveryOptions{})) {
-    looked += "\n  " + file.string() + " (" + manifest_origin_name(origin) + ")";
-    ManifestResult result = load_manifest(file);
-    if (!result.manifest || result.manifest->backend != "cuda") continue;
-    return std::move(*result.manifest);
-  }
-  throw Error(Status::not_found, "no manifest of the cuda backend found; looked at:" +
-                                     (looked.empty() ? std::string(" nothing (no manifests discovered)") : looked));
-}
+constexpr const char* kBackend = "cuda";
 
 const char* outcome_name(metrale_cuda_module_outcome outcome) {
   switch (outcome) {
@@ -117,120 +106,145 @@ nlohmann::json module_json(const metrale_cuda_module_report& m) {
           {"kernels", kernels}};
 }
 
-void run_compile(CliContext& ctx, const CompileOptions& options) {
-  const Manifest manifest = find_cuda_manifest();
-  boost::dll::shared_library library;
-  boost::dll::fs::error_code load_error;
-  library.load(manifest.library, boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now, load_error);
-  if (load_error) {
-    throw Error(Status::unavailable, "cannot load the CUDA plugin " + manifest.library.string() + " (from " +
-                                         manifest.path.string() + "): " + load_error.message());
-  }
-  if (!library.has(METRALE_CUDA_COMPILE_SYMBOL) || !library.has(METRALE_CUDA_COMPILE_FREE_SYMBOL)) {
-    throw Error(Status::unimplemented, "the CUDA plugin " + manifest.library.string() + " has no " +
-                                           METRALE_CUDA_COMPILE_SYMBOL + " entry point");
-  }
-  auto& compile = library.get<std::remove_pointer_t<metrale_cuda_compile_fn>>(METRALE_CUDA_COMPILE_SYMBOL);
-  auto& compile_free = library.get<std::remove_pointer_t<metrale_cuda_compile_free_fn>>(METRALE_CUDA_COMPILE_FREE_SYMBOL);
+using ResultPtr = std::unique_ptr<metrale_cuda_compile_result, metrale_cuda_compile_free_fn>;
 
-  std::vector<std::string> dir_storage;
-  for (const auto& dir : kernel_source_dirs()) dir_storage.push_back(dir.string());
+// What one compile run produced, before it is rendered.
+struct CompileReport {
+  ResultPtr result{nullptr, nullptr};
+  std::string plugin;    // the library that compiled
+  std::string manifest;  // the manifest that named it
+  bool failed = false;   // a module failed
+  double total_seconds = 0;
+};
+
+// The request's strings and arrays, alive for the duration of the call.
+struct RequestStorage {
+  std::vector<std::string> dir_text;
   std::vector<const char*> dirs;
-  for (const auto& dir : dir_storage) dirs.push_back(dir.c_str());
   std::vector<const char*> modules;
-  for (const auto& m : options.modules) modules.push_back(m.c_str());
-  const std::string cache = options.no_cache ? std::string() : cache_dir().value_or(std::filesystem::path()).string();
-  const std::string manifest_path = manifest.path.string();
+  std::string cache;
+  std::string manifest_path;
+};
 
-  Progress progress;
-  progress.target = options.target;
-  progress.total = static_cast<uint32_t>(options.modules.empty() ? manifest.modules.size() : options.modules.size());
+metrale_cuda_compile_request make_request(const CompileOptions& options, const Manifest& manifest,
+                                          RequestStorage& storage, Progress& progress) {
+  for (const auto& dir : kernel_source_dirs()) storage.dir_text.push_back(dir.string());
+  for (const auto& dir : storage.dir_text) storage.dirs.push_back(dir.c_str());
+  for (const auto& m : options.modules) storage.modules.push_back(m.c_str());
+  storage.cache = options.no_cache ? std::string() : cache_dir().value_or(std::filesystem::path()).string();
+  storage.manifest_path = manifest.path.string();
 
   metrale_cuda_compile_request request{};
   request.struct_size = sizeof(request);
   request.target = options.target.c_str();
   request.manifest_json = manifest.text.c_str();
-  request.manifest_path = manifest_path.c_str();
-  request.kernel_source_dirs = dirs.data();
-  request.kernel_source_dir_count = static_cast<uint32_t>(dirs.size());
-  request.cache_dir = cache.empty() ? nullptr : cache.c_str();
-  request.modules = modules.empty() ? nullptr : modules.data();
-  request.module_count = static_cast<uint32_t>(modules.size());
+  request.manifest_path = storage.manifest_path.c_str();
+  request.kernel_source_dirs = storage.dirs.data();
+  request.kernel_source_dir_count = static_cast<uint32_t>(storage.dirs.size());
+  request.cache_dir = storage.cache.empty() ? nullptr : storage.cache.c_str();
+  request.modules = storage.modules.empty() ? nullptr : storage.modules.data();
+  request.module_count = static_cast<uint32_t>(storage.modules.size());
   request.user = &progress;
   request.log = [](void*, metrale_log_level level, const char* message) {
-    plugin_log_callback(const_cast<char*>("cuda"), level, message);
+    plugin_log_callback(const_cast<char*>(kBackend), level, message);
   };
   request.progress = &Progress::callback;
+  return request;
+}
+
+// Runs the plugin's compile extension; nullopt (exit code 2 set) for a target or module the plugin
+// cannot take, which is the user's request rather than a failure inside.
+std::optional<CompileReport> compile_report(CliContext& ctx, const CompileOptions& options) {
+  const Extension compile_ext = ctx.registry().extension(kBackend, METRALE_CUDA_COMPILE_NAME);
+  const Extension free_ext = ctx.registry().extension(kBackend, METRALE_CUDA_COMPILE_FREE_NAME);
+  const Manifest& manifest = compile_ext.manifest;
+
+  Progress progress;
+  progress.target = options.target;
+  progress.total = static_cast<uint32_t>(options.modules.empty() ? manifest.modules.size() : options.modules.size());
+  RequestStorage storage;
+  const metrale_cuda_compile_request request = make_request(options, manifest, storage, progress);
 
   char error[4096] = {};
   metrale_cuda_compile_result* raw = nullptr;
-  const metrale_status status = compile(&request, &raw, error, sizeof(error));
-  if (status != METRALE_STATUS_OK) {
-    // A target or module the plugin cannot take is the user's request, not a failure inside.
-    if (status == METRALE_STATUS_INVALID_ARGUMENT || status == METRALE_STATUS_NOT_FOUND) {
-      logger()->error("{}", error);
-      ctx.exit_code = kExitUsage;
-      return;
-    }
-    throw Error(status_from_abi(status), std::string("metrale compile: ") + error);
+  const metrale_status status = compile_ext.as<metrale_cuda_compile_fn>()(&request, &raw, error, sizeof(error));
+  if (status == METRALE_STATUS_INVALID_ARGUMENT || status == METRALE_STATUS_NOT_FOUND) {
+    logger()->error("{}", error);
+    ctx.exit_code = kExitUsage;
+    return std::nullopt;
   }
-  std::unique_ptr<metrale_cuda_compile_result, metrale_cuda_compile_free_fn> result(raw, &compile_free);
+  if (status != METRALE_STATUS_OK) throw Error(status_from_abi(status), std::string("metrale compile: ") + error);
 
-  bool failed = false;
-  double total_seconds = 0;
-  for (uint32_t i = 0; i < result->module_count; ++i) {
-    failed |= result->modules[i].status != METRALE_STATUS_OK;
-    total_seconds += result->modules[i].seconds;
+  CompileReport report;
+  report.result = ResultPtr(raw, free_ext.as<metrale_cuda_compile_free_fn>());
+  report.plugin = manifest.library.string();
+  report.manifest = storage.manifest_path;
+  for (uint32_t i = 0; i < raw->module_count; ++i) {
+    report.failed |= raw->modules[i].status != METRALE_STATUS_OK;
+    report.total_seconds += raw->modules[i].seconds;
   }
-  ctx.exit_code = failed ? kExitError : kExitOk;
+  return report;
+}
 
-  if (ctx.json) {
-    auto list = nlohmann::json::array();
-    for (uint32_t i = 0; i < result->module_count; ++i) list.push_back(module_json(result->modules[i]));
-    nlohmann::json out{{"target", result->target},
-                       {"nvrtc_version", result->nvrtc_version},
-                       {"cuda_include_dir", result->cuda_include_dir},
-                       {"cache_dir", *result->cache_dir ? nlohmann::json(result->cache_dir) : nlohmann::json(nullptr)},
-                       {"plugin", manifest.library.string()},
-                       {"manifest", manifest_path},
-                       {"seconds", total_seconds},
-                       {"ok", !failed},
-                       {"modules", list}};
-    std::cout << out.dump(2) << '\n';
+void render_json(const CompileReport& report) {
+  const metrale_cuda_compile_result& result = *report.result;
+  auto list = nlohmann::json::array();
+  for (uint32_t i = 0; i < result.module_count; ++i) list.push_back(module_json(result.modules[i]));
+  nlohmann::json out{{"target", result.target},
+                     {"nvrtc_version", result.nvrtc_version},
+                     {"cuda_include_dir", result.cuda_include_dir},
+                     {"cache_dir", *result.cache_dir ? nlohmann::json(result.cache_dir) : nlohmann::json(nullptr)},
+                     {"plugin", report.plugin},
+                     {"manifest", report.manifest},
+                     {"seconds", report.total_seconds},
+                     {"ok", !report.failed},
+                     {"modules", list}};
+  std::cout << out.dump(2) << '\n';
+}
+
+// The table's rows of one module: the module's cells, then one row per kernel.
+void module_rows(const metrale_cuda_module_report& m, std::vector<std::vector<std::string>>& rows) {
+  const bool built = m.outcome == METRALE_CUDA_MODULE_COMPILED || m.outcome == METRALE_CUDA_MODULE_CACHED;
+  std::vector<std::string> module_cells{m.module, outcome_name(m.outcome), built ? seconds_text(m.seconds) : "-",
+                                        built ? bytes_text(m.image_bytes) : "-"};
+  if (m.kernel_count == 0) {
+    rows.push_back(module_cells);
+    rows.back().insert(rows.back().end(), {"-", "-", "-", "-", "-", m.outcome == METRALE_CUDA_MODULE_GATED ? m.message : ""});
     return;
   }
-
-  std::vector<std::vector<std::string>> rows;
-  for (uint32_t i = 0; i < result->module_count; ++i) {
-    const auto& m = result->modules[i];
-    const bool built = m.outcome == METRALE_CUDA_MODULE_COMPILED || m.outcome == METRALE_CUDA_MODULE_CACHED;
-    std::vector<std::string> module_cells{m.module, outcome_name(m.outcome), built ? seconds_text(m.seconds) : "-",
-                                          built ? bytes_text(m.image_bytes) : "-"};
-    if (m.kernel_count == 0) {
-      rows.push_back(module_cells);
-      rows.back().insert(rows.back().end(), {"-", "-", "-", "-", "-", m.outcome == METRALE_CUDA_MODULE_GATED ? m.message : ""});
-      continue;
-    }
-    for (uint32_t j = 0; j < m.kernel_count; ++j) {
-      const auto& k = m.kernels[j];
-      std::vector<std::string> row = j == 0 ? module_cells : std::vector<std::string>{"", "", "", ""};
-      const std::string spills = k.spill_store_bytes < 0 ? "-"
-                                 : number_or_dash(k.spill_store_bytes) + "/" + number_or_dash(k.spill_load_bytes);
-      row.insert(row.end(), {k.name, number_or_dash(k.registers), spills, number_or_dash(k.stack_bytes),
-                             number_or_dash(k.shared_bytes), k.problem});
-      rows.push_back(std::move(row));
-    }
+  for (uint32_t j = 0; j < m.kernel_count; ++j) {
+    const auto& k = m.kernels[j];
+    std::vector<std::string> row = j == 0 ? module_cells : std::vector<std::string>{"", "", "", ""};
+    const std::string spills = k.spill_store_bytes < 0 ? "-"
+                               : number_or_dash(k.spill_store_bytes) + "/" + number_or_dash(k.spill_load_bytes);
+    row.insert(row.end(), {k.name, number_or_dash(k.registers), spills, number_or_dash(k.stack_bytes),
+                           number_or_dash(k.shared_bytes), k.problem});
+    rows.push_back(std::move(row));
   }
+}
+
+void render_text(const CompileReport& report) {
+  const metrale_cuda_compile_result& result = *report.result;
+  std::vector<std::vector<std::string>> rows;
+  for (uint32_t i = 0; i < result.module_count; ++i) module_rows(result.modules[i], rows);
   std::cout << render_table({"module", "result", "time", "size", "kernel", "regs", "spill st/ld B", "stack B",
                              "smem B", "note"},
                             rows);
-  std::cout << "target " << result->target << ", NVRTC " << result->nvrtc_version << ", headers "
-            << result->cuda_include_dir << ", cache "
-            << (*result->cache_dir ? result->cache_dir : "off") << ", total " << seconds_text(total_seconds) << '\n';
-  for (uint32_t i = 0; i < result->module_count; ++i) {
-    const auto& m = result->modules[i];
+  std::cout << "target " << result.target << ", NVRTC " << result.nvrtc_version << ", headers "
+            << result.cuda_include_dir << ", cache " << (*result.cache_dir ? result.cache_dir : "off") << ", total "
+            << seconds_text(report.total_seconds) << '\n';
+  for (uint32_t i = 0; i < result.module_count; ++i) {
+    const auto& m = result.modules[i];
     if (m.status != METRALE_STATUS_OK) std::cout << '\n' << m.module << ": " << m.message << '\n';
   }
+}
+
+void run_compile(CliContext& ctx, const CompileOptions& options) {
+  const std::optional<CompileReport> report = compile_report(ctx, options);
+  if (!report) return;
+  ctx.exit_code = report->failed ? kExitError : kExitOk;
+  if (ctx.json) render_json(*report);
+  else render_text(*report);
 }
 
 }  // namespace
@@ -246,7 +260,7 @@ void register_compile(CLI::App& app, CliContext& ctx) {
   cmd->footer(
       "Cache: METRALE_CACHE_DIR, else $XDG_CACHE_HOME/metrale. Sources: METRALE_KERNEL_SRC first, then the "
       "installed kernel_src.\nExit codes: 0 every module compiled (or is gated for this target), 1 a module failed, "
-      "2 unknown target or module.");
+      "2 unknown target or module, 3 the cuda backend is disabled (METRALE_BACKENDS_DISABLE) or cannot be used.");
   cmd->callback([&ctx, options] { run_compile(ctx, *options); });
 }
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// `metrale levers`: every lever, its value, where the value came from, and what it means.
+// `metrale levers`: every lever, who declares it (the runtime, the layers, a backend's manifest),
+// its value, where the value came from, and what it means. main() has declared the layers' levers
+// and scanned the manifests before this runs, so their levers are listed too.
 #include "commands.hpp"
 
 #include <metrale/levers.hpp>
@@ -48,10 +50,12 @@ void run_levers(CliContext& ctx) {
     if (ctx.json) {
       json.push_back({{"name", name}, {"type", type_name(spec.type)},
                       {"value", value ? nlohmann::json(*value) : nlohmann::json(nullptr)},
-                      {"source", source}, {"default", spec.default_text}, {"meaning", meaning}});
+                      {"source", source}, {"default", spec.default_text}, {"meaning", meaning},
+                      {"declared_by", spec.declared_by},
+                      {"manifest", spec.declared_in.empty() ? nlohmann::json(nullptr) : nlohmann::json(spec.declared_in)}});
     } else {
-      rows.push_back({name, type_name(spec.type), value ? *value : "(unset)", source, std::string(spec.default_text),
-                      meaning});
+      rows.push_back({name, std::string(spec.declared_by), type_name(spec.type), value ? *value : "(unset)", source,
+                      std::string(spec.default_text), meaning});
     }
   }
   if (ctx.json) {
@@ -60,7 +64,7 @@ void run_levers(CliContext& ctx) {
     std::cout << nlohmann::json{{"levers", json}, {"unknown", unknown}}.dump(2) << '\n';
     return;
   }
-  std::cout << render_table({"lever", "type", "value", "source", "default", "meaning"}, rows);
+  std::cout << render_table({"lever", "declared by", "type", "value", "source", "default", "meaning"}, rows);
 }
 
 }  // namespace

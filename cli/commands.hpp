@@ -21,11 +21,14 @@ inline constexpr int kExitRefusal = 3;
 struct CliContext {
   bool json = false;      // --json: JSON alone on stdout
   int exit_code = kExitOk;
-  // Discovers on first call and keeps the result for the rest of the process.
+  // Finds the manifests and declares their levers, loading nothing; main() calls it at start-up.
+  void scan();
+  // The registry, its plugins loaded on first call; kept for the rest of the process.
   Registry& registry();
 
  private:
   std::unique_ptr<Registry> registry_;
+  bool loaded_ = false;
 };
 
 void register_list(CLI::App& app, CliContext& ctx);

@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "metrale_config.h"
 
+#include <layers/levers.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 
@@ -12,8 +13,16 @@
 
 namespace metrale::cli {
 
+void CliContext::scan() {
+  if (!registry_) registry_ = std::make_unique<Registry>(Registry::scan());
+}
+
 Registry& CliContext::registry() {
-  if (!registry_) registry_ = std::make_unique<Registry>(Registry::discover());
+  scan();
+  if (!loaded_) {
+    registry_->load();
+    loaded_ = true;
+  }
   return *registry_;
 }
 
@@ -43,8 +52,13 @@ int main(int argc, char** argv) {
 
   try {
     // Bad lever values are refusals before anything else runs; unknown METRALE_* are warnings.
+    // Levers are declared by the runtime, the layers and the manifests: the manifests are scanned
+    // (not loaded) first, so their levers are validated and known here too.
+    layers::register_levers();
     validate_levers();
     configure_logging();
+    ctx.scan();
+    validate_levers();
     for (const auto& unknown : unknown_levers())
       logger()->warn("unknown lever {} (did you mean {}?)", unknown.name, unknown.nearest);
     app.parse(argc, argv);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "selectors.hpp"
 
+#include "levers.hpp"
+
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 
@@ -29,12 +31,14 @@ KernelHandle variant_kernel(Backend& backend, const std::string& variant, std::s
 }  // namespace
 
 uint32_t w4a16_k64_min_k() {
+  register_levers();  // the layers declare the levers read here
   // Levers are read once per process and cached, so this is resolved once too.
   if (auto explicit_min = lever_u32("METRALE_W4A16_K64_MIN_K")) return *explicit_min;
   return lever_on("METRALE_NO_W4A16_K64") ? 8192u : 6144u;
 }
 
 KernelHandle w4a16_v2_kernel(Backend& backend, std::source_location site) {
+  register_levers();
   auto variant = lever_choice(kVariant);
   if (variant != "v2" && variant != "v3") {
     if (variant == "v1") logger()->debug("{}=v1: w4a16 m128 v2 suppressed (explicit)", kVariant);
@@ -44,12 +48,14 @@ KernelHandle w4a16_v2_kernel(Backend& backend, std::source_location site) {
 }
 
 KernelHandle w4a16_v3_kernel(Backend& backend, std::source_location site) {
+  register_levers();
   auto variant = lever_choice(kVariant);
   if (variant != "v3") return {};
   return variant_kernel(backend, *variant, "w4a16_v3", "w4a16_gemm_t_m128_v3", site);
 }
 
 KernelHandle tgemm_kernel(Backend& backend, std::source_location site) {
+  register_levers();
   std::string lever = lever_note("METRALE_NO_TGEMM_PIPELINE3");
   if (lever.empty()) {
     if (auto p3 = backend.lookup("w4a16", "w4a16_gemm_t_p3", try_request(), site)) return p3;
@@ -60,6 +66,7 @@ KernelHandle tgemm_kernel(Backend& backend, std::source_location site) {
 bool tgemm_probe_ok(std::string_view model_type) { return model_type != "kimi_k3" && model_type != "kimi_linear"; }
 
 KernelHandle k64_kernel(Backend& backend, std::source_location site) {
+  register_levers();
   std::string lever = lever_note("METRALE_NO_K64_PIPELINE3");
   if (lever.empty()) {
     if (auto p3 = backend.lookup("w4a16", "w4a16_gemm_t_k64_p3", try_request(), site)) return p3;
@@ -70,6 +77,7 @@ KernelHandle k64_kernel(Backend& backend, std::source_location site) {
 }
 
 KernelHandle k64_n64_kernel(Backend& backend, std::source_location site) {
+  register_levers();
   if (lever_is_set("METRALE_NO_K64_N64")) return {};
   return backend.lookup("w4a16", "w4a16_gemm_t_k64_n64_p3", try_request(), site);
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The W4A16 kernel selectors shared by the layers (design.md section 7), with the seed's
-// semantics exactly. Each lookup leaves an audit row whose site is the *caller* of the selector
-// (the selectors forward their std::source_location, as the seed's #[track_caller] did).
-// A selector that decides "null" without a lookup leaves no row.
+// The W4A16 kernel selectors shared by the layers (docs/layers.md). Each lookup leaves an audit row
+// whose site is the *caller* of the selector (the selectors forward their std::source_location).
+// A selector that decides "null" without a lookup leaves no row. The levers they read are the
+// layers' own (levers.hpp); each selector declares them before reading.
 #pragma once
 
 #include <metrale/backend.hpp>

@@ -204,6 +204,7 @@ const metrale_plugin_table kTable = {
     stream_destroy,
     stream_synchronize,
     launch,
+    nullptr,  // get_proc_address: no extensions
 };
 
 }  // namespace

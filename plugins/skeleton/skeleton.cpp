@@ -169,7 +169,8 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
 constexpr metrale_plugin_table kTable{
     sizeof(metrale_plugin_table), kAbi, describe, device_count, create, destroy, last_error, device_info,
     list_kernels, get_kernel, mem_alloc, mem_free, copy_to_device, copy_to_host, copy_device, memset_device,
-    stream_create, stream_destroy, stream_synchronize, launch};
+    stream_create, stream_destroy, stream_synchronize, launch,
+    nullptr};  // get_proc_address: YOUR BACKEND may offer extensions by name (docs/plugin-abi.md)
 
 }  // namespace
 

@@ -97,14 +97,15 @@ void Backend::fail(Status status, std::string_view what) const {
 }
 
 std::string Backend::gate_reason(const ManifestKernel& kernel) const {
-  if (kernel.min_target && !target_satisfies(target_, *kernel.min_target))
+  if (kernel.min_target && !target_satisfies(target_, *kernel.min_target, manifest_.target_tiers))
     return "requires target " + *kernel.min_target + "; this device is " + target_;
   if (!kernel.cpu_features.empty()) {
-    auto have = target_cpu_features(target_);
+    auto have = target_features(target_, manifest_.target_tiers);
     std::string missing;
     for (const auto& feature : kernel.cpu_features)
       if (std::find(have.begin(), have.end(), feature) == have.end()) missing += (missing.empty() ? "" : ", ") + feature;
-    if (!missing.empty()) return "requires CPU features " + missing + " that target " + target_ + " lacks";
+    if (!missing.empty())
+      return "requires cpu_features " + missing + " that target " + target_ + " lacks (manifest /target_tiers)";
   }
   return {};
 }

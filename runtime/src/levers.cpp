@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -17,9 +18,11 @@ namespace metrale {
 
 namespace {
 
-std::vector<LeverSpec> make_specs() {
+// The runtime's own levers: discovery, selection, logging and kernel-developer workflows. Backend
+// levers come from manifests, kernel-selection levers from the layers.
+std::vector<LeverSpec> runtime_specs() {
   using T = LeverType;
-  return {
+  std::vector<LeverSpec> specs{
       // Discovery and selection.
       {"METRALE_BACKEND", T::string, "(highest priority)",
        "Backend to use, by name; failing to load it is a refusal, never a silent fallback.", {}, false},
@@ -37,45 +40,6 @@ std::vector<LeverSpec> make_specs() {
        "Directory searched first for JIT kernel sources (edit a .cu, rerun, no rebuild).", {}, true},
       {"METRALE_LOG", T::choice, "warn", "Log level on stderr.",
        {"trace", "debug", "info", "warn", "error", "off"}, false},
-      // Backend options.
-      {"METRALE_CPU_TARGET", T::choice, "auto",
-       "Force the CPU backend to a lower instruction-set tier.",
-       {"auto", "avx512bf16", "avx512", "avx2", "baseline"}, false},
-      {"METRALE_CPU_THREADS", T::u32, "(CPUs in the affinity mask)",
-       "Worker threads of the CPU backend's pool, 1 to 1024.", {}, false},
-      {"METRALE_CPU_PIN", T::flag, "0",
-       "1 pins each worker thread of the CPU backend's pool to one CPU of the affinity mask "
-       "(the calling thread is never pinned); 0 leaves them unpinned.", {}, false},
-      {"METRALE_CUDA_DRIVER", T::path, "libcuda.so.1",
-       "CUDA driver library the CUDA backend opens.", {}, true},
-      {"METRALE_CUDA_DEVICE", T::u32, "0", "Index of the CUDA device to drive.", {}, false},
-      // Kernel selection (design.md section 7).
-      {"METRALE_W4A16_K64_MIN_K", T::u32, "6144 (8192 with METRALE_NO_W4A16_K64=1)",
-       "Smallest K at which tile-GEMM sites take the deep-K k64 kernel.", {}, false},
-      {"METRALE_NO_W4A16_K64", T::flag, "0",
-       "Exactly 1 raises the k64 threshold default to 8192; 0 leaves it at 6144.", {}, false},
-      {"METRALE_W4A16_VARIANT", T::choice, "v1",
-       "v2 or v3 opts into the m128 v2/v3 kernels and refuses to start when they are missing.",
-       {"v1", "v2", "v3"}, false},
-      {"METRALE_NO_TGEMM_PIPELINE3", T::presence, "(unset)",
-       "Set to any value, 0 included: the tile GEMM skips w4a16_gemm_t_p3.", {}, false},
-      {"METRALE_NO_K64_PIPELINE3", T::presence, "(unset)",
-       "Set to any value, 0 included: the k64 GEMM skips w4a16_gemm_t_k64_p3.", {}, false},
-      {"METRALE_NO_K64_N64", T::presence, "(unset)",
-       "Set to any value, 0 included: no lookup of the N64 deep-K twin.", {}, false},
-      // Quantization tiers (docs/quantization.md).
-      {"METRALE_ACTIVATION_QUANTIZATION", T::choice, "(what the checkpoint declares, else bf16)",
-       "Activation tier of the FFN projections: bf16, or int8 / fp8 quantized per token; an explicit tier the "
-       "backend lacks is a refusal.", {"bf16", "int8", "fp8"}, false},
-      {"METRALE_WEIGHT_QUANTIZATION", T::choice, "int4",
-       "Weight tier of synthetic weights: int4 (symmetric group-128 W4A16), int4-zp, int8 or fp8; a checkpoint's "
-       "declared format rules instead.", {"int4", "int4-zp", "int8", "fp8"}, false},
-      {"METRALE_EXPERT_QUANTIZATION", T::choice, "(the weight tier)",
-       "Weight tier of synthetic MoE experts, when it differs from METRALE_WEIGHT_QUANTIZATION.",
-       {"int4", "int4-zp", "int8", "fp8"}, false},
-      {"METRALE_FP8_MOE_GROUPED_DECODE", T::choice, "(try it)",
-       "1 requires the cross-row grouped FP8 MoE decode (refusing when the backend lacks it); 0 turns it off; "
-       "unset tries it and falls back.", {"0", "1"}, false},
       // Kernel-developer workflows.
       {"METRALE_KERNEL_SUBST", T::kernel_map, "(none)",
        "Comma-separated module/name=module/name: look up the right-hand kernel wherever the left is "
@@ -83,6 +47,70 @@ std::vector<LeverSpec> make_specs() {
       {"METRALE_LOCK", T::path, "(none)",
        "A lock file from `metrale audit --lock`: refuse to start if any kernel resolution differs.", {}, true},
   };
+  for (auto& spec : specs) spec.declared_by = "runtime";
+  return specs;
+}
+
+// Every declared lever. Specs and the strings they view are never removed, so pointers and views
+// handed out stay valid for the life of the process.
+struct Declared {
+  std::mutex mutex;
+  std::deque<std::string> strings;
+  std::deque<LeverSpec> specs;
+};
+
+std::string_view keep(Declared& d, std::string_view text) { return d.strings.emplace_back(text); }
+
+const LeverSpec* find_locked(const Declared& d, std::string_view name) {
+  for (const auto& spec : d.specs)
+    if (spec.name == name) return &spec;
+  return nullptr;
+}
+
+std::string declarer(const LeverSpec& spec) {
+  std::string out(spec.declared_by);
+  if (!spec.declared_in.empty()) out += " in manifest " + std::string(spec.declared_in);
+  return out;
+}
+
+// The first field in which two declarations of one name differ, or "" when they agree.
+std::string difference(const LeverSpec& have, const LeverSpec& want) {
+  if (have.type != want.type)
+    return std::string("as a ") + lever_type_name(have.type) + " lever, not a " + lever_type_name(want.type) + " one";
+  if (have.default_text != want.default_text) return "with default \"" + std::string(have.default_text) + "\"";
+  if (have.meaning != want.meaning) return "with another meaning: \"" + std::string(have.meaning) + "\"";
+  if (have.choices != want.choices) return "with other choices";
+  if (have.path_like != want.path_like) return have.path_like ? "as a path lever" : "as a non-path lever";
+  return {};
+}
+
+void check_declarable(const LeverSpec& spec) {
+  const std::string name(spec.name);
+  if (!spec.name.starts_with("METRALE_") || spec.name.size() == 8)
+    throw Error(Status::internal, "lever \"" + name + "\": a lever name is METRALE_ followed by more");
+  if (spec.declared_by.empty()) throw Error(Status::internal, "lever " + name + " has no declared_by");
+  if (spec.type == LeverType::choice && spec.choices.empty())
+    throw Error(Status::internal, "choice lever " + name + " declares no choices");
+}
+
+void add_locked(Declared& d, const LeverSpec& spec) {
+  LeverSpec copy = spec;
+  copy.name = keep(d, spec.name);
+  copy.default_text = keep(d, spec.default_text);
+  copy.meaning = keep(d, spec.meaning);
+  copy.declared_by = keep(d, spec.declared_by);
+  copy.declared_in = keep(d, spec.declared_in);
+  for (auto& choice : copy.choices) choice = keep(d, choice);
+  d.specs.push_back(std::move(copy));
+}
+
+Declared& declared() {
+  static Declared* instance = [] {
+    auto* d = new Declared;  // never destroyed: views into it may be used until exit
+    for (const auto& spec : runtime_specs()) add_locked(*d, spec);
+    return d;
+  }();
+  return *instance;
 }
 
 struct Cache {
@@ -110,7 +138,9 @@ const LeverSpec& require_spec(std::string_view name) {
 }
 
 [[noreturn]] void refuse(const LeverSpec& spec, const std::string& value, std::string_view expected) {
-  throw Refusal(std::string(spec.name) + "=\"" + value + "\" is not valid: expected " + std::string(expected));
+  std::string message = std::string(spec.name) + "=\"" + value + "\" is not valid: expected " + std::string(expected);
+  if (spec.declared_by != "runtime") message += " (lever declared by " + declarer(spec) + ")";
+  throw Refusal(message);
 }
 
 std::optional<uint32_t> parse_u32(std::string_view text) {
@@ -174,15 +204,66 @@ void check_value(const LeverSpec& spec, const std::string& value) {
 
 }  // namespace
 
-const std::vector<LeverSpec>& lever_specs() {
-  static const std::vector<LeverSpec> specs = make_specs();
-  return specs;
+const char* lever_type_name(LeverType type) noexcept {
+  switch (type) {
+    case LeverType::presence: return "presence";
+    case LeverType::flag: return "flag";
+    case LeverType::u32: return "u32";
+    case LeverType::string: return "string";
+    case LeverType::choice: return "choice";
+    case LeverType::path_list: return "path_list";
+    case LeverType::glob_list: return "glob_list";
+    case LeverType::path: return "path";
+    case LeverType::kernel_map: return "kernel_map";
+  }
+  return "?";
+}
+
+std::optional<LeverType> lever_type_from_name(std::string_view name) {
+  for (auto type : {LeverType::presence, LeverType::flag, LeverType::u32, LeverType::string, LeverType::choice,
+                    LeverType::path_list, LeverType::glob_list, LeverType::path, LeverType::kernel_map})
+    if (name == lever_type_name(type)) return type;
+  return std::nullopt;
+}
+
+std::optional<std::string> lever_conflict(const LeverSpec& spec) {
+  auto& d = declared();
+  std::lock_guard lock(d.mutex);
+  const LeverSpec* have = find_locked(d, spec.name);
+  if (have == nullptr) return std::nullopt;
+  std::string differs = difference(*have, spec);
+  if (differs.empty()) return std::nullopt;
+  return std::string(spec.name) + " is already declared by " + declarer(*have) + " " + differs;
+}
+
+void register_levers(std::span<const LeverSpec> specs) {
+  for (const auto& spec : specs) check_declarable(spec);
+  auto& d = declared();
+  std::lock_guard lock(d.mutex);
+  // All or nothing: a conflict (with the registry or within `specs`) leaves the registry as it was.
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LeverSpec* have = find_locked(d, specs[i].name);
+    for (size_t j = 0; j < i && have == nullptr; ++j)
+      if (specs[j].name == specs[i].name) have = &specs[j];
+    if (have == nullptr) continue;
+    if (std::string differs = difference(*have, specs[i]); !differs.empty())
+      throw Error(Status::internal, "lever " + std::string(specs[i].name) + " declared by " + declarer(specs[i]) +
+                                        " is already declared by " + declarer(*have) + " " + differs);
+  }
+  for (const auto& spec : specs)
+    if (find_locked(d, spec.name) == nullptr) add_locked(d, spec);
+}
+
+std::vector<LeverSpec> lever_specs() {
+  auto& d = declared();
+  std::lock_guard lock(d.mutex);
+  return {d.specs.begin(), d.specs.end()};
 }
 
 const LeverSpec* find_lever(std::string_view name) {
-  for (const auto& spec : lever_specs())
-    if (spec.name == name) return &spec;
-  return nullptr;
+  auto& d = declared();
+  std::lock_guard lock(d.mutex);
+  return find_locked(d, name);
 }
 
 std::optional<std::string> lever_raw(std::string_view name) {
@@ -214,7 +295,9 @@ std::optional<uint32_t> lever_u32(std::string_view name) {
   return parse_u32(*value);
 }
 
-std::optional<std::string> lever_choice(std::string_view name) {
+std::optional<std::string> lever_choice(std::string_view name) { return lever_checked(name); }
+
+std::optional<std::string> lever_checked(std::string_view name) {
   const LeverSpec& spec = require_spec(name);
   auto value = lever_raw(name);
   if (value) check_value(spec, *value);
@@ -232,6 +315,7 @@ std::string lever_note(std::string_view name) {
 }
 
 std::vector<UnknownLever> unknown_levers() {
+  const std::vector<LeverSpec> specs = lever_specs();
   std::vector<UnknownLever> unknown;
   for (char** entry = environ; entry && *entry; ++entry) {
     std::string_view text(*entry);
@@ -239,7 +323,7 @@ std::vector<UnknownLever> unknown_levers() {
     std::string_view name = text.substr(0, text.find('='));
     if (find_lever(name)) continue;
     std::vector<std::string_view> names;
-    for (const auto& spec : lever_specs()) names.push_back(spec.name);
+    for (const auto& spec : specs) names.push_back(spec.name);
     unknown.push_back({std::string(name), nearest_name(name, names).value_or("")});
   }
   return unknown;

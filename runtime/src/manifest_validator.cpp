@@ -5,17 +5,15 @@
 
 #include "json_reader.hpp"
 #include "json_text.hpp"
+#include "manifest_rules.hpp"
 
 #include <metrale/names.hpp>
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <climits>
-#include <cmath>
 #include <optional>
 #include <string_view>
-#include <system_error>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -28,121 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Lexical rules shared with the JSON Schema (keep the two in step).
-
-bool is_identifier(std::string_view s) {
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (s.empty() || !alpha(s.front())) {
-    return false;
-  }
-  return std::all_of(s.begin() + 1, s.end(), [&](char c) { return alpha(c) || digit(c); });
-}
-
-bool is_backend_name(std::string_view s) {
-  if (s.empty() || s.size() > 32 || !(s.front() >= 'a' && s.front() <= 'z')) {
-    return false;
-  }
-  return std::all_of(s.begin() + 1, s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-  });
-}
-
-bool is_checksum(std::string_view s) {
-  constexpr std::string_view prefix = "xxh3-64:";
-  if (s.size() != prefix.size() + 16 || s.substr(0, prefix.size()) != prefix) {
-    return false;
-  }
-  return std::all_of(s.begin() + static_cast<std::ptrdiff_t>(prefix.size()), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-// Any '/'-separated component equal to "..": checked on the text, exactly as the schema's
-// pattern does, so "a..b" and "..a" are fine.
-bool has_dotdot_component(std::string_view s) {
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    std::size_t end = s.find('/', start);
-    if (end == std::string_view::npos) end = s.size();
-    if (s.substr(start, end - start) == "..") {
-      return true;
-    }
-    start = end + 1;
-  }
-  return false;
-}
-
-bool is_absolute_text(std::string_view s) { return !s.empty() && s.front() == '/'; }
-
-// "MAJOR.MINOR", decimal, no sign and no leading zeros.
-struct FormatVersion {
-  std::string_view major_text;
-  unsigned long long major = 0;
-  bool major_overflow = false;
-  int minor = 0;
-};
-
-bool is_version_number(std::string_view s) {
-  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return false;
-  }
-  return s.size() == 1 || s.front() != '0';
-}
-
-std::optional<FormatVersion> parse_format_version(std::string_view s) {
-  const std::size_t dot = s.find('.');
-  if (dot == std::string_view::npos) {
-    return std::nullopt;
-  }
-  const std::string_view major = s.substr(0, dot);
-  const std::string_view minor = s.substr(dot + 1);
-  if (!is_version_number(major) || !is_version_number(minor)) {
-    return std::nullopt;
-  }
-  FormatVersion v;
-  v.major_text = major;
-  v.major_overflow =
-      std::from_chars(major.data(), major.data() + major.size(), v.major).ec != std::errc{};
-  unsigned long long minor_value = 0;
-  const bool minor_overflow =
-      std::from_chars(minor.data(), minor.data() + minor.size(), minor_value).ec != std::errc{};
-  // A minor too large for int is still "newer than 0": clamp instead of failing.
-  v.minor = (minor_overflow || minor_value > static_cast<unsigned long long>(INT_MAX))
-                ? INT_MAX
-                : static_cast<int>(minor_value);
-  return v;
-}
-
-// JSON numbers are mathematical values: 3.0 and 3e0 are the integer 3 (as in JSON Schema).
-enum class IntegerKind { not_integer, integer };
-struct IntegerValue {
-  IntegerKind kind = IntegerKind::not_integer;
-  bool fits = false;   // within long long
-  long long value = 0;
-};
-
-IntegerValue integer_value(const Json& v) {
-  IntegerValue out;
-  if (v.is_number_integer() && !v.is_number_unsigned()) {
-    out = {IntegerKind::integer, true, v.get<long long>()};
-  } else if (v.is_number_unsigned()) {
-    const auto u = v.get<unsigned long long>();
-    out.kind = IntegerKind::integer;
-    out.fits = u <= static_cast<unsigned long long>(LLONG_MAX);
-    out.value = out.fits ? static_cast<long long>(u) : 0;
-  } else if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && std::trunc(d) == d) {
-      out.kind = IntegerKind::integer;
-      // 2^63 is exactly representable; everything below it converts without overflow.
-      out.fits = d >= -9223372036854775808.0 && d < 9223372036854775808.0;
-      out.value = out.fits ? static_cast<long long>(d) : 0;
-    }
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Validation
 
 struct KeySpec {
@@ -153,15 +36,34 @@ struct KeySpec {
 
 constexpr std::array kRootKeys{
     KeySpec{"format_version", true, "a version string \"MAJOR.MINOR\" such as \"1.0\""},
-    KeySpec{"backend", true, "a backend name string such as \"cpu\""},
+    KeySpec{"backend", true, "a backend name string such as \"my_backend\""},
     KeySpec{"library", true, "a library path string"},
     KeySpec{"abi_version", true, "an integer from 1 to 4294967295"},
     KeySpec{"priority", true, "an integer from -1000 to 1000"},
     KeySpec{"description", false, "a string"},
     KeySpec{"library_checksum", false, "a string \"xxh3-64:<16 hex digits>\""},
     KeySpec{"targets", false, "an array of strings"},
+    KeySpec{"target_tiers", false, "an array of target tier objects, lowest first"},
+    KeySpec{"levers", false, "an array of lever objects"},
     KeySpec{"modules", true, "an array of module objects (may be empty)"},
 };
+constexpr std::array kTierKeys{
+    KeySpec{"target", true, "a non-empty target string"},
+    KeySpec{"features", false, "an array of non-empty strings"},
+};
+constexpr std::array kLeverKeys{
+    KeySpec{"name", true, "a lever name METRALE_[A-Z0-9_]+"},
+    KeySpec{"option", true, "a create() option key (an identifier) or \"device_index\""},
+    KeySpec{"type", true, "one of presence, flag, u32, string, choice, path"},
+    KeySpec{"default", true, "a non-empty string (shown by `metrale levers`)"},
+    KeySpec{"meaning", true, "a non-empty string"},
+    KeySpec{"choices", false, "an array of distinct non-empty strings"},
+    KeySpec{"path", false, "true or false"},
+};
+// The lever types a manifest may declare: one value each, as a create() option carries.
+constexpr std::array kManifestLeverTypes{LeverType::presence, LeverType::flag, LeverType::u32,
+                                         LeverType::string,   LeverType::choice, LeverType::path};
+constexpr std::string_view kLeverTypeRule = "one of presence, flag, u32, string, choice, path";
 constexpr std::array kModuleKeys{
     KeySpec{"name", true, "an identifier string"},
     KeySpec{"source", false, "a relative file name"},
@@ -323,6 +225,10 @@ class Validator {
                     }
                   } else if (key == "targets") {
                     string_array(v, p);  // informational: validated, not kept
+                  } else if (key == "target_tiers") {
+                    target_tiers(v, p, m);
+                  } else if (key == "levers") {
+                    levers(v, p, m);
                   } else if (key == "modules") {
                     modules(v, p, m);
                   }
@@ -414,6 +320,144 @@ class Validator {
                     }
                   });
       mod.kernels.push_back(std::move(kernel));
+    }
+  }
+
+  void target_tiers(const Json& v, const std::string& p, Manifest& m) {
+    if (!v.is_array()) {
+      expected(p, "an array of target tier objects, lowest first", v);
+      return;
+    }
+    std::unordered_map<std::string, std::size_t> first;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string tp = child(p, i);
+      TargetTier tier;
+      walk_object(v[i], tp, "an object (a target tier: target and features)", kTierKeys,
+                  [&](std::string_view key, const Json& tv, const std::string& fp) {
+                    if (key == "target") {
+                      if (auto target = string_value(tv, fp, "a non-empty target string", true)) {
+                        if (auto [it, fresh] = first.emplace(*target, i); !fresh) {
+                          problem(fp, "duplicate target " + quote(*target) + " (first listed at " +
+                                          child(p, it->second) + ")");
+                        }
+                        tier.target = std::move(*target);
+                      }
+                    } else if (key == "features") {
+                      tier.features = string_array(tv, fp);
+                    }
+                  });
+      m.target_tiers.push_back(std::move(tier));
+    }
+  }
+
+  void levers(const Json& v, const std::string& p, Manifest& m) {
+    if (!v.is_array()) {
+      expected(p, "an array of lever objects", v);
+      return;
+    }
+    std::unordered_map<std::string, std::size_t> names;
+    std::unordered_map<std::string, std::size_t> options;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string lp = child(p, i);
+      ManifestLever lever;
+      if (!this->lever(v[i], lp, lever)) continue;
+      unique(names, lever.name, i, child(lp, "name"), "lever name", p);
+      unique(options, lever.option, i, child(lp, "option"), "option", p);
+      m.levers.push_back(std::move(lever));
+    }
+  }
+
+  // Reports `value` when an earlier item of the array at `array` (its index in `seen`) had it too.
+  void unique(std::unordered_map<std::string, std::size_t>& seen, const std::string& value, std::size_t index,
+              const std::string& pointer, std::string_view what, const std::string& array) {
+    if (value.empty()) return;
+    if (auto [it, fresh] = seen.emplace(value, index); !fresh) {
+      problem(pointer, "duplicate " + std::string(what) + " " + quote(value) + " (first declared at " +
+                           child(array, it->second) + ")");
+    }
+  }
+
+  // One lever object; false when it is not an object at all.
+  bool lever(const Json& v, const std::string& lp, ManifestLever& lever) {
+    bool typed = false;
+    std::optional<bool> path;
+    const Json* choices = nullptr;
+    const bool object = walk_object(
+        v, lp, "an object (a lever)", kLeverKeys, [&](std::string_view key, const Json& lv, const std::string& fp) {
+          if (key == "name") {
+            if (!lv.is_string() || !is_lever_name(lv.get_ref<const std::string&>())) {
+              expected(fp, "a lever name: METRALE_ followed by at least one of A-Z 0-9 _", lv);
+            } else {
+              lever.name = lv.get<std::string>();
+            }
+          } else if (key == "option") {
+            if (!lv.is_string() || !is_identifier(lv.get_ref<const std::string&>())) {
+              expected(fp, "a create() option key, an identifier ([A-Za-z_][A-Za-z0-9_]*), or \"device_index\"", lv);
+            } else {
+              lever.option = lv.get<std::string>();
+            }
+          } else if (key == "type") {
+            typed = lever_type(lv, fp, lever);
+          } else if (key == "default") {
+            if (auto s = string_value(lv, fp, "a non-empty string", true)) lever.default_text = *s;
+          } else if (key == "meaning") {
+            if (auto s = string_value(lv, fp, "a non-empty string", true)) lever.meaning = *s;
+          } else if (key == "choices") {
+            choices = &lv;
+          } else if (key == "path") {
+            if (!lv.is_boolean()) expected(fp, "true or false", lv);
+            else path = lv.get<bool>();
+          }
+        });
+    if (!object) return false;
+    lever_rules(v, lp, lever, typed, choices);
+    lever.path_like = path.value_or(lever.type == LeverType::path);
+    return true;
+  }
+
+  bool lever_type(const Json& v, const std::string& fp, ManifestLever& lever) {
+    std::optional<LeverType> type;
+    if (v.is_string()) type = lever_type_from_name(v.get_ref<const std::string&>());
+    if (!type || std::find(kManifestLeverTypes.begin(), kManifestLeverTypes.end(), *type) == kManifestLeverTypes.end()) {
+      expected(fp, kLeverTypeRule, v);
+      return false;
+    }
+    lever.type = *type;
+    return true;
+  }
+
+  // The rules between a lever's keys: choices exactly on choice levers; the device index a u32.
+  void lever_rules(const Json& v, const std::string& lp, ManifestLever& lever, bool typed, const Json* choices) {
+    if (typed && lever.type == LeverType::choice && choices == nullptr) {
+      problem(lp, "missing required key \"choices\" (a lever of type choice lists its choices: expected an "
+                  "array of distinct non-empty strings)");
+    }
+    if (choices != nullptr && typed && lever.type != LeverType::choice) {
+      problem(child(lp, "choices"), std::string("choices are allowed only on a lever of type choice; this one is ") +
+                                        lever_type_name(lever.type));
+    } else if (choices != nullptr) {
+      lever_choices(*choices, child(lp, "choices"), lever);
+    }
+    if (lever.option == kDeviceIndexOption && typed && lever.type != LeverType::u32) {
+      problem(child(lp, "type"), std::string("a lever with option \"device_index\" selects the device: expected "
+                                             "type u32, found ") + quote(v.at("type").get<std::string>()));
+    }
+  }
+
+  void lever_choices(const Json& v, const std::string& cp, ManifestLever& lever) {
+    if (!v.is_array() || v.empty()) {
+      expected(cp, "a non-empty array of distinct non-empty strings", v);
+      return;
+    }
+    lever.choices = string_array(v, cp);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (v[i].is_string() && v[i] == v[j]) {
+          problem(child(cp, i), "duplicate choice " + quote(v[i].get<std::string>()) + " (first listed at " +
+                                    child(cp, j) + ")");
+          break;
+        }
+      }
     }
   }
 

@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -63,7 +65,10 @@ std::string file_checksum(const fs::path& file) {
   return text.data();
 }
 
-std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
+namespace {
+
+// The file exists, is ELF, matches the checksum pin; the manifest's ABI version is one we speak.
+void check_library_file(const Manifest& manifest) {
   const fs::path& file = manifest.library;
   std::error_code error;
   if (!fs::exists(file, error))
@@ -82,19 +87,37 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
                                           std::to_string(manifest.abi_version) + "; this runtime speaks " +
                                           std::to_string(METRALE_ABI_VERSION_MIN) + ".." +
                                           std::to_string(METRALE_ABI_VERSION));
+}
 
-  auto plugin = std::shared_ptr<PluginLibrary>(new PluginLibrary());
-  plugin->path_ = file;
-  boost::dll::fs::error_code load_error;
-  plugin->library_.load(file, boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now, load_error);
-  if (load_error)
-    throw Error(Status::incompatible, describe_library(manifest) + ": cannot be loaded: " + load_error.message());
-  if (!plugin->library_.has(METRALE_PLUGIN_ENTRY_SYMBOL))
-    throw Error(Status::incompatible, describe_library(manifest) + ": no exported symbol " +
-                                          METRALE_PLUGIN_ENTRY_SYMBOL + " (the plugin entry point)");
+// What the plugin's table must satisfy once the handshake chose `chosen`.
+void check_table(const Manifest& manifest, const metrale_plugin_table* table, uint32_t chosen) {
+  if (table == nullptr)
+    throw Error(Status::incompatible, describe_library(manifest) + ": " + METRALE_PLUGIN_ENTRY_SYMBOL +
+                                          " returned OK with a null function table");
+  // Fields appended after version 1 are optional: a table that ends before them is complete.
+  if (table->struct_size < METRALE_PLUGIN_TABLE_V1_SIZE)
+    throw Error(Status::incompatible, describe_library(manifest) + ": function table struct_size " +
+                                          std::to_string(table->struct_size) + " is smaller than ABI " +
+                                          std::to_string(chosen) + "'s " +
+                                          std::to_string(METRALE_PLUGIN_TABLE_V1_SIZE));
+  if (table->abi_version != chosen)
+    throw Error(Status::incompatible, describe_library(manifest) + ": table says ABI " +
+                                          std::to_string(table->abi_version) + " but the handshake chose " +
+                                          std::to_string(chosen));
+  if (chosen != manifest.abi_version)
+    throw Error(Status::incompatible, describe_library(manifest) + ": plugin negotiated ABI " +
+                                          std::to_string(chosen) + " but the manifest declares /abi_version " +
+                                          std::to_string(manifest.abi_version));
+  for (const auto& field : kRequiredFields)
+    if (!field.present(*table))
+      throw Error(Status::incompatible,
+                  describe_library(manifest) + ": required table entry '" + field.name + "' is NULL");
+}
 
-  auto& entry = plugin->library_.get<metrale_status(uint32_t, uint32_t, uint32_t*, const metrale_plugin_table**)>(
-      METRALE_PLUGIN_ENTRY_SYMBOL);
+using EntryFn = metrale_status(uint32_t, uint32_t, uint32_t*, const metrale_plugin_table**);
+
+// The version handshake: the plugin's table, checked, and the version it chose.
+std::pair<const metrale_plugin_table*, uint32_t> handshake(const Manifest& manifest, EntryFn& entry) {
   uint32_t chosen = 0;
   const metrale_plugin_table* table = nullptr;
   metrale_status status = METRALE_STATUS_INTERNAL;
@@ -115,34 +138,32 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
   if (chosen < METRALE_ABI_VERSION_MIN || chosen > METRALE_ABI_VERSION)
     throw Error(Status::incompatible, describe_library(manifest) + ": plugin chose ABI " + std::to_string(chosen) +
                                           ", outside the offered " + range);
-  if (table == nullptr)
-    throw Error(Status::incompatible, describe_library(manifest) + ": " + METRALE_PLUGIN_ENTRY_SYMBOL +
-                                          " returned OK with a null function table");
-  if (table->struct_size < sizeof(metrale_plugin_table))
-    throw Error(Status::incompatible, describe_library(manifest) + ": function table struct_size " +
-                                          std::to_string(table->struct_size) + " is smaller than ABI " +
-                                          std::to_string(chosen) + "'s " +
-                                          std::to_string(sizeof(metrale_plugin_table)));
-  if (table->abi_version != chosen)
-    throw Error(Status::incompatible, describe_library(manifest) + ": table says ABI " +
-                                          std::to_string(table->abi_version) + " but the handshake chose " +
-                                          std::to_string(chosen));
-  if (chosen != manifest.abi_version)
-    throw Error(Status::incompatible, describe_library(manifest) + ": plugin negotiated ABI " +
-                                          std::to_string(chosen) + " but the manifest declares /abi_version " +
-                                          std::to_string(manifest.abi_version));
-  for (const auto& field : kRequiredFields)
-    if (!field.present(*table))
-      throw Error(Status::incompatible,
-                  describe_library(manifest) + ": required table entry '" + field.name + "' is NULL");
-  plugin->table_ = table;
-  plugin->abi_version_ = chosen;
+  check_table(manifest, table, chosen);
+  return {table, chosen};
+}
+
+}  // namespace
+
+std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
+  check_library_file(manifest);
+  auto plugin = std::shared_ptr<PluginLibrary>(new PluginLibrary());
+  plugin->path_ = manifest.library;
+  boost::dll::fs::error_code load_error;
+  plugin->library_.load(manifest.library, boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now,
+                        load_error);
+  if (load_error)
+    throw Error(Status::incompatible, describe_library(manifest) + ": cannot be loaded: " + load_error.message());
+  if (!plugin->library_.has(METRALE_PLUGIN_ENTRY_SYMBOL))
+    throw Error(Status::incompatible, describe_library(manifest) + ": no exported symbol " +
+                                          METRALE_PLUGIN_ENTRY_SYMBOL + " (the plugin entry point)");
+  std::tie(plugin->table_, plugin->abi_version_) =
+      handshake(manifest, plugin->library_.get<EntryFn>(METRALE_PLUGIN_ENTRY_SYMBOL));
 
   metrale_plugin_info info{};
   info.struct_size = sizeof(info);
-  status = METRALE_STATUS_INTERNAL;
+  metrale_status status = METRALE_STATUS_INTERNAL;
   try {
-    status = table->describe(&info);
+    status = plugin->table_->describe(&info);
   } catch (...) {
     throw Error(Status::internal, describe_library(manifest) + ": describe() let an exception escape the C ABI");
   }
@@ -159,6 +180,20 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
                                           plugin->backend_name_ + "' but the manifest's /backend is '" +
                                           manifest.backend + "'");
   return plugin;
+}
+
+bool PluginLibrary::offers_extensions() const noexcept {
+  return METRALE_STRUCT_HAS(metrale_plugin_table, table_, get_proc_address) && table_->get_proc_address != nullptr;
+}
+
+void* PluginLibrary::proc_address(const std::string& name) const {
+  if (!offers_extensions()) return nullptr;
+  try {
+    return table_->get_proc_address(name.c_str());
+  } catch (...) {
+    throw Error(Status::internal, "plugin library " + path_.string() + ": get_proc_address(\"" + name +
+                                      "\") let an exception escape the C ABI");
+  }
 }
 
 }  // namespace metrale

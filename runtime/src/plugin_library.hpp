@@ -31,6 +31,10 @@ class PluginLibrary {
   const char* log_tag() const noexcept { return backend_name_.c_str(); }
   // Callbacks lent to every instance of this plugin; they live as long as the library.
   const metrale_host_callbacks& host_callbacks() const noexcept { return host_; }
+  // Whether the table has a get_proc_address (struct_size covers it and it is not NULL).
+  bool offers_extensions() const noexcept;
+  // The plugin's extension entry point `name`, or nullptr (none by that name, or no extensions).
+  void* proc_address(const std::string& name) const;
 
  private:
   boost::dll::shared_library library_;

@@ -5,31 +5,18 @@
 #include <metrale/registry.hpp>
 #include <metrale/names.hpp>
 
+#include "manifest_levers.hpp"
 #include "plugin_library.hpp"
 
 #include <algorithm>
 #include <array>
 #include <set>
-#include <sstream>
 
 namespace fs = std::filesystem;
 
 namespace metrale {
 
 namespace {
-
-// Levers that become create() options of one backend: the plugin never reads the environment.
-struct LeverOption {
-  std::string_view backend;
-  std::string_view lever;
-  std::string_view key;
-};
-constexpr std::array<LeverOption, 4> kLeverOptions{{
-    {"cpu", "METRALE_CPU_TARGET", "target"},
-    {"cpu", "METRALE_CPU_THREADS", "threads"},
-    {"cpu", "METRALE_CPU_PIN", "pin"},
-    {"cuda", "METRALE_CUDA_DRIVER", "driver"},
-}};
 
 std::vector<std::string> split(std::string_view text, char separator) {
   std::vector<std::string> parts;
@@ -58,31 +45,10 @@ std::string join_problems(const std::vector<ManifestProblem>& problems) {
   return out;
 }
 
-void create_instance(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
+// create() on the entry's library; sets the entry's state (and instance when it succeeds).
+void create_instance(RegistryEntry& entry, const PluginLibrary& library, const LeverOptions& options,
+                     const std::shared_ptr<AuditLog>& audit) {
   const Manifest& manifest = *entry.manifest;
-  std::shared_ptr<PluginLibrary> library;
-  try {
-    library = PluginLibrary::open(manifest);
-  } catch (const Error& e) {
-    entry.state = EntryState::failed;
-    entry.reason = e.what();
-    return;
-  }
-  const metrale_plugin_table& table = library->table();
-
-  std::vector<std::string> option_storage;
-  std::vector<metrale_option> options;
-  option_storage.reserve(kLeverOptions.size() * 2);
-  for (const auto& option : kLeverOptions) {
-    if (option.backend != manifest.backend) continue;
-    if (auto value = lever_raw(option.lever)) {
-      option_storage.emplace_back(option.key);
-      option_storage.push_back(*value);
-    }
-  }
-  for (size_t i = 0; i + 1 < option_storage.size(); i += 2)
-    options.push_back({option_storage[i].c_str(), option_storage[i + 1].c_str()});
-
   std::string cache = cache_dir().value_or(fs::path()).string();
   std::vector<std::string> source_dir_storage;
   for (const auto& dir : kernel_source_dirs()) source_dir_storage.push_back(dir.string());
@@ -92,22 +58,21 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audi
 
   metrale_backend_create_info info{};
   info.struct_size = sizeof(info);
-  info.host = &library->host_callbacks();
-  info.device_index = 0;
-  if (manifest.backend == "cuda") info.device_index = lever_u32("METRALE_CUDA_DEVICE").value_or(0);
+  info.host = &library.host_callbacks();
+  info.device_index = options.device_index();
   info.cache_dir = cache.empty() ? nullptr : cache.c_str();
   info.kernel_source_dirs = source_dirs.data();
   info.kernel_source_dir_count = static_cast<uint32_t>(source_dirs.size());
   info.manifest_path = manifest_path.c_str();
   info.manifest_json = manifest.text.c_str();
   info.options = options.data();
-  info.option_count = static_cast<uint32_t>(options.size());
+  info.option_count = options.count();
 
   metrale_backend* instance = nullptr;
   std::array<char, 1024> error{};
   metrale_status status = METRALE_STATUS_INTERNAL;
   try {
-    status = table.create(&info, &instance, error.data(), error.size());
+    status = library.table().create(&info, &instance, error.data(), error.size());
   } catch (...) {
     entry.state = EntryState::failed;
     entry.reason = "plugin " + manifest.library.string() + ": create() let an exception escape the C ABI";
@@ -123,17 +88,35 @@ void create_instance(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audi
     return;
   }
   try {
-    entry.instance = std::make_shared<Backend>(library, manifest, instance, audit);
+    entry.instance = std::make_shared<Backend>(entry.library, manifest, instance, audit);
   } catch (const Error& e) {
     entry.state = EntryState::failed;
     entry.reason = e.what();
     return;
   }
   entry.state = EntryState::loaded;
-  for (const auto& row : entry.instance->kernel_availability()) {
-    if (row.gated || row.note.empty()) continue;
-    entry.cross_check.push_back(row.module + "/" + row.name + ": " + row.note);
+}
+
+void load_entry(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
+  const LeverOptions options(*entry.manifest);  // a bad lever value is a Refusal, before any loading
+  try {
+    entry.library = PluginLibrary::open(*entry.manifest);
+  } catch (const Error& e) {
+    entry.state = EntryState::failed;
+    entry.reason = e.what();
+    return;
   }
+  create_instance(entry, *entry.library, options, audit);
+  if (entry.state == EntryState::loaded) {
+    for (const auto& row : entry.instance->kernel_availability()) {
+      if (row.gated || row.note.empty()) continue;
+      entry.cross_check.push_back(row.module + "/" + row.name + ": " + row.note);
+    }
+  }
+}
+
+std::string disabled_by() {
+  return "METRALE_BACKENDS_DISABLE=" + lever_raw("METRALE_BACKENDS_DISABLE").value_or("");
 }
 
 }  // namespace
@@ -152,6 +135,7 @@ const char* manifest_origin_name(ManifestOrigin origin) noexcept {
 
 const char* entry_state_name(EntryState state) noexcept {
   switch (state) {
+    case EntryState::pending: return "pending";
     case EntryState::loaded: return "loaded";
     case EntryState::unavailable: return "unavailable";
     case EntryState::disabled: return "disabled";
@@ -203,13 +187,19 @@ std::vector<std::pair<fs::path, ManifestOrigin>> discover_manifest_files(const D
 }
 
 Registry Registry::discover(const DiscoveryOptions& options) {
+  Registry registry = scan(options);
+  registry.load();
+  return registry;
+}
+
+Registry Registry::scan(const DiscoveryOptions& options) {
   Registry registry;
   std::vector<std::string> disabled;
   if (auto globs = lever_raw("METRALE_BACKENDS_DISABLE")) disabled = split(*globs, ',');
   if (process_is_elevated())
     logger()->warn("elevated privileges: METRALE_MANIFESTS, METRALE_PLUGIN_PATH and other path levers are ignored");
 
-  std::set<std::string, std::less<>> claimed;
+  std::set<std::string, std::less<>> claimed;    // backends whose first manifest was found
   for (auto& [file, origin] : discover_manifest_files(options)) {
     RegistryEntry entry;
     entry.manifest_path = file;
@@ -226,24 +216,36 @@ Registry Registry::discover(const DiscoveryOptions& options) {
     entry.manifest_path = entry.manifest->path;
     entry.backend = entry.manifest->backend;
     entry.priority = entry.manifest->priority;
-    if (std::any_of(disabled.begin(), disabled.end(), [&](const std::string& g) { return glob_match(g, entry.backend); })) {
-      entry.state = EntryState::disabled;
-      entry.reason = "matches METRALE_BACKENDS_DISABLE";
-    } else if (claimed.count(entry.backend)) {
-      entry.state = EntryState::shadowed;
-      entry.reason = "backend '" + entry.backend + "' is already provided by an earlier manifest";
+    const bool off = std::any_of(disabled.begin(), disabled.end(),
+                                 [&](const std::string& g) { return glob_match(g, entry.backend); });
+    if (claimed.count(entry.backend)) {
+      entry.state = off ? EntryState::disabled : EntryState::shadowed;
+      entry.reason = off ? "matches METRALE_BACKENDS_DISABLE"
+                         : "backend '" + entry.backend + "' is already provided by an earlier manifest";
+    } else if (auto conflict = declare_manifest_levers(*entry.manifest)) {
+      entry.state = EntryState::invalid;
+      entry.reason = *conflict;
+      logger()->warn("{}", entry.reason);
     } else {
       claimed.insert(entry.backend);
-      create_instance(entry, registry.audit_);
-      if (entry.state == EntryState::failed) logger()->warn("{}", entry.reason);
-      else if (entry.state == EntryState::unavailable)
-        logger()->info("backend {} unavailable: {}", entry.backend, entry.reason);
-      for (const auto& line : entry.cross_check)
-        logger()->warn("{}: manifest/plugin cross-check: {}", entry.manifest_path.string(), line);
+      entry.state = off ? EntryState::disabled : EntryState::pending;
+      if (off) entry.reason = "matches METRALE_BACKENDS_DISABLE";
     }
     registry.entries_.push_back(std::move(entry));
   }
   return registry;
+}
+
+void Registry::load() {
+  for (auto& entry : entries_) {
+    if (entry.state != EntryState::pending) continue;
+    load_entry(entry, audit_);
+    if (entry.state == EntryState::failed) logger()->warn("{}", entry.reason);
+    else if (entry.state == EntryState::unavailable)
+      logger()->info("backend {} unavailable: {}", entry.backend, entry.reason);
+    for (const auto& line : entry.cross_check)
+      logger()->warn("{}: manifest/plugin cross-check: {}", entry.manifest_path.string(), line);
+  }
 }
 
 std::shared_ptr<Backend> Registry::find(std::string_view backend) const {
@@ -260,14 +262,6 @@ std::shared_ptr<Backend> Registry::select(std::optional<std::string> requested) 
       via = "METRALE_BACKEND=" + *lever;
     }
   }
-  auto summary = [&] {
-    std::string out;
-    for (const auto& entry : entries_) {
-      std::string name = entry.backend.empty() ? entry.manifest_path.filename().string() : entry.backend;
-      out += (out.empty() ? "" : ", ") + name + " (" + entry_state_name(entry.state) + ")";
-    }
-    return out.empty() ? std::string("none found") : out;
-  };
   if (requested) {
     if (auto backend = find(*requested)) return backend;
     std::string why = "no manifest names it";
@@ -286,6 +280,48 @@ std::shared_ptr<Backend> Registry::select(std::optional<std::string> requested) 
   }
   if (!best) throw Error(Status::unavailable, "no backend could be loaded. Backends: " + summary());
   return best;
+}
+
+std::string Registry::summary() const {
+  std::string out;
+  for (const auto& entry : entries_) {
+    std::string name = entry.backend.empty() ? entry.manifest_path.filename().string() : entry.backend;
+    out += (out.empty() ? "" : ", ") + name + " (" + entry_state_name(entry.state) + ")";
+  }
+  return out.empty() ? std::string("none found") : out;
+}
+
+Extension Registry::extension(std::string_view backend, std::string_view name) const {
+  const std::string what = "extension '" + std::string(name) + "' of backend '" + std::string(backend) + "'";
+  // A usable entry first; else the first that names the backend, for its reason.
+  const RegistryEntry* found = nullptr;
+  for (const auto& entry : entries_) {
+    if (entry.backend != backend || entry.state == EntryState::shadowed) continue;
+    const bool usable = entry.state == EntryState::loaded || entry.state == EntryState::unavailable;
+    if (usable || found == nullptr) found = &entry;
+    if (usable) break;
+  }
+  if (found == nullptr) throw Refusal(what + ": no manifest names the backend. Backends: " + summary());
+  switch (found->state) {
+    case EntryState::loaded:
+    case EntryState::unavailable:
+      break;
+    case EntryState::disabled:
+      throw Refusal(what + ": the backend is disabled by " + disabled_by());
+    case EntryState::pending:
+      throw Error(Status::internal, what + ": Registry::extension() called before load()");
+    default:
+      throw Refusal(what + ": the backend cannot be used (" + entry_state_name(found->state) + ": " + found->reason + ")");
+  }
+  const std::string plugin = "plugin " + found->manifest->library.string() + " (manifest " +
+                             found->manifest_path.string() + ")";
+  if (!found->library->offers_extensions())
+    throw Error(Status::unimplemented, what + ": " + plugin + " offers no extensions (its function table has no "
+                                                 "get_proc_address)");
+  void* address = found->library->proc_address(std::string(name));
+  if (address == nullptr)
+    throw Error(Status::unimplemented, what + ": " + plugin + " offers no extension of that name");
+  return Extension{address, std::shared_ptr<const void>(found->library, found->library.get()), *found->manifest};
 }
 
 }  // namespace metrale

@@ -2,23 +2,28 @@
 #include <metrale/target.hpp>
 
 #include <algorithm>
-#include <array>
 #include <charconv>
+#include <optional>
 
 namespace metrale {
 
 namespace {
 
-struct SmTarget {
+struct VersionedTarget {
+  std::string_view prefix;     // the letters before '_'
   int number = 0;
-  bool arch_specific = false;  // the "a" suffix: exactly this architecture
-  bool family = false;         // the "f" suffix: this major version, this minor or later
+  bool arch_specific = false;  // the "a" suffix: exactly this number
+  bool family = false;         // the "f" suffix: this number / 10, this number or later
 };
 
-std::optional<SmTarget> parse_sm(std::string_view text) {
-  if (!text.starts_with("sm_")) return std::nullopt;
-  text.remove_prefix(3);
-  SmTarget target;
+std::optional<VersionedTarget> parse_versioned(std::string_view text) {
+  const size_t underscore = text.find('_');
+  if (underscore == 0 || underscore == std::string_view::npos) return std::nullopt;
+  VersionedTarget target;
+  target.prefix = text.substr(0, underscore);
+  if (!std::all_of(target.prefix.begin(), target.prefix.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+    return std::nullopt;
+  text.remove_prefix(underscore + 1);
   if (text.ends_with('a')) {
     target.arch_specific = true;
     text.remove_suffix(1);
@@ -31,40 +36,33 @@ std::optional<SmTarget> parse_sm(std::string_view text) {
   return target;
 }
 
-constexpr std::string_view kCpuPrefix = "cpu-x86_64-";
-constexpr std::array<std::string_view, 4> kCpuTiers{"baseline", "avx2", "avx512", "avx512bf16"};
-
-std::optional<size_t> cpu_tier(std::string_view text) {
-  if (!text.starts_with(kCpuPrefix)) return std::nullopt;
-  text.remove_prefix(kCpuPrefix.size());
-  auto it = std::find(kCpuTiers.begin(), kCpuTiers.end(), text);
-  if (it == kCpuTiers.end()) return std::nullopt;
-  return static_cast<size_t>(it - kCpuTiers.begin());
+std::optional<size_t> rung(std::string_view target, std::span<const TargetTier> tiers) {
+  for (size_t i = 0; i < tiers.size(); ++i)
+    if (tiers[i].target == target) return i;
+  return std::nullopt;
 }
 
 }  // namespace
 
-bool target_satisfies(std::string_view device, std::string_view min_target) {
-  auto have = parse_sm(device);
-  auto need = parse_sm(min_target);
-  if (have && need) {
+bool target_satisfies(std::string_view device, std::string_view min_target, std::span<const TargetTier> tiers) {
+  auto have_rung = rung(device, tiers);
+  auto need_rung = rung(min_target, tiers);
+  if (have_rung && need_rung) return *have_rung >= *need_rung;
+  auto have = parse_versioned(device);
+  auto need = parse_versioned(min_target);
+  if (have && need && have->prefix == need->prefix) {
     if (need->arch_specific) return have->arch_specific && have->number == need->number;
     if (need->family) return have->number / 10 == need->number / 10 && have->number >= need->number;
     return have->number >= need->number;
   }
-  auto have_tier = cpu_tier(device);
-  auto need_tier = cpu_tier(min_target);
-  if (have_tier && need_tier) return *have_tier >= *need_tier;
   return device == min_target;
 }
 
-std::vector<std::string> target_cpu_features(std::string_view target) {
-  auto tier = cpu_tier(target);
-  if (!tier) return {};
-  std::vector<std::string> features{"sse2"};
-  if (*tier >= 1) features.insert(features.end(), {"avx", "avx2", "fma", "f16c"});
-  if (*tier >= 2) features.insert(features.end(), {"avx512f", "avx512bw", "avx512vl"});
-  if (*tier >= 3) features.insert(features.end(), {"avx512bf16"});
+std::vector<std::string> target_features(std::string_view target, std::span<const TargetTier> tiers) {
+  auto top = rung(target, tiers);
+  if (!top) return {};
+  std::vector<std::string> features;
+  for (size_t i = 0; i <= *top; ++i) features.insert(features.end(), tiers[i].features.begin(), tiers[i].features.end());
   return features;
 }
 

@@ -43,6 +43,7 @@ struct metrale_backend {
   std::map<uint64_t, void*> allocations;
   uint64_t next_stream = 1;
   std::string target = "test-target";
+  std::string device_name = "fault test device";  // plus " #<device_index>" and " key=value" per option
   std::string last_error;
   uint64_t launches = 0;
   std::mutex mutex;
@@ -93,8 +94,12 @@ metrale_status create(const metrale_backend_create_info* info, metrale_backend**
   try {
     auto backend = std::make_unique<metrale_backend>();
     auto manifest = nlohmann::json::parse(info->manifest_json ? info->manifest_json : "{}");
-    for (uint32_t i = 0; i < info->option_count; ++i)
+    // The device name reports what create() was given, so tests can see lever-derived options.
+    if (info->device_index != 0) backend->device_name += " #" + std::to_string(info->device_index);
+    for (uint32_t i = 0; i < info->option_count; ++i) {
       if (std::strcmp(info->options[i].key, "target") == 0) backend->target = info->options[i].value;
+      backend->device_name += std::string(" ") + info->options[i].key + "=" + info->options[i].value;
+    }
     if (manifest.contains("targets") && !manifest["targets"].empty()) backend->target = manifest["targets"][0];
     for (const auto& module : manifest.value("modules", nlohmann::json::array())) {
       const auto& kernels = module["kernels"];
@@ -136,7 +141,7 @@ void destroy(metrale_backend* b) {
 const char* last_error(metrale_backend* b) { return b ? b->last_error.c_str() : ""; }
 
 metrale_status device_info(metrale_backend* b, metrale_device_info* out) {
-  out->name = "fault test device";
+  out->name = b->device_name.c_str();
   out->target = b->target.c_str();
   out->memory_bytes = 0;
   out->compute_units = 1;
@@ -277,8 +282,20 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   return METRALE_STATUS_OK;
 }
 
+// The one extension every variant offers (Registry::extension tests): "fault_answer", a
+// uint32_t(void) returning 42.
+uint32_t fault_answer() { return 42; }
+
+void* get_proc_address(const char* name) {
+  return std::strcmp(name, "fault_answer") == 0 ? reinterpret_cast<void*>(&fault_answer) : nullptr;
+}
+
 const metrale_plugin_table kTable = {
+#if defined(FAULT_SHORT_TABLE)
+    METRALE_PLUGIN_TABLE_V1_SIZE,  // built before get_proc_address was appended
+#else
     sizeof(metrale_plugin_table),
+#endif
 #if defined(FAULT_TABLE_VERSION_LIES)
     2,
 #else
@@ -287,6 +304,7 @@ const metrale_plugin_table kTable = {
     describe, device_count, create, destroy, last_error, device_info, list_kernels, get_kernel,
     mem_alloc, mem_free, copy_to_device, copy_to_host, copy_device, memset_device,
     stream_create, stream_destroy, stream_synchronize, launch,
+    get_proc_address,
 };
 
 }  // namespace

@@ -13,6 +13,9 @@
 #include "model/reference.hpp"
 #include "selectors.hpp"
 
+#include <layers/levers.hpp>
+#include "test_support.hpp"
+
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 #include <metrale/registry.hpp>
@@ -338,6 +341,7 @@ std::vector<TargetRow> targets_of(const ThreadRun& run) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  metrale::layers::register_levers();  // before any lever is read, as every program using the layers does
   CLI::App app{"metrale-bench-layers: FFN GEMV/GEMM rates against this machine's measured read bandwidth"};
   std::string backend_name;
   std::vector<std::string> preset_list{"qwen3-32b", "qwen3-30b-a3b"};

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace metrale::testing;
@@ -185,16 +186,60 @@ TEST_CASE("kernels --json lists listed/provided/gated per backend") {
   CHECK(gemm);
 }
 
-TEST_CASE("docs/levers.md documents every declared lever") {
+TEST_CASE("docs/levers.md documents every declared lever, under who declares it") {
   auto j = run("levers --json");
   REQUIRE(j.code == 0);
   std::string doc = slurp(fs::path(METRALE_SOURCE_ROOT) / "docs" / "levers.md");
   REQUIRE_FALSE(doc.empty());
+  // The text of the "## Declared by ..." section that starts with `heading`.
+  auto section = [&](const std::string& heading) {
+    size_t start = doc.find("\n## " + heading);
+    REQUIRE_MESSAGE(start != std::string::npos, heading);
+    size_t end = doc.find("\n## ", start + 1);
+    return doc.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  };
   auto json = nlohmann::json::parse(j.out);
   for (const auto& lever : json["levers"]) {
     std::string name = lever["name"];
-    CHECK_MESSAGE(has(doc, "`" + name + "`"), name << " is missing from docs/levers.md");
+    std::string by = lever["declared_by"];
+    std::string heading = by == "runtime" ? "Declared by the runtime"
+                          : by == "layers" ? "Declared by the layers"
+                                           : "Declared by the backends' manifests";
+    CHECK_MESSAGE(has(section(heading), "`" + name + "`"),
+                  name << " (declared by " << by << ") is missing from docs/levers.md, " << heading);
   }
+}
+
+TEST_CASE("levers: the runtime's, the layers' and each manifest's, with who declares them") {
+  auto j = run("levers --json", {{"METRALE_BACKENDS_DISABLE", "cpu"}, {"METRALE_CPU_THREADS", "2"}});
+  REQUIRE(j.code == 0);
+  CHECK_FALSE(has(j.err, "unknown lever"));  // a disabled backend's levers are still known
+  std::map<std::string, nlohmann::json> levers;
+  const auto doc = nlohmann::json::parse(j.out);
+  for (const auto& lever : doc.at("levers")) levers.emplace(lever.at("name").get<std::string>(), lever);
+  CHECK(levers.at("METRALE_BACKEND")["declared_by"] == "runtime");
+  CHECK(levers.at("METRALE_BACKEND")["manifest"].is_null());
+  CHECK(levers.at("METRALE_W4A16_VARIANT")["declared_by"] == "layers");
+  const auto& threads = levers.at("METRALE_CPU_THREADS");
+  CHECK(threads["declared_by"] == "backend cpu");
+  CHECK(threads["manifest"].get<std::string>().ends_with("cpu.json"));
+  CHECK(threads["value"] == "2");
+  auto table = run("levers");
+  CHECK(has(table.out, "backend cpu"));
+
+  auto typo = run("levers", {{"METRALE_CPU_THREDS", "2"}});
+  CHECK(has(typo.err, "unknown lever METRALE_CPU_THREDS (did you mean METRALE_CPU_THREADS?)"));
+  auto bad = run("levers", {{"METRALE_CPU_THREADS", "many"}});
+  CHECK(bad.code == 3);
+  CHECK(has(bad.err, "METRALE_CPU_THREADS=\"many\" is not valid: expected an unsigned 32-bit integer (lever "
+                     "declared by backend cpu in manifest "));
+}
+
+TEST_CASE("compile goes through the registry: without a cuda manifest it is a refusal saying so") {
+  auto r = run("compile --target sm_90", {{"METRALE_MANIFESTS", CPU_MANIFEST}});
+  CHECK(r.code == 3);
+  INFO(r.err);
+  CHECK(has(r.err, "extension 'metrale_cuda_compile' of backend 'cuda': no manifest names the backend"));
 }
 
 TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and accepts the same one") {

@@ -8,6 +8,8 @@
 
 #include "conformance/conformance.hpp"
 
+#include <layers/levers.hpp>
+
 #include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
+  metrale::layers::register_levers();  // before discovery, as every program using the layers does
   static metrale::Registry registry = metrale::Registry::discover();
   for (const auto& e : registry.entries()) {
     if (e.state == metrale::EntryState::loaded && e.instance) g_backends.push_back(e.instance);

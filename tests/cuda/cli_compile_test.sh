@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `metrale compile` end to end, without a GPU: every module for a target, the cache hit on the
-# second run, a corrupt cache entry rebuilt with a warning, and usage errors. Args: metrale binary.
+# second run, a corrupt cache entry rebuilt with a warning, usage errors, and a refusal when the
+# cuda backend is disabled (compile goes through the registry). Args: metrale binary.
 set -u
 metrale=$1
 work=$(mktemp -d)
@@ -34,4 +35,7 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and 
 
 "$metrale" compile --target sm_8x >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown target should exit 2"
 "$metrale" compile --target sm_86 --module nope >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown module should exit 2"
+METRALE_BACKENDS_DISABLE=cuda "$metrale" compile --target sm_90 >/dev/null 2>"$work/err4"; code=$?
+[ $code -eq 3 ] || fail "a disabled cuda backend should exit 3, not $code"
+grep -q 'disabled by METRALE_BACKENDS_DISABLE=cuda' "$work/err4" || fail "no lever named: $(cat "$work/err4")"
 echo ok

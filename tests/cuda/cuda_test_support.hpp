@@ -50,10 +50,16 @@ struct Plugin {
       uint32_t chosen = 0;
       REQUIRE(entry(1, 1, &chosen, &p.table) == METRALE_STATUS_OK);
       REQUIRE(chosen == 1);
-      p.compile = reinterpret_cast<metrale_cuda_compile_fn>(dlsym(p.library, METRALE_CUDA_COMPILE_SYMBOL));
-      p.compile_free = reinterpret_cast<metrale_cuda_compile_free_fn>(dlsym(p.library, METRALE_CUDA_COMPILE_FREE_SYMBOL));
+      // The compile extension: through the table, not as exported symbols.
+      REQUIRE(METRALE_STRUCT_HAS(metrale_plugin_table, p.table, get_proc_address));
+      REQUIRE(static_cast<bool>(p.table->get_proc_address));
+      p.compile = reinterpret_cast<metrale_cuda_compile_fn>(p.table->get_proc_address(METRALE_CUDA_COMPILE_NAME));
+      p.compile_free =
+          reinterpret_cast<metrale_cuda_compile_free_fn>(p.table->get_proc_address(METRALE_CUDA_COMPILE_FREE_NAME));
       REQUIRE(static_cast<bool>(p.compile));
       REQUIRE(static_cast<bool>(p.compile_free));
+      CHECK(p.table->get_proc_address("metrale_cuda_no_such_extension") == nullptr);
+      CHECK(dlsym(p.library, METRALE_CUDA_COMPILE_NAME) == nullptr);  // not exported
       return p;
     }();
     return plugin;

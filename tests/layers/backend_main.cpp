@@ -5,6 +5,8 @@
 
 #include "backend_support.hpp"
 
+#include <layers/levers.hpp>
+
 #include <cstdio>
 
 namespace layers_test {
@@ -19,6 +21,7 @@ std::shared_ptr<metrale::Backend> cpu_backend() { return test_registry().find("c
 }  // namespace layers_test
 
 int main(int argc, char** argv) {
+  metrale::layers::register_levers();  // before discovery, as every program using the layers does
   if (!layers_test::cpu_backend()) {
     std::fprintf(stderr, "the cpu backend is not loaded; skipping. Discovery found:\n");
     for (const auto& e : layers_test::test_registry().entries()) {

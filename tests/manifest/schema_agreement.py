@@ -6,7 +6,7 @@ Usage: schema_agreement.py MANIFEST_VERDICT SCHEMA [MUST_ACCEPT.json ...]
 
 Generates a corpus of manifests (two good ones, every value of them replaced by values of every
 JSON type, every key removed, unknown keys added under format 1.0 and 1.1, edge cases of every
-pattern and range, malformed texts) into a temporary directory, asks MANIFEST_VERDICT (the C++
+pattern and range and of the rules between a lever's keys, malformed texts) into a temporary directory, asks MANIFEST_VERDICT (the C++
 validator) for its verdict on each, validates each with jsonschema, and fails on any document
 where one accepts and the other does not. Documents that break a rule only the runtime checks
 (docs/manifest.md, "Rules only the runtime checks") are excluded from the comparison, each with
@@ -49,6 +49,15 @@ FULL = {
     "description": "CUDA backend",
     "library_checksum": "xxh3-64:0123456789abcdef",
     "targets": ["sm_80", "sm_90"],
+    "target_tiers": [{"target": "t-base", "features": ["sse2"]}, {"target": "t-high"}],
+    "levers": [
+        {"name": "METRALE_X_DRIVER", "option": "driver", "type": "path", "default": "libx.so",
+         "meaning": "Driver library."},
+        {"name": "METRALE_X_DEVICE", "option": "device_index", "type": "u32", "default": "0",
+         "meaning": "Device index.", "path": False},
+        {"name": "METRALE_X_TIER", "option": "tier", "type": "choice", "default": "auto",
+         "meaning": "Tier.", "choices": ["auto", "low"]},
+    ],
     "modules": [
         {
             "name": "w4a16",
@@ -190,6 +199,21 @@ def build_corpus():
         add(f"kernel name {ident!r}", replaced(FULL, "/modules/1/kernels/0/name", ident))
         add(f"param name {ident!r}", replaced(FULL, "/modules/1/kernels/0/params/0/name", ident))
 
+    for name in ("METRALE_A", "METRALE_A_1", "METRALE_", "METRALE_a", "METRALEX", "metrale_a", "X_A",
+                 "METRALE_A\n", "METRALE_A-B", "METRALE__", "METRALE_É"):
+        add(f"lever name {name!r}", replaced(FULL, "/levers/0/name", name))
+    for option in ("driver", "_x", "device_index", "Device_Index", "1x", "a-b", "", "a b"):
+        add(f"lever option {option!r}", replaced(FULL, "/levers/0/option", option))
+        add(f"u32 lever option {option!r}", replaced(FULL, "/levers/1/option", option))
+    for ltype in ("presence", "flag", "u32", "string", "choice", "path", "path_list", "glob_list",
+                  "kernel_map", "U32", "bool", ""):
+        add(f"lever type {ltype!r}", replaced(FULL, "/levers/0/type", ltype))
+        add(f"device lever type {ltype!r}", replaced(FULL, "/levers/1/type", ltype))
+        add(f"choice lever type {ltype!r}", replaced(FULL, "/levers/2/type", ltype))
+    for choices in ([], ["a"], ["a", "a"], ["a", ""], ["a", 1], "a", [["a"]]):
+        add(f"lever choices {choices!r}", replaced(FULL, "/levers/2/choices", choices))
+        add(f"choices on a path lever {choices!r}", with_key(FULL, "/levers/0", "choices", choices))
+
     for ptype in ("ptr", "u32", "i32", "u64", "i64", "f32", "f64", "f16", "PTR", "ptr ", "u8"):
         add(f"param type {ptype!r}", replaced(FULL, "/modules/1/kernels/0/params/0/type", ptype))
 
@@ -239,6 +263,15 @@ def build_corpus():
     same = copy.deepcopy(FULL)
     same["modules"][1]["kernels"][0]["name"] = "w4a16_gemm_t"
     add("same kernel name in two modules", same)
+    dup = copy.deepcopy(FULL)
+    dup["levers"][1]["name"] = "METRALE_X_DRIVER"
+    add("duplicate lever name", dup)
+    dup = copy.deepcopy(FULL)
+    dup["levers"][2]["option"] = "driver"
+    add("duplicate lever option", dup)
+    dup = copy.deepcopy(FULL)
+    dup["target_tiers"][1]["target"] = "t-base"
+    add("duplicate tier target", dup)
     return corpus
 
 
@@ -292,6 +325,15 @@ def runtime_only_rule(data):
     def unique(items, what):
         names = [i.get("name") for i in items if isinstance(i, dict) and isinstance(i.get("name"), str)]
         return f"duplicate {what} name" if len(names) != len(set(names)) else None
+
+    if isinstance(doc, dict):
+        for key, field, what in (("levers", "name", "lever name"), ("levers", "option", "lever option"),
+                                 ("target_tiers", "target", "tier target")):
+            items = doc.get(key)
+            if isinstance(items, list):
+                values = [i.get(field) for i in items if isinstance(i, dict) and isinstance(i.get(field), str)]
+                if len(values) != len(set(values)):
+                    return f"duplicate {what}"
 
     if isinstance(doc, dict) and isinstance(doc.get("modules"), list):
         modules = doc["modules"]

@@ -146,7 +146,7 @@ TEST_CASE("glob_match") {
   CHECK_FALSE(glob_match("cpu", "cpu2"));
 }
 
-TEST_CASE("target_satisfies and CPU tier features") {
+TEST_CASE("target_satisfies: versioned targets by number, tiers by the manifest's ladder") {
   CHECK(target_satisfies("sm_90", "sm_80"));
   CHECK(target_satisfies("sm_90a", "sm_90"));
   CHECK(target_satisfies("sm_100", "sm_90"));
@@ -158,13 +158,19 @@ TEST_CASE("target_satisfies and CPU tier features") {
   CHECK(target_satisfies("sm_100a", "sm_100f"));
   CHECK_FALSE(target_satisfies("sm_120", "sm_100f"));  // another major: family features differ
   CHECK_FALSE(target_satisfies("sm_90", "sm_100f"));
-  CHECK(target_satisfies("cpu-x86_64-avx512", "cpu-x86_64-avx2"));
-  CHECK_FALSE(target_satisfies("cpu-x86_64-avx2", "cpu-x86_64-avx512"));
-  CHECK_FALSE(target_satisfies("cpu-x86_64-avx2", "sm_80"));
-  auto features = target_cpu_features("cpu-x86_64-avx2");
-  CHECK(std::find(features.begin(), features.end(), "fma") != features.end());
-  CHECK(std::find(features.begin(), features.end(), "avx512f") == features.end());
-  CHECK(target_cpu_features("sm_90").empty());
+  CHECK(target_satisfies("gfx_11", "gfx_10"));         // any letters: the syntax is generic
+  CHECK_FALSE(target_satisfies("gfx_90", "sm_80"));    // but the letters must match
+  CHECK_FALSE(target_satisfies("x86-avx512", "x86-avx2"));  // no ladder: equal or not
+  const std::vector<TargetTier> tiers{{"x86-base", {"sse2"}}, {"x86-avx2", {"avx2", "fma"}}, {"x86-avx512", {"avx512f"}}};
+  CHECK(target_satisfies("x86-avx512", "x86-avx2", tiers));
+  CHECK(target_satisfies("x86-avx2", "x86-avx2", tiers));
+  CHECK_FALSE(target_satisfies("x86-avx2", "x86-avx512", tiers));
+  CHECK_FALSE(target_satisfies("x86-avx2", "sm_80", tiers));
+  CHECK(target_satisfies("sm_90", "sm_80", tiers));  // a ladder does not change versioned targets
+  auto features = target_features("x86-avx2", tiers);
+  CHECK(features == std::vector<std::string>{"sse2", "avx2", "fma"});
+  CHECK(target_features("x86-avx2", {}).empty());
+  CHECK(target_features("sm_90", tiers).empty());
 }
 
 TEST_CASE("lookups: gating by target, signature check, not-provided reason, typed launch") {

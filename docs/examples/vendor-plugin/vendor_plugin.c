@@ -27,7 +27,7 @@ struct metrale_backend {
   const metrale_host_callbacks* host;
 };
 
-/* ---- number formats (design.md section 8) ---- */
+/* ---- number formats (docs/kernels.md) ---- */
 
 static float bf16_to_f32(uint16_t v) {
   uint32_t bits = (uint32_t)v << 16;
@@ -299,7 +299,8 @@ static metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_
 static const metrale_plugin_table kTable = {
     sizeof(metrale_plugin_table), VENDOR_ABI, describe, device_count, create, destroy, last_error,
     device_info, list_kernels, get_kernel, mem_alloc, mem_free, copy_to_device, copy_to_host, copy_device,
-    memset_device, stream_create, stream_destroy, stream_synchronize, launch};
+    memset_device, stream_create, stream_destroy, stream_synchronize, launch,
+    NULL /* get_proc_address: no extensions */};
 
 /* The handshake: speak version 1 when the runtime's range includes it, else say which we speak. */
 METRALE_PLUGIN_EXPORT metrale_status metrale_plugin_entry(uint32_t runtime_min, uint32_t runtime_max,

@@ -1,25 +1,34 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// metrale_cuda_compile (cuda_compile.h): compile the manifest's modules for a named target, with
-// no driver involved. Shares the compiler, the cache and the kernel checks with the backend, so
-// what it reports and caches is exactly what a device of that target would load.
+// The compile extension (cuda_compile.h). Shares the compiler, the cache and the kernel checks with
+// the backend, so what it reports and caches is exactly what a device of that target would load.
+// Kernel source directories come from the caller; the plugin has none of its own.
+#include "compile_api.hpp"
+
 #include "catalog.hpp"
+#include "compile_cache.hpp"
 #include "errors.hpp"
-#include "instance.hpp"
+#include "host_log.hpp"
 #include "nvrtc_compiler.hpp"
+#include "targets.hpp"
 
 #include <metrale/cuda_compile.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace metrale::cuda {
 
 namespace {
-
-using namespace metrale::cuda;
 
 // Owns every string and array a result points into.
 struct ResultStorage {
@@ -51,7 +60,8 @@ void write_error(char* error, size_t error_size, const std::string& message) noe
   error[n] = '\0';
 }
 
-std::unique_ptr<ResultStorage> run(const metrale_cuda_compile_request& request) {
+// The request's target, checked against what this NVRTC can compile for.
+Target checked_target(const metrale_cuda_compile_request& request) {
   if (request.struct_size < sizeof(metrale_cuda_compile_request)) {
     throw PluginError(METRALE_STATUS_INVALID_ARGUMENT, "metrale_cuda_compile: short request struct");
   }
@@ -70,43 +80,120 @@ std::unique_ptr<ResultStorage> run(const metrale_cuda_compile_request& request) 
     throw PluginError(METRALE_STATUS_INVALID_ARGUMENT, "NVRTC " + ModuleCompiler::nvrtc_version() +
                                                            " cannot compile for " + request.target + " (it knows " + known + ")");
   }
-  const Catalog catalog = Catalog::parse(request.manifest_json, request.manifest_path ? request.manifest_path : "manifest");
+  return *target;
+}
 
+// The modules the request names (every module when it names none).
+std::vector<const CatalogModule*> selected_modules(const Catalog& catalog, const metrale_cuda_compile_request& request) {
   std::vector<const CatalogModule*> selected;
-  if (request.modules != nullptr && request.module_count > 0) {
-    for (uint32_t i = 0; i < request.module_count; ++i) {
-      const char* name = request.modules[i];
-      const CatalogModule* module = name ? catalog.find(name) : nullptr;
-      if (module == nullptr) {
-        std::string have;
-        for (const auto& m : catalog.modules()) have += (have.empty() ? "" : ", ") + m.name;
-        throw PluginError(METRALE_STATUS_NOT_FOUND, std::string("no module '") + (name ? name : "(null)") +
-                                                        "' in the manifest (modules: " + have + ")");
-      }
-      selected.push_back(module);
-    }
-  } else {
+  if (request.modules == nullptr || request.module_count == 0) {
     for (const auto& m : catalog.modules()) selected.push_back(&m);
+    return selected;
   }
+  for (uint32_t i = 0; i < request.module_count; ++i) {
+    const char* name = request.modules[i];
+    const CatalogModule* module = name ? catalog.find(name) : nullptr;
+    if (module == nullptr) {
+      std::string have;
+      for (const auto& m : catalog.modules()) have += (have.empty() ? "" : ", ") + m.name;
+      throw PluginError(METRALE_STATUS_NOT_FOUND, std::string("no module '") + (name ? name : "(null)") +
+                                                      "' in the manifest (modules: " + have + ")");
+    }
+    selected.push_back(module);
+  }
+  return selected;
+}
 
-  const HostLog log(request.log, request.user);
+ModuleCompiler::Settings compiler_settings(const metrale_cuda_compile_request& request, const HostLog& log) {
   ModuleCompiler::Settings settings;
   for (uint32_t i = 0; i < request.kernel_source_dir_count && request.kernel_source_dirs != nullptr; ++i) {
     if (request.kernel_source_dirs[i] != nullptr) settings.source_dirs.emplace_back(request.kernel_source_dirs[i]);
   }
-  if (settings.source_dirs.empty()) settings.source_dirs = default_kernel_source_dirs();
   if (request.cache_dir != nullptr && *request.cache_dir != '\0') settings.cache_dir = request.cache_dir;
   settings.log = log;
-  const ModuleCompiler compiler(settings);
+  return settings;
+}
+
+// Why the module is not compiled for `target` (every kernel needs a newer one), or "".
+std::string gate_reason(const CatalogModule& module, const Target& target) {
+  if (module.kernels.empty()) return {};
+  for (const auto& k : module.kernels) {
+    if (!k.min_target || target_satisfies(target, *k.min_target)) return {};
+  }
+  std::string why = "every kernel requires a newer target than " + target_name(target) + " (";
+  for (size_t i = 0; i < module.kernels.size(); ++i) {
+    why += (i ? ", " : "") + module.kernels[i].name + ": " + target_name(*module.kernels[i].min_target);
+  }
+  return why + ")";
+}
+
+// One kernel's resources in the image, and why it cannot be used from it ("" when it can).
+metrale_cuda_kernel_report kernel_report(const CatalogKernel& k, const CompiledModule& compiled, const Target& target,
+                                         ResultStorage& storage, std::string& problem) {
+  metrale_cuda_kernel_report kr{};
+  kr.name = storage.keep(k.name);
+  kr.registers = kr.spill_store_bytes = kr.spill_load_bytes = kr.stack_bytes = kr.shared_bytes = -1;
+  // A gated kernel is noted but expected: not a problem of the module.
+  const bool gated = k.min_target && !target_satisfies(target, *k.min_target);
+  const std::string note = gated ? "gated: requires " + target_name(*k.min_target) : check_kernel(k, compiled);
+  kr.problem = storage.keep(note);
+  problem = gated ? std::string() : note;
+  for (const auto& s : compiled.stats) {
+    if (s.name != k.name) continue;
+    kr.registers = or_minus_one(s.registers);
+    kr.spill_store_bytes = or_minus_one(s.spill_store_bytes);
+    kr.spill_load_bytes = or_minus_one(s.spill_load_bytes);
+    kr.stack_bytes = or_minus_one(s.stack_bytes);
+    kr.shared_bytes = or_minus_one(s.shared_bytes);
+  }
+  return kr;
+}
+
+// Compiles (or loads from the cache) one module and fills its report and kernel reports.
+void compile_module(const CatalogModule& module, const ModuleCompiler& compiler, const Target& target,
+                    ResultStorage& storage, metrale_cuda_module_report& report,
+                    std::vector<metrale_cuda_kernel_report>& kernel_reports) {
+  try {
+    const CompiledModule compiled = compiler.compile(module, target);
+    report.outcome = compiled.cache_hit ? METRALE_CUDA_MODULE_CACHED : METRALE_CUDA_MODULE_COMPILED;
+    report.status = METRALE_STATUS_OK;
+    report.source_path = storage.keep(compiled.source_path.string());
+    report.seconds = compiled.seconds;
+    report.image_bytes = compiled.image.size();
+    report.is_cubin = compiled.is_cubin ? 1 : 0;
+    std::string problems;
+    for (const auto& k : module.kernels) {
+      std::string problem;
+      kernel_reports.push_back(kernel_report(k, compiled, target, storage, problem));
+      if (problem.empty()) continue;
+      report.status = METRALE_STATUS_INCOMPATIBLE;
+      problems += (problems.empty() ? "" : "; ") + problem;
+    }
+    report.message = storage.keep(problems);
+  } catch (const PluginError& e) {
+    report.outcome = METRALE_CUDA_MODULE_FAILED;
+    report.status = e.status();
+    report.message = storage.keep(e.what());
+  }
+}
+
+std::unique_ptr<ResultStorage> run(const metrale_cuda_compile_request& request) {
+  const Target target = checked_target(request);
+  const Catalog catalog = Catalog::parse(request.manifest_json, request.manifest_path ? request.manifest_path : "manifest");
+  const std::vector<const CatalogModule*> selected = selected_modules(catalog, request);
+  const HostLog log(request.log, request.user);
+  ModuleCompiler::Settings settings = compiler_settings(request, log);
+  const std::optional<std::filesystem::path> cache_dir = settings.cache_dir;
+  const ModuleCompiler compiler(std::move(settings));
 
   auto storage = std::make_unique<ResultStorage>();
-  storage->modules.reserve(selected.size());
+  storage->modules.reserve(selected.size());  // reports handed to progress() must not move
   auto& result = storage->result;
   result.struct_size = sizeof(metrale_cuda_compile_result);
-  result.target = storage->keep(target_name(*target));
+  result.target = storage->keep(target_name(target));
   result.nvrtc_version = storage->keep(ModuleCompiler::nvrtc_version());
   result.cuda_include_dir = storage->keep(ModuleCompiler::cuda_include_dir().string());
-  result.cache_dir = storage->keep(settings.cache_dir ? CompileCache(*settings.cache_dir, log).directory().string() : "");
+  result.cache_dir = storage->keep(cache_dir ? CompileCache(*cache_dir, log).directory().string() : "");
 
   for (const CatalogModule* module : selected) {
     metrale_cuda_module_report report{};
@@ -114,61 +201,13 @@ std::unique_ptr<ResultStorage> run(const metrale_cuda_compile_request& request) 
     report.source_path = "";
     report.message = "";
     if (request.progress) request.progress(request.user, &report, 0);
-
     auto& kernel_reports = storage->kernels.emplace_back();
-    bool any_eligible = module->kernels.empty();
-    for (const auto& k : module->kernels) {
-      if (!k.min_target || target_satisfies(*target, *k.min_target)) any_eligible = true;
-    }
-    if (!any_eligible) {
+    if (std::string why = gate_reason(*module, target); !why.empty()) {
       report.outcome = METRALE_CUDA_MODULE_GATED;
       report.status = METRALE_STATUS_OK;
-      std::string why = "every kernel requires a newer target than " + target_name(*target) + " (";
-      for (size_t i = 0; i < module->kernels.size(); ++i) {
-        why += (i ? ", " : "") + module->kernels[i].name + ": " + target_name(*module->kernels[i].min_target);
-      }
-      report.message = storage->keep(why + ")");
+      report.message = storage->keep(why);
     } else {
-      try {
-        const CompiledModule compiled = compiler.compile(*module, *target);
-        report.outcome = compiled.cache_hit ? METRALE_CUDA_MODULE_CACHED : METRALE_CUDA_MODULE_COMPILED;
-        report.status = METRALE_STATUS_OK;
-        report.source_path = storage->keep(compiled.source_path.string());
-        report.seconds = compiled.seconds;
-        report.image_bytes = compiled.image.size();
-        report.is_cubin = compiled.is_cubin ? 1 : 0;
-        std::string problems;
-        for (const auto& k : module->kernels) {
-          metrale_cuda_kernel_report kr{};
-          kr.name = storage->keep(k.name);
-          kr.registers = kr.spill_store_bytes = kr.spill_load_bytes = kr.stack_bytes = kr.shared_bytes = -1;
-          std::string problem;
-          if (k.min_target && !target_satisfies(*target, *k.min_target)) {
-            problem = "gated: requires " + target_name(*k.min_target);
-          } else {
-            problem = check_kernel(k, compiled);
-            if (!problem.empty()) {
-              report.status = METRALE_STATUS_INCOMPATIBLE;
-              problems += (problems.empty() ? "" : "; ") + problem;
-            }
-          }
-          kr.problem = storage->keep(problem);
-          for (const auto& s : compiled.stats) {
-            if (s.name != k.name) continue;
-            kr.registers = or_minus_one(s.registers);
-            kr.spill_store_bytes = or_minus_one(s.spill_store_bytes);
-            kr.spill_load_bytes = or_minus_one(s.spill_load_bytes);
-            kr.stack_bytes = or_minus_one(s.stack_bytes);
-            kr.shared_bytes = or_minus_one(s.shared_bytes);
-          }
-          kernel_reports.push_back(kr);
-        }
-        report.message = storage->keep(problems);
-      } catch (const PluginError& e) {
-        report.outcome = METRALE_CUDA_MODULE_FAILED;
-        report.status = e.status();
-        report.message = storage->keep(e.what());
-      }
+      compile_module(*module, compiler, target, *storage, report, kernel_reports);
     }
     report.kernels = kernel_reports.data();
     report.kernel_count = static_cast<uint32_t>(kernel_reports.size());
@@ -180,11 +219,8 @@ std::unique_ptr<ResultStorage> run(const metrale_cuda_compile_request& request) 
   return storage;
 }
 
-}  // namespace
-
-extern "C" METRALE_PLUGIN_EXPORT metrale_status metrale_cuda_compile(const metrale_cuda_compile_request* request,
-                                                                     metrale_cuda_compile_result** result,
-                                                                     char* error, size_t error_size) {
+metrale_status compile(const metrale_cuda_compile_request* request, metrale_cuda_compile_result** result,
+                       char* error, size_t error_size) {
   if (result == nullptr) return METRALE_STATUS_INVALID_ARGUMENT;
   *result = nullptr;
   try {
@@ -210,7 +246,7 @@ extern "C" METRALE_PLUGIN_EXPORT metrale_status metrale_cuda_compile(const metra
   }
 }
 
-extern "C" METRALE_PLUGIN_EXPORT void metrale_cuda_compile_free(metrale_cuda_compile_result* result) {
+void compile_free(metrale_cuda_compile_result* result) {
   if (result == nullptr) return;
   try {
     std::unique_ptr<ResultStorage> storage;
@@ -226,5 +262,16 @@ extern "C" METRALE_PLUGIN_EXPORT void metrale_cuda_compile_free(metrale_cuda_com
   }
 }
 
-static_assert(std::is_same_v<decltype(&metrale_cuda_compile), metrale_cuda_compile_fn>);
-static_assert(std::is_same_v<decltype(&metrale_cuda_compile_free), metrale_cuda_compile_free_fn>);
+static_assert(std::is_same_v<decltype(&compile), metrale_cuda_compile_fn>);
+static_assert(std::is_same_v<decltype(&compile_free), metrale_cuda_compile_free_fn>);
+
+}  // namespace
+
+void* compile_extension(const char* name) noexcept {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, METRALE_CUDA_COMPILE_NAME) == 0) return reinterpret_cast<void*>(&compile);
+  if (std::strcmp(name, METRALE_CUDA_COMPILE_FREE_NAME) == 0) return reinterpret_cast<void*>(&compile_free);
+  return nullptr;
+}
+
+}  // namespace metrale::cuda

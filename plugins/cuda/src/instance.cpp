@@ -30,22 +30,6 @@ std::string gib(uint64_t bytes) {
 
 }  // namespace
 
-std::vector<fs::path> default_kernel_source_dirs() {
-  std::vector<fs::path> dirs;
-#ifdef METRALE_CUDA_INSTALLED_KERNEL_DIR
-  dirs.emplace_back(METRALE_CUDA_INSTALLED_KERNEL_DIR);
-#endif
-#ifdef METRALE_CUDA_SOURCE_KERNEL_DIR
-  dirs.emplace_back(METRALE_CUDA_SOURCE_KERNEL_DIR);
-#endif
-  std::vector<fs::path> existing;
-  for (const auto& d : dirs) {
-    std::error_code ec;
-    if (fs::is_directory(d, ec)) existing.push_back(d);
-  }
-  return existing;
-}
-
 Instance::Instance(const metrale_backend_create_info& info) : device_index_(info.device_index) {
   if (info.host != nullptr) log_ = HostLog(info.host->log, info.host->user);
 
@@ -126,7 +110,6 @@ Instance::Instance(const metrale_backend_create_info& info) : device_index_(info
   for (uint32_t i = 0; i < info.kernel_source_dir_count && info.kernel_source_dirs != nullptr; ++i) {
     if (info.kernel_source_dirs[i] != nullptr) settings.source_dirs.emplace_back(info.kernel_source_dirs[i]);
   }
-  if (settings.source_dirs.empty()) settings.source_dirs = default_kernel_source_dirs();
   if (info.cache_dir != nullptr && *info.cache_dir != '\0') settings.cache_dir = fs::path(info.cache_dir);
   settings.log = log_;
   compiler_ = std::make_unique<ModuleCompiler>(std::move(settings));

@@ -103,10 +103,6 @@ class Instance {
 // The driver library create() and device_count() load when no "driver" option says otherwise.
 inline constexpr const char* kDefaultDriver = "libcuda.so.1";
 
-// Kernel source directories to use when the host passes none: the installed and the source
-// tree's kernel_src, whichever exist.
-std::vector<std::filesystem::path> default_kernel_source_dirs();
-
 }  // namespace metrale::cuda
 
 // The ABI's opaque instance type is this plugin's Instance.

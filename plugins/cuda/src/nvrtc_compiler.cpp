@@ -37,7 +37,7 @@ std::optional<std::string> read_file(const fs::path& path) {
 std::string join_paths(const std::vector<fs::path>& dirs) {
   std::string out;
   for (const auto& d : dirs) out += (out.empty() ? "" : ", ") + d.string();
-  return out.empty() ? "(none)" : out;
+  return out.empty() ? "(no kernel source directory was given)" : out;
 }
 
 // The #include "..." names a file mentions. Only quoted includes are project headers; angle

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The C entry points: the ABI handshake, the function table, and the compile entry point of
-// cuda_compile.h. Nothing thrown inside crosses them: each catches everything and answers a
-// status, with the message in last_error (instance calls) or the caller's error buffer.
+// The C entry points: the ABI handshake and the function table, whose get_proc_address offers
+// the compile extension of cuda_compile.h. Nothing thrown inside crosses them: each catches
+// everything and answers a status, with the message in last_error (instance calls) or the
+// caller's error buffer.
+#include "compile_api.hpp"
 #include "instance.hpp"
 
-#include <metrale/cuda_compile.h>
 #include <metrale/plugin_abi.h>
 
 #include <cstring>
@@ -171,6 +172,8 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   return on_instance(b, [&] { b->launch(kernel, config, args, arg_count); });
 }
 
+void* get_proc_address(const char* name) { return metrale::cuda::compile_extension(name); }
+
 const metrale_plugin_table kTable = {
     sizeof(metrale_plugin_table),
     1,
@@ -192,6 +195,7 @@ const metrale_plugin_table kTable = {
     stream_destroy,
     stream_synchronize,
     launch,
+    get_proc_address,
 };
 
 }  // namespace

@@ -13,8 +13,8 @@
  *   2. create() makes a backend instance bound to one device; destroy() ends it.
  *   3. Kernel lookup, memory, streams and launches go through the instance.
  *
- * Versioning: tables carry struct_size and fields are only ever appended. A reader checks
- * struct_size before touching a field added after version 1.
+ * Versioning: tables carry struct_size and fields are only ever appended, without a new ABI
+ * version. A reader checks struct_size (METRALE_STRUCT_HAS) before touching an appended field.
  *
  * Ownership: strings and arrays a plugin returns stay valid until the instance (or, for
  * describe(), the library) goes away. Strings and arrays the runtime passes in are valid only for
@@ -47,6 +47,11 @@ extern "C" {
 #else
 #define METRALE_PLUGIN_EXPORT __attribute__((visibility("default")))
 #endif
+
+/* Whether *ptr, a `type` (a struct with struct_size first), was built with `field`: appended
+ * fields are read only when this holds. */
+#define METRALE_STRUCT_HAS(type, ptr, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((const type*)0)->field))
 
 /* Outcome of every entry point. Distinct enough that the runtime can tell the user what kind of
  * problem it met without parsing messages. */
@@ -229,7 +234,17 @@ typedef struct metrale_plugin_table {
   metrale_status (*launch)(metrale_backend* backend, uint64_t kernel,
                            const metrale_launch_config* config, void* const* args,
                            size_t arg_count);
+
+  /* ---- Appended after version 1: optional, read only when struct_size covers them. ---- */
+
+  /* Optional (NULL: none). A plugin-specific extension entry point by name (the plugin documents
+   * its names and their C types), or NULL for a name it does not offer. Callable from any thread
+   * after the handshake, with or without an instance; must not throw. */
+  void* (*get_proc_address)(const char* name);
 } metrale_plugin_table;
+
+/* The size of a version-1 table before anything was appended: the least struct_size accepted. */
+#define METRALE_PLUGIN_TABLE_V1_SIZE offsetof(metrale_plugin_table, get_proc_address)
 
 /* The entry point. The runtime offers [runtime_min, runtime_max]; the plugin writes the version
  * it speaks into *chosen (even when refusing, so the runtime can say which) and, on OK, its table

@@ -4,7 +4,9 @@
 // what was expected; it never yields a partial Manifest.
 #pragma once
 
+#include <metrale/levers.hpp>
 #include <metrale/plugin_abi.h>
+#include <metrale/target.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -26,8 +28,8 @@ struct KernelParam {
 struct ManifestKernel {
   std::string name;
   std::vector<KernelParam> params;
-  std::optional<std::string> min_target;   // e.g. "sm_90": gated below it
-  std::vector<std::string> cpu_features;   // e.g. {"avx2"}: gated without them
+  std::optional<std::string> min_target;   // gated on a device below it (target.hpp)
+  std::vector<std::string> cpu_features;   // gated on a device whose target tier lacks one
   std::optional<std::string> weight_layout;  // layout of weights the kernel expects
 };
 
@@ -37,17 +39,35 @@ struct ManifestModule {
   std::vector<ManifestKernel> kernels;
 };
 
+// The option value that makes a lever choose the device (create_info.device_index) instead of
+// becoming a create() option.
+inline constexpr std::string_view kDeviceIndexOption = "device_index";
+
+// A lever the manifest declares (docs/manifest.md, "Levers"): the runtime registers it, validates
+// its value and passes it to create() as option `option` (or as the device index).
+struct ManifestLever {
+  std::string name;          // METRALE_...
+  std::string option;        // create() option key, or kDeviceIndexOption
+  LeverType type = LeverType::string;
+  std::string default_text;  // shown by `metrale levers`
+  std::string meaning;
+  std::vector<std::string> choices;  // type choice only
+  bool path_like = false;    // read with secure_getenv: ignored in elevated processes
+};
+
 struct Manifest {
   std::filesystem::path path;          // the manifest file itself (absolute)
   std::string text;                    // its bytes, handed to the plugin at create()
   int format_major = 0;
   int format_minor = 0;
-  std::string backend;                 // backend name, e.g. "cpu"
+  std::string backend;                 // backend name
   std::filesystem::path library;       // absolute, resolved against the manifest's directory
   uint32_t abi_version = 0;
   int priority = 0;
   std::string description;
   std::optional<std::string> library_checksum;  // "xxh3-64:<16 hex>" pin, optional
+  std::vector<ManifestLever> levers;
+  std::vector<TargetTier> target_tiers;
   std::vector<ManifestModule> modules;
 
   const ManifestKernel* find_kernel(std::string_view module, std::string_view name) const;

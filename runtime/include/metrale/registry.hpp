@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Registry: discovers manifests (docs/architecture.md, "Discovery"), loads their plugins, checks
-// manifest against plugin, and selects a backend. Every manifest found has an entry saying what
-// happened to it; nothing is dropped silently. Not thread-safe during discover(); const use after.
+// Registry: discovers manifests (docs/architecture.md, "Discovery"), declares the levers they
+// declare, loads their plugins, checks manifest against plugin, selects a backend and looks up
+// plugin extensions. Every manifest found has an entry saying what happened to it; nothing is
+// dropped silently. Not thread-safe during scan() and load(); const use after.
 #pragma once
 
 #include <metrale/audit.hpp>
@@ -16,16 +17,19 @@
 
 namespace metrale {
 
+class PluginLibrary;
+
 // Where a manifest came from, in discovery order.
 enum class ManifestOrigin { explicit_list, added, plugin_path, user_data, installed, build_tree };
 const char* manifest_origin_name(ManifestOrigin origin) noexcept;
 
 enum class EntryState {
+  pending,       // found and valid, its levers declared; load() has not run yet
   loaded,        // plugin loaded and an instance created
   unavailable,   // plugin loaded but reports it cannot run here (no driver, no device)
   disabled,      // matched METRALE_BACKENDS_DISABLE
   shadowed,      // an earlier manifest already named this backend
-  invalid,       // manifest failed validation
+  invalid,       // manifest failed validation, or declares a lever another declarer has otherwise
   skipped,       // unknown manifest format major
   failed,        // library missing, not loadable, bad entry point, handshake or create failed
 };
@@ -41,6 +45,20 @@ struct RegistryEntry {
   std::vector<std::string> cross_check;  // manifest <-> plugin disagreements
   std::shared_ptr<Backend> instance;     // set when loaded
   std::optional<Manifest> manifest;
+  // The handshaked library, kept when create() failed too (extensions need no instance).
+  std::shared_ptr<PluginLibrary> library;
+};
+
+// A plugin extension entry point (metrale_plugin_table.get_proc_address) and what it belongs to.
+struct Extension {
+  void* address = nullptr;             // cast to the type the plugin documents for the name
+  std::shared_ptr<const void> owner;   // keeps the plugin library loaded while held
+  Manifest manifest;                   // of the backend that offered it
+
+  template <class Fn>
+  Fn as() const noexcept {
+    return reinterpret_cast<Fn>(address);
+  }
 };
 
 struct DiscoveryOptions {
@@ -53,8 +71,14 @@ struct DiscoveryOptions {
 
 class Registry {
  public:
-  // Find, validate and load every manifest. Never throws for a bad plugin: it becomes an entry.
+  // scan() then load(). Never throws for a bad plugin: it becomes an entry.
   static Registry discover(const DiscoveryOptions& options = {});
+  // Finds and validates every manifest and declares the levers of each one that is not shadowed
+  // (disabled ones included, so their levers are known); loads nothing (entries are pending).
+  static Registry scan(const DiscoveryOptions& options = {});
+  // Loads the plugin of every pending entry: handshake, create() with the options its manifest's
+  // levers yield, cross-check. Throws Refusal when such a lever's value does not parse.
+  void load();
 
   const std::vector<RegistryEntry>& entries() const noexcept { return entries_; }
   // The loaded backend of that name, or nullptr.
@@ -65,7 +89,16 @@ class Registry {
   std::shared_ptr<Backend> select(std::optional<std::string> requested = std::nullopt) const;
   std::shared_ptr<AuditLog> audit() const noexcept { return audit_; }
 
+  // The extension entry point `name` of `backend`'s plugin, which needs the library but no
+  // instance: a backend that is loaded or unavailable (no device here) offers it. Throws Refusal
+  // when the backend is disabled by METRALE_BACKENDS_DISABLE (naming the lever and its value), has
+  // no manifest, or is invalid, skipped or failed (with the entry's reason); Error(unimplemented)
+  // when its plugin offers no extension of that name.
+  Extension extension(std::string_view backend, std::string_view name) const;
+
  private:
+  std::string summary() const;
+
   std::vector<RegistryEntry> entries_;
   std::shared_ptr<AuditLog> audit_ = std::make_shared<AuditLog>();
 };

@@ -1,24 +1,34 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Targets: what a backend instance runs on ("sm_90", "sm_90a", "cpu-x86_64-avx2"), and whether
-// it meets a manifest entry's requirement (min_target, cpu_features).
+// Targets: what a backend instance runs on (the string its plugin reports), and whether it meets a
+// manifest kernel's requirement (min_target, cpu_features). The runtime knows no backend's targets:
+// it reads tier ladders from the manifest (target_tiers) and compares versioned target names by
+// their generic syntax. Pure functions.
 #pragma once
 
-#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace metrale {
 
-// Does a device of `device` target satisfy a kernel's `min_target`?
-// CUDA: sm_XY compares numerically; an "a" (arch-specific) requirement such as sm_90a is met only
-// by exactly that architecture; an "f" (family) requirement such as sm_100f by the same major
-// version at that minor or later (sm_103 meets it, sm_120 does not). CPU: tiers order baseline < avx2 < avx512 < avx512bf16.
-// Targets of different families, or unknown spellings, must be equal.
-bool target_satisfies(std::string_view device, std::string_view min_target);
+// One rung of a backend's target ladder (manifest "target_tiers", lowest first): a device of this
+// target meets any min_target at or below it and offers its features and those of every rung below.
+struct TargetTier {
+  std::string target;
+  std::vector<std::string> features;
+};
 
-// The CPU features a CPU target tier guarantees ("avx2", "fma", "f16c", "avx512f", ...);
-// empty for non-CPU targets.
-std::vector<std::string> target_cpu_features(std::string_view target);
+// Does a device of target `device` satisfy a kernel's `min_target`?
+// - Both among `tiers`: the device's rung is at or above the requirement's.
+// - Versioned targets "<letters>_<number>" with the same letters compare by number. A requirement
+//   suffixed "a" (arch-specific) is met only by that exact number; one suffixed "f" (family) by the
+//   same number / 10 at that number or above.
+// - Otherwise the two must be equal.
+bool target_satisfies(std::string_view device, std::string_view min_target, std::span<const TargetTier> tiers = {});
+
+// The features a device of `target` offers by `tiers`: those of its rung and every rung below;
+// empty when the target is not among them.
+std::vector<std::string> target_features(std::string_view target, std::span<const TargetTier> tiers);
 
 }  // namespace metrale

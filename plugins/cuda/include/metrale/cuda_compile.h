@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0
  *
- * An extra entry point of the CUDA plugin (libmetrale_cuda.so): compile the manifest's modules
- * for a named target with NVRTC, through the on-disk cache, without a GPU or a driver. Used by
- * `metrale compile`, which finds the plugin through its manifest and dlopens it, so the metrale
- * binary itself never links NVRTC.
+ * An extension of the CUDA plugin (libmetrale_cuda.so): compile the manifest's modules for a named
+ * target with NVRTC, through the on-disk cache, without a GPU or a driver. The plugin exports no
+ * symbol for it: its table's get_proc_address answers METRALE_CUDA_COMPILE_NAME with a
+ * metrale_cuda_compile_fn and METRALE_CUDA_COMPILE_FREE_NAME with a metrale_cuda_compile_free_fn.
+ * `metrale compile` reaches them through the runtime's registry (Registry::extension), after the
+ * handshake and the manifest's checks, so the metrale binary itself never links NVRTC.
  *
  * Plain C, like plugin_abi.h: nothing C++ crosses it and no exception escapes. The result is
- * owned by the plugin and freed with metrale_cuda_compile_free().
+ * owned by the plugin and freed with the free entry. Kernel source and cache directories come
+ * from the caller (the runtime's), never from the plugin's build.
  */
 #ifndef METRALE_CUDA_COMPILE_H
 #define METRALE_CUDA_COMPILE_H
@@ -20,8 +23,9 @@
 extern "C" {
 #endif
 
-#define METRALE_CUDA_COMPILE_SYMBOL "metrale_cuda_compile"
-#define METRALE_CUDA_COMPILE_FREE_SYMBOL "metrale_cuda_compile_free"
+/* Names for metrale_plugin_table.get_proc_address. */
+#define METRALE_CUDA_COMPILE_NAME "metrale_cuda_compile"
+#define METRALE_CUDA_COMPILE_FREE_NAME "metrale_cuda_compile_free"
 
 /* Resource usage of one kernel in the compiled image; -1 where unknown. */
 typedef struct metrale_cuda_kernel_report {
@@ -59,7 +63,7 @@ typedef struct metrale_cuda_compile_request {
   const char* target;                      /* "sm_80", "sm_90a", ... */
   const char* manifest_json;               /* the CUDA manifest's text */
   const char* manifest_path;               /* for messages; may be NULL */
-  const char* const* kernel_source_dirs;   /* searched in order; NULL: the built-in defaults */
+  const char* const* kernel_source_dirs;   /* searched in order; the plugin has no default */
   uint32_t kernel_source_dir_count;
   const char* cache_dir;                   /* NULL: no cache */
   const char* const* modules;              /* modules to compile; NULL or 0: all */
@@ -88,11 +92,6 @@ typedef metrale_status (*metrale_cuda_compile_fn)(const metrale_cuda_compile_req
                                                   metrale_cuda_compile_result** result,
                                                   char* error, size_t error_size);
 typedef void (*metrale_cuda_compile_free_fn)(metrale_cuda_compile_result* result);
-
-METRALE_PLUGIN_EXPORT metrale_status metrale_cuda_compile(const metrale_cuda_compile_request* request,
-                                                          metrale_cuda_compile_result** result,
-                                                          char* error, size_t error_size);
-METRALE_PLUGIN_EXPORT void metrale_cuda_compile_free(metrale_cuda_compile_result* result);
 
 #ifdef __cplusplus
 } /* extern "C" */

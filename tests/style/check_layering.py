@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
+"""Checks the layering docs/architecture.md promises ("Layering"), on the files of the checkout:
+
+1. nothing under runtime/ includes a header of layers/ or plugins/;
+2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
+3. runtime/ code, comments stripped, names no backend and no lever it does not declare: backend
+   names are the "backend" of every manifest under manifests/ and plugins/ (plus the technology
+   words in EXTRA_BACKEND_WORDS), lever names those declared in a manifest's "levers" and in
+   layers/levers.cpp.
+
+Before the tree it checks a small generated tree with one violation of each kind and fails unless
+every one is reported, so a rule that stops working fails too.
+
+Usage: check_layering.py SOURCE_ROOT. Exit 0 clean, 1 violations (each printed as file:line).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+EXTRA_BACKEND_WORDS = ["CUDA", "NVRTC", "libcuda"]
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cuh", ".cu")
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+
+
+def list_files(root):
+    """Paths relative to root: git's tracked and untracked-but-not-ignored files, else a walk."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                             capture_output=True, check=True).stdout.decode()
+        return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(root, p)))
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if not x.startswith((".", "build"))]
+            files += [os.path.relpath(os.path.join(d, n), root) for n in names]
+        return sorted(files)
+
+
+def strip_c_comments(text):
+    """The text with C/C++ comments blanked (newlines kept), string and character literals intact."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def strip_hash_comments(text):
+    """meson.build: '#' to the end of the line, outside '...' strings."""
+    lines = []
+    for line in text.split("\n"):
+        quoted = False
+        for k, c in enumerate(line):
+            if c == "'":
+                quoted = not quoted
+            elif c == "#" and not quoted:
+                line = line[:k]
+                break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def code_of(path, text):
+    if path.endswith(SOURCE_SUFFIXES):
+        return strip_c_comments(text)
+    if os.path.basename(path) in ("meson.build", "meson_options.txt"):
+        return strip_hash_comments(text)
+    return text
+
+
+def read(root, path):
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def line_of(text, index):
+    return text.count("\n", 0, index) + 1
+
+
+def resolves_within(root, files, path, include, own_dirs):
+    """Whether `include` names a file of `own_dirs` (relative to the including file, or to one of them)."""
+    here = os.path.dirname(path)
+    for base in [here] + own_dirs:
+        candidate = os.path.normpath(os.path.join(base, include))
+        if candidate in files and any(candidate.startswith(d + "/") for d in own_dirs + [here]):
+            return True
+    return False
+
+
+def include_target(files, path, include, areas):
+    """The file of one of `areas` that `include` could name: by a relative path, or by its last
+    path components (an include directory); None when it names none."""
+    relative = os.path.normpath(os.path.join(os.path.dirname(path), include))
+    if relative in files and relative.startswith(tuple(a + "/" for a in areas)):
+        return relative
+    suffix = "/" + include.lstrip("./")
+    for f in files:
+        if f.startswith(tuple(a + "/" for a in areas)) and ("/" + f).endswith(suffix):
+            return f
+    return None
+
+
+def check_includes(root, files):
+    problems = []
+    for path in files:
+        if not path.endswith(SOURCE_SUFFIXES):
+            continue
+        top = path.split("/")[0]
+        if top not in ("runtime", "plugins"):
+            continue
+        text = code_of(path, read(root, path))
+        for match in INCLUDE.finditer(text):
+            include = match.group(1)
+            where = f"{path}:{line_of(text, match.start())}"
+            if top == "runtime":
+                if resolves_within(root, files, path, include, ["runtime/include", "runtime/abi", "runtime/src"]):
+                    continue
+                target = include_target(files, path, include, ["layers", "plugins"])
+                if target:
+                    problems.append(f"{where}: the runtime includes {include} ({target}); it may not know the "
+                                    "layers or the plugins")
+            else:
+                plugin_dir = "/".join(path.split("/")[:2])
+                if resolves_within(root, files, path, include, [plugin_dir, plugin_dir + "/include",
+                                                                plugin_dir + "/src"]):
+                    continue
+                target = include_target(files, path, include, ["runtime"])
+                if target and not target.startswith("runtime/abi/"):
+                    problems.append(f"{where}: a plugin includes {include} ({target}); plugins see only "
+                                    "runtime/abi (metrale/plugin_abi.h)")
+    return problems
+
+
+def declared_names(root, files):
+    """Backend names and non-runtime lever names, from the manifests and layers/levers.cpp."""
+    backends, levers = set(EXTRA_BACKEND_WORDS), set()
+    for path in files:
+        if path.endswith(".json") and path.startswith(("manifests/", "plugins/")):
+            try:
+                doc = json.loads(read(root, path))
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("backend"), str):
+                backends.add(doc["backend"])
+                levers.update(l["name"] for l in doc.get("levers", []) if isinstance(l, dict) and "name" in l)
+    if "layers/levers.cpp" in files:
+        levers.update(re.findall(r'"(METRALE_[A-Z0-9_]+)"', read(root, "layers/levers.cpp")))
+    return backends, levers
+
+
+def check_names(root, files):
+    backends, levers = declared_names(root, files)
+    if not backends - set(EXTRA_BACKEND_WORDS):
+        return ["no manifest with a backend name found under manifests/ or plugins/: nothing to check"]
+    words = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(backends | levers)) + r")\b", re.I)
+    problems = []
+    for path in files:
+        if not path.startswith("runtime/"):
+            continue
+        text = code_of(path, read(root, path))
+        for match in words.finditer(text):
+            problems.append(f"{path}:{line_of(text, match.start())}: the runtime names {match.group(1)!r} "
+                            "(a backend or a lever the layers or a manifest declare)")
+    return problems
+
+
+def check(root):
+    files = list_files(root)
+    return check_includes(root, set(files)) + check_names(root, files)
+
+
+def self_test():
+    """A tree with one violation of each kind: each must be reported."""
+    tree = {
+        "manifests/x.json": json.dumps({"backend": "xpu", "levers": [{"name": "METRALE_XPU_DEVICE"}]}),
+        "layers/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
+        "layers/selectors.hpp": "",
+        "plugins/xpu/src/own.hpp": "",
+        "plugins/xpu/src/plugin.cpp": '#include "own.hpp"\n#include <metrale/plugin_abi.h>\n'
+                                      '#include <metrale/levers.hpp>\n',
+        "runtime/abi/metrale/plugin_abi.h": "",
+        "runtime/include/metrale/levers.hpp": "",
+        "runtime/src/a.cpp": '#include <metrale/levers.hpp>\n#include <layers/selectors.hpp>\n'
+                             '// xpu in a comment is fine\nauto b = "xpu"; auto l = "METRALE_LAYER_SWITCH";\n'
+                             'auto d = "METRALE_XPU_DEVICE";\n',
+    }
+    expected = ["runtime/src/a.cpp:2: the runtime includes layers/selectors.hpp",
+                "plugins/xpu/src/plugin.cpp:3: a plugin includes metrale/levers.hpp",
+                "runtime/src/a.cpp:4: the runtime names 'xpu'",
+                "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
+                "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'"]
+    with tempfile.TemporaryDirectory(prefix="metrale-layering-") as root:
+        for path, text in tree.items():
+            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(root, path), "w", encoding="utf-8") as f:
+                f.write(text)
+        found = check(root)
+    missing = [e for e in expected if not any(p.startswith(e) for p in found)]
+    extra = [p for p in found if not any(p.startswith(e) for e in expected)]
+    return [f"self-test: not reported: {m}" for m in missing] + [f"self-test: reported wrongly: {x}" for x in extra]
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    problems = self_test() + check(sys.argv[1])
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    if not problems:
+        print("layering ok: runtime/ knows no layer, plugin, backend or non-runtime lever; plugins see only runtime/abi")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

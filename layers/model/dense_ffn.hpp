@@ -62,6 +62,8 @@ class DenseFfnLayer {
   uint32_t hidden() const noexcept { return hidden_; }
   uint32_t intermediate() const noexcept { return intermediate_; }
   Activation activation() const noexcept { return activation_; }
+  // The activation tier the projections run under (after any fallback).
+  ActivationQuant activations() const noexcept { return kernels_.projections.activations; }
   size_t weight_bytes() const noexcept;
   const std::string& name() const noexcept { return name_; }
 

@@ -59,6 +59,14 @@ std::vector<PlanStep> FfnComponent::plan(uint32_t m) const {
   return {PlanStep{"ffn", "(none)", "no FFN: the input passes through, nothing is launched", {0, 0, 0}}};
 }
 
+void FfnComponent::reference_tiers(ReferenceOptions& options) const {
+  if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) options.activations = d->activations();
+  if (auto* e = std::get_if<MoeLayer>(&impl_)) {
+    options.expert_activations = e->expert_activations();
+    options.activations = e->shared_activations().value_or(e->expert_activations());
+  }
+}
+
 size_t FfnComponent::weight_bytes() const noexcept {
   if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) return d->weight_bytes();
   if (auto* e = std::get_if<MoeLayer>(&impl_)) return e->weight_bytes();

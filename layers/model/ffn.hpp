@@ -7,6 +7,7 @@
 #include "config.hpp"
 #include "dense_ffn.hpp"
 #include "moe.hpp"
+#include "reference.hpp"
 #include "weights.hpp"
 
 #include <metrale/audit.hpp>
@@ -42,6 +43,8 @@ class FfnComponent {
   DevicePtr forward_prefill(DevicePtr x, uint32_t m, uint64_t stream = 0);
 
   std::vector<PlanStep> plan(uint32_t m) const;
+  // The activation tiers the layer ended at, as the reference must compute them.
+  void reference_tiers(ReferenceOptions& options) const;
   size_t weight_bytes() const noexcept;
   // Weight bytes the last forward read (for a MoE: only the experts that received rows).
   size_t last_weight_bytes();

@@ -75,6 +75,11 @@ class MoeLayer {
   std::vector<PlanStep> plan(uint32_t m) const;
   const MoeKernels& kernels() const noexcept { return kernels_; }
   bool grouped() const noexcept { return kernels_.grouped(); }
+  // The activation tiers of the experts and of the shared expert (after any fallback).
+  ActivationQuant expert_activations() const noexcept { return kernels_.experts.activations; }
+  std::optional<ActivationQuant> shared_activations() const noexcept {
+    return shared_ ? std::optional(shared_->activations()) : std::nullopt;
+  }
   // Rows each expert received in the last forward (size E). With routing on the device this
   // copies the offsets back now, outside the forward pass.
   const std::vector<uint32_t>& last_expert_rows();

@@ -289,6 +289,7 @@ ReferenceOutput reference_moe(const MoeWeights& w, const ModelConfig& c, std::sp
   // Each expert runs on the rows routed to it, in token order (its own stage of the pipeline).
   ReferenceOptions quiet = o;
   quiet.progress = nullptr;
+  quiet.activations = o.expert_activations.value_or(o.activations);
   for (uint32_t e = 0; e < E; ++e) {
     std::vector<std::pair<uint32_t, double>> tokens;  // (row, weight)
     for (uint32_t r = 0; r < m; ++r) {

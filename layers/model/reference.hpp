@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,9 +42,11 @@ inline constexpr double kRefFlipInputs = 4.0;
 
 struct ReferenceOptions {
   unsigned threads = 0;  // 0: hardware concurrency
-  // How the projections' inputs are quantized (the layer's activation tier); the router and the
-  // shared expert's gate stay exact.
+  // How the projections' inputs are quantized (the layer's activation tier: a dense FFN and a
+  // MoE's shared expert); the router and the shared expert's gate stay exact.
   ActivationQuant activations = ActivationQuant::bf16;
+  // The MoE experts' tier, when it differs (the experts' family fell back, say); unset: `activations`.
+  std::optional<ActivationQuant> expert_activations;
   // Called now and then with a stage name and the fraction done (for stderr progress).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

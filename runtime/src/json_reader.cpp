@@ -13,8 +13,11 @@ struct ParseError {
   std::string message;
 };
 
+template <class JsonT>
 class DomBuilder {
  public:
+  using Json = JsonT;
+
   explicit DomBuilder(std::vector<std::pair<std::string, std::string>>& duplicates)
       : duplicates_(duplicates) {}
 
@@ -131,12 +134,40 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
   return {line, column};
 }
 
+// Byte offset of the first '[' or '{' that opens a level deeper than kJsonMaxDepth. Strings are
+// skipped (escapes included); on text that is not JSON the parser reports its own error anyway.
+std::optional<std::size_t> too_deep_at(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kJsonMaxDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-JsonReadResult read_json(std::string_view text) {
-  JsonReadResult result;
-  DomBuilder builder(result.duplicates);
-  if (!Json::sax_parse(text, &builder) || builder.error()) {
+template <class JsonT>
+BasicJsonReadResult<JsonT> read_json_as(std::string_view text) {
+  BasicJsonReadResult<JsonT> result;
+  if (const auto deep = too_deep_at(text)) {
+    const auto [line, column] = line_column(text, *deep);
+    result.error = JsonSyntaxError{*deep + 1, line, column,
+                                   "nested deeper than " + std::to_string(kJsonMaxDepth) + " levels"};
+    return result;
+  }
+  DomBuilder<JsonT> builder(result.duplicates);
+  if (!JsonT::sax_parse(text, &builder) || builder.error()) {
     const ParseError err = builder.error().value_or(ParseError{0, "unknown parser failure"});
     const auto [line, column] = line_column(text, err.byte == 0 ? 0 : err.byte - 1);
     result.error = JsonSyntaxError{err.byte, line, column, parser_reason(err.message)};
@@ -145,5 +176,8 @@ JsonReadResult read_json(std::string_view text) {
   result.root = std::move(builder.root());
   return result;
 }
+
+template BasicJsonReadResult<Json> read_json_as<Json>(std::string_view);
+template BasicJsonReadResult<nlohmann::json> read_json_as<nlohmann::json>(std::string_view);
 
 }  // namespace metrale::json_text

@@ -6,12 +6,12 @@
 #include <layers/model/config.hpp>
 #include <layers/model/ffn.hpp>
 #include <layers/selectors.hpp>
+#include <metrale/json_file.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/lock.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <iostream>
 
 namespace metrale::cli {
@@ -26,24 +26,15 @@ struct AuditOptions {
   std::vector<std::string> diff;     // two audit or lock JSON files to compare
 };
 
-nlohmann::json read_json(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(Status::not_found, "cannot read " + file);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Status::invalid_argument, file + ": not JSON: " + e.what());
-  }
+// An audit or lock to compare: bounded, validated, every error naming the file and the field.
+nlohmann::json read_resolutions(const std::string& file) {
+  nlohmann::json doc = read_json_file(file, "audit or lock file", kMaxLockBytes);
+  validate_resolutions(doc, file);
+  return doc;
 }
 
 void run_diff(CliContext& ctx, const std::vector<std::string>& files) {
-  std::vector<std::string> lines;
-  try {
-    lines = diff_audits(read_json(files[0]), read_json(files[1]));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Status::invalid_argument, "--diff expects two files written by `metrale audit --json` or --lock: " +
-                                              std::string(e.what()));
-  }
+  const std::vector<std::string> lines = diff_audits(read_resolutions(files[0]), read_resolutions(files[1]));
   if (ctx.json) {
     std::cout << nlohmann::json{{"differences", lines}}.dump(2) << '\n';
   } else {

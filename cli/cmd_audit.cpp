@@ -52,12 +52,17 @@ void print_rows(const CliContext& ctx, const Backend& backend, uint32_t min_k, c
                        {"target", backend.target()},
                        {"w4a16_k64_min_k", min_k},
                        {"rows", nlohmann::json::parse(render_audit_json(rows))},
+                       {"dropped_rows", backend.audit_ptr()->dropped()},
                        {"error", error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error)}};
     std::cout << out.dump(2) << '\n';
     return;
   }
   std::cout << "backend " << backend.name() << " (" << backend.target() << "), w4a16_k64_min_k = " << min_k << "\n";
   std::cout << render_audit_table(rows);
+  if (const uint64_t dropped = backend.audit_ptr()->dropped()) {
+    std::cout << dropped << " repeated lookup(s) not kept (the audit keeps the first " << AuditLog::kRowsPerKey
+              << " and the latest of each)\n";
+  }
 }
 
 void run_audit(CliContext& ctx, const AuditOptions& options) {

@@ -95,6 +95,7 @@ TEST_CASE("metrale audit: a row per lookup with its site, and the visible p3 fal
   CHECK((*plain)["kernel"] == "w4a16_gemm_t");
   CHECK((*plain)["outcome"] == "resolved");
   CHECK(json["w4a16_k64_min_k"] == 6144);
+  CHECK(json["dropped_rows"] == 0);
 }
 
 TEST_CASE("levers steer the audit visibly") {

@@ -49,7 +49,7 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   if (!k.grouped) {
     // Per-expert fallback: each expert's rows go through the dense projection chain.
     const std::array<ProjectionShape, 2> shapes{
-        ProjectionShape{"ffn.experts.gate_up", 2 * c.moe_intermediate_size, c.hidden_size},
+        ProjectionShape{"ffn.experts.gate_up", gate_up_rows(c.moe_intermediate_size), c.hidden_size},
         ProjectionShape{"ffn.experts.down", c.hidden_size, c.moe_intermediate_size}};
     k.per_expert = resolve_projection_kernels(backend, shapes, c.model_type);
   }

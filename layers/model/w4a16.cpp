@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "w4a16.hpp"
 
+#include "checked.hpp"
 #include "numeric.hpp"
 #include "rng.hpp"
 
@@ -57,7 +58,9 @@ void check_w4a16_shape(std::string_view name, uint64_t n, uint64_t k, uint64_t b
   if (n == 0) throw Error(Status::invalid_argument, who + ": W4A16 matrix needs N >= 1, got N = 0 (K = " + std::to_string(k) + ")");
   if (batch == 0) throw Error(Status::invalid_argument, who + ": a W4A16 stack needs at least one matrix");
   constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
-  if (n > kMax || k > kMax || batch > kMax || batch * n * (k / 8) > (uint64_t{1} << 40)) {
+  const uint64_t dims[] = {batch, n, k / 8};
+  const auto words = checked_product(dims);
+  if (n > kMax || k > kMax || batch > kMax || !words || *words > (uint64_t{1} << 40)) {
     throw Error(Status::invalid_argument, who + ": W4A16 shape [" + std::to_string(batch) + ", " + std::to_string(n) +
                                               ", " + std::to_string(k) + "] is too large");
   }

@@ -2,6 +2,7 @@
 #include "json_reader.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <unordered_set>
 
 namespace metrale::json_text {
@@ -37,9 +38,11 @@ class DomBuilder {
   }
   bool key(Json::string_t& k) {
     Frame& top = frames_.back();
-    if (!top.keys.insert(k).second) {
-      duplicates_.emplace_back(child(container_pointer(), k), k);
-    }
+    // A map-backed object finds its own keys; the ordered (vector-backed) one keeps a set.
+    bool repeated = false;
+    if constexpr (kMapBacked) repeated = top.container->contains(k);
+    else repeated = !top.keys.insert(k).second;
+    if (repeated) duplicates_.emplace_back(child(container_pointer(), k), k);
     top.key = k;
     return true;
   }
@@ -65,10 +68,11 @@ class DomBuilder {
   const std::optional<ParseError>& error() const { return error_; }
 
  private:
+  static constexpr bool kMapBacked = std::is_same_v<JsonT, nlohmann::json>;
   struct Frame {
     Json* container;
     std::string key;                      // member being filled (objects)
-    std::unordered_set<std::string> keys; // members seen so far (objects)
+    std::unordered_set<std::string> keys; // members seen so far (objects, when not kMapBacked)
   };
 
   // Puts a finished or newly opened value where it belongs. Pointers to open containers stay

@@ -6,12 +6,12 @@
 #include <layers/model/config.hpp>
 #include <layers/model/ffn.hpp>
 #include <layers/selectors.hpp>
+#include <metrale/json_file.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/lock.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <iostream>
 
 namespace metrale::cli {
@@ -26,24 +26,15 @@ struct AuditOptions {
   std::vector<std::string> diff;     // two audit or lock JSON files to compare
 };
 
-nlohmann::json read_json(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(Status::not_found, "cannot read " + file);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Status::invalid_argument, file + ": not JSON: " + e.what());
-  }
+// An audit or lock to compare: bounded, validated, every error naming the file and the field.
+nlohmann::json read_resolutions(const std::string& file) {
+  nlohmann::json doc = read_json_file(file, "audit or lock file", kMaxLockBytes);
+  validate_resolutions(doc, file);
+  return doc;
 }
 
 void run_diff(CliContext& ctx, const std::vector<std::string>& files) {
-  std::vector<std::string> lines;
-  try {
-    lines = diff_audits(read_json(files[0]), read_json(files[1]));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Status::invalid_argument, "--diff expects two files written by `metrale audit --json` or --lock: " +
-                                              std::string(e.what()));
-  }
+  const std::vector<std::string> lines = diff_audits(read_resolutions(files[0]), read_resolutions(files[1]));
   if (ctx.json) {
     std::cout << nlohmann::json{{"differences", lines}}.dump(2) << '\n';
   } else {
@@ -61,12 +52,17 @@ void print_rows(const CliContext& ctx, const Backend& backend, uint32_t min_k, c
                        {"target", backend.target()},
                        {"w4a16_k64_min_k", min_k},
                        {"rows", nlohmann::json::parse(render_audit_json(rows))},
+                       {"dropped_rows", backend.audit_ptr()->dropped()},
                        {"error", error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error)}};
     std::cout << out.dump(2) << '\n';
     return;
   }
   std::cout << "backend " << backend.name() << " (" << backend.target() << "), w4a16_k64_min_k = " << min_k << "\n";
   std::cout << render_audit_table(rows);
+  if (const uint64_t dropped = backend.audit_ptr()->dropped()) {
+    std::cout << dropped << " repeated lookup(s) not kept (the audit keeps the first " << AuditLog::kRowsPerKey
+              << " and the latest of each)\n";
+  }
 }
 
 void run_audit(CliContext& ctx, const AuditOptions& options) {

@@ -90,14 +90,14 @@ std::vector<Shape> model_shapes(const std::string& preset_or_path, const std::ve
       throw Error(Status::invalid_argument, c.source + ": the model has no FFN (no intermediate_size, no num_experts), "
                                                        "so it has no projection shapes to bench");
     case FfnKind::dense:
-      nk.push_back({"ffn.gate_up", {2 * c.intermediate_size, c.hidden_size}});
+      nk.push_back({"ffn.gate_up", {gate_up_rows(c.intermediate_size), c.hidden_size}});
       nk.push_back({"ffn.down", {c.hidden_size, c.intermediate_size}});
       break;
     case FfnKind::moe:
-      nk.push_back({"ffn.experts.gate_up", {2 * c.moe_intermediate_size, c.hidden_size}});
+      nk.push_back({"ffn.experts.gate_up", {gate_up_rows(c.moe_intermediate_size), c.hidden_size}});
       nk.push_back({"ffn.experts.down", {c.hidden_size, c.moe_intermediate_size}});
       if (c.shared_expert_intermediate_size) {
-        nk.push_back({"ffn.shared_expert.gate_up", {2 * c.shared_expert_intermediate_size, c.hidden_size}});
+        nk.push_back({"ffn.shared_expert.gate_up", {gate_up_rows(c.shared_expert_intermediate_size), c.hidden_size}});
         nk.push_back({"ffn.shared_expert.down", {c.hidden_size, c.shared_expert_intermediate_size}});
       }
       break;

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "config.hpp"
 
+#include "checked.hpp"
+#include "safetensors_header.hpp"  // display_name
 #include "w4a16.hpp"
 
+#include <metrale/json_file.hpp>
 #include <metrale/log.hpp>
 #include <metrale/status.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <cstdio>
 #include <limits>
+#include <system_error>
 
 namespace metrale::layers {
 
@@ -46,10 +50,38 @@ void need_multiple(const std::string& source, std::string_view key, uint32_t val
 std::optional<uint32_t> get_u32(const nlohmann::json& doc, const std::string& source, const char* key) {
   auto it = doc.find(key);
   if (it == doc.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > std::numeric_limits<uint32_t>::max()) {
-    config_error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + it->dump());
+  const auto value = json_unsigned(*it);
+  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
+    config_error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
   }
-  return static_cast<uint32_t>(it->get<int64_t>());
+  return static_cast<uint32_t>(*value);
+}
+
+void need_at_most(const std::string& source, std::string_view key, uint32_t value, uint32_t max) {
+  if (value > max) {
+    config_error(source, std::string(key) + " = " + std::to_string(value) + " is too large: at most " +
+                             std::to_string(max) + " (docs/layers.md, \"Limits\")");
+  }
+}
+
+uint64_t saturating_mul(uint64_t a, uint64_t b) noexcept { return checked_mul(a, b).value_or(UINT64_MAX); }
+uint64_t saturating_add(uint64_t a, uint64_t b) noexcept { return checked_add(a, b).value_or(UINT64_MAX); }
+
+// One W4A16 matrix [n, k]: 4-bit codes and one fp16 scale per 128 values.
+uint64_t w4a16_bytes(uint64_t n, uint64_t k) noexcept {
+  return saturating_add(saturating_mul(n, k / 2), saturating_mul(saturating_mul(n, k / kW4a16GroupSize), 2));
+}
+
+uint64_t dense_ffn_bytes(uint64_t hidden, uint64_t inter) noexcept {
+  return saturating_add(w4a16_bytes(2 * inter, hidden), w4a16_bytes(hidden, inter));
+}
+
+std::string gib_text(uint64_t bytes) {
+  if (bytes == UINT64_MAX) return "more than 2^64 bytes";
+  const double gib = static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30);
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f GiB", gib);
+  return text;
 }
 
 Activation parse_activation(const std::string& source, const std::string& name) {
@@ -60,13 +92,44 @@ Activation parse_activation(const std::string& source, const std::string& name) 
     logger()->warn("{}: hidden_act 'gelu' (erf) is computed with the tanh approximation", source);
     return Activation::gelu_tanh;
   }
-  config_error(source, "hidden_act '" + name + "' is not supported (silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)");
+  config_error(source, "hidden_act '" + display_name(name) + "' is not supported (silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)");
 }
 
 }  // namespace
 
+uint32_t gate_up_rows(uint32_t intermediate) {
+  const auto rows = checked_mul<uint32_t>(intermediate, 2);
+  if (!rows) {
+    throw Error(Status::invalid_argument, "gate+up projection of intermediate size " + std::to_string(intermediate) +
+                                              ": 2 x " + std::to_string(intermediate) + " rows do not fit in 32 bits");
+  }
+  return *rows;
+}
+
+uint64_t ModelConfig::ffn_weight_bytes() const noexcept {
+  switch (ffn_kind()) {
+    case FfnKind::none: return 0;
+    case FfnKind::dense: return dense_ffn_bytes(hidden_size, intermediate_size);
+    case FfnKind::moe: {
+      uint64_t total = saturating_mul(num_experts, dense_ffn_bytes(hidden_size, moe_intermediate_size));
+      total = saturating_add(total, saturating_mul(saturating_mul(num_experts, hidden_size), 4));  // f32 router
+      if (shared_expert_intermediate_size > 0) {
+        total = saturating_add(total, dense_ffn_bytes(hidden_size, shared_expert_intermediate_size));
+        total = saturating_add(total, uint64_t{hidden_size} * 4);  // f32 shared expert gate
+      }
+      return total;
+    }
+  }
+  return 0;
+}
+
 void ModelConfig::validate() const {
   if (hidden_size == 0) config_error(source, "hidden_size must be set and positive");
+  need_at_most(source, "hidden_size", hidden_size, kMaxHiddenSize);
+  need_at_most(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "shared_expert_intermediate_size", shared_expert_intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "num_experts", num_experts, kMaxExperts);
   need_multiple(source, "hidden_size", hidden_size, "every gate/up projection");
   switch (ffn_kind()) {
     case FfnKind::none: break;
@@ -83,6 +146,11 @@ void ModelConfig::validate() const {
                       "the shared expert's down projection");
       }
       break;
+  }
+  if (const uint64_t bytes = ffn_weight_bytes(); bytes > kMaxFfnWeightBytes) {
+    config_error(source, "the FFN's weights (W4A16 codes and scales, router) would take " + gib_text(bytes) +
+                             ", more than the " + gib_text(kMaxFfnWeightBytes) +
+                             " allowed: check hidden_size, the *intermediate_size keys and num_experts");
   }
 }
 
@@ -108,7 +176,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   ModelConfig c;
   c.source = source;
   if (auto it = doc.find("model_type"); it != doc.end()) {
-    if (!it->is_string()) config_error(source, "'model_type' must be a string, got " + it->dump());
+    if (!it->is_string()) config_error(source, "'model_type' must be a string, got " + describe_json(*it));
     c.model_type = it->get<std::string>();
   }
   auto hidden = get_u32(doc, source, "hidden_size");
@@ -116,7 +184,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   c.hidden_size = *hidden;
   c.intermediate_size = get_u32(doc, source, "intermediate_size").value_or(0);
   if (auto it = doc.find("hidden_act"); it != doc.end()) {
-    if (!it->is_string()) config_error(source, "'hidden_act' must be a string, got " + it->dump());
+    if (!it->is_string()) config_error(source, "'hidden_act' must be a string, got " + describe_json(*it));
     c.hidden_act = it->get<std::string>();
   }
   c.activation = parse_activation(source, c.hidden_act);
@@ -129,7 +197,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
     c.moe_intermediate_size = c.intermediate_size;  // Mixtral sizes its experts with intermediate_size
   }
   if (auto it = doc.find("norm_topk_prob"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) config_error(source, "'norm_topk_prob' must be true or false, got " + it->dump());
+    if (!it->is_boolean()) config_error(source, "'norm_topk_prob' must be true or false, got " + describe_json(*it));
     c.norm_topk_prob = it->get<bool>();
   } else if (doc.contains("num_local_experts")) {
     c.norm_topk_prob = true;  // Mixtral renormalises its top-k weights
@@ -141,16 +209,9 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
 
 ModelConfig load_model_config(const std::filesystem::path& path) {
   std::filesystem::path file = path;
-  if (std::filesystem::is_directory(file)) file /= "config.json";
-  std::ifstream in(file);
-  if (!in) throw Error(Status::not_found, file.string() + ": cannot open model config");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    config_error(file.string(), std::string("not valid JSON: ") + e.what());
-  }
-  return parse_model_config(doc, file.string());
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  return parse_model_config(read_json_file(file, "model config", kMaxConfigBytes), file.string());
 }
 
 const std::vector<Preset>& presets() {

@@ -3,10 +3,13 @@
 // Keys read: model_type, hidden_size, intermediate_size, hidden_act, num_experts (or Mixtral's
 // num_local_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
 // shared_expert_intermediate_size. Anything malformed is a metrale::Error naming the source and key.
+// Shapes are limited (kMax* below, docs/layers.md): a few bytes of config.json must not be able to
+// ask for terabytes of weights or shapes whose products wrap.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -22,6 +25,19 @@ enum class FfnKind { none, dense, moe };
 const char* activation_name(Activation act) noexcept;  // "silu" / "gelu_tanh"
 const char* ffn_kind_name(FfnKind kind) noexcept;      // "none" / "dense" / "moe"
 
+// Limits on shapes, far above any released model (hidden 16384, expert width 2^15, 384 experts).
+inline constexpr uint32_t kMaxHiddenSize = 65536;
+inline constexpr uint32_t kMaxIntermediateSize = uint32_t{1} << 20;  // each *intermediate_size
+inline constexpr uint32_t kMaxExperts = 4096;
+// W4A16 codes and scales plus the router, of the whole FFN: one layer of the largest MoE is ~9 GiB.
+inline constexpr uint64_t kMaxFfnWeightBytes = uint64_t{32} << 30;
+// config.json is a few kilobytes.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
+
+// The rows of a fused gate+up projection, 2 * intermediate. Throws Error(invalid_argument) when
+// that does not fit in 32 bits (validate() keeps every config far below).
+uint32_t gate_up_rows(uint32_t intermediate);
+
 struct ModelConfig {
   std::string source;      // preset name or config.json path, for messages
   std::string model_type;  // e.g. "qwen3"; steers tgemm_probe_ok()
@@ -36,13 +52,19 @@ struct ModelConfig {
   uint32_t shared_expert_intermediate_size = 0;  // 0: no shared expert
 
   FfnKind ffn_kind() const noexcept;
-  // Throws Error(invalid_argument) when the shapes cannot form W4A16 layers.
+  // Throws Error(invalid_argument) naming the key when the shapes cannot form W4A16 layers or
+  // exceed the limits above.
   void validate() const;
+  // Bytes of the FFN's weights (W4A16 codes and scales, router, shared expert); saturates at
+  // UINT64_MAX instead of wrapping.
+  uint64_t ffn_weight_bytes() const noexcept;
   nlohmann::json to_json() const;
 };
 
 // Parses a config.json document; `source` names it in messages.
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source);
+// A config.json file (or a directory holding one): a regular file of at most kMaxConfigBytes,
+// read with the bounded JSON reader (metrale/json_file.hpp). Errors name the file.
 ModelConfig load_model_config(const std::filesystem::path& path);
 
 struct Preset {

@@ -86,7 +86,7 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   experts.act_order = act_order;
   experts.grouped = options.use_grouped_kernel;
   experts.grouped_decode = options.use_grouped_kernel && decode != GroupedDecodeRequest::off && format == WeightFormat::fp8;
-  experts.shapes = {ProjectionShape{"ffn.experts.gate_up", 2 * c.moe_intermediate_size, c.hidden_size},
+  experts.shapes = {ProjectionShape{"ffn.experts.gate_up", gate_up_rows(c.moe_intermediate_size), c.hidden_size},
                     ProjectionShape{"ffn.experts.down", c.hidden_size, c.moe_intermediate_size}};
   experts.model_type = c.model_type;
   experts.activations = activations;

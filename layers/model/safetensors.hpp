@@ -3,15 +3,20 @@
 // ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}), then
 // the raw little-endian tensor bytes; offsets are relative to the end of the header.
 //
-// The reader validates the whole header when it opens a file (truncation, offsets, sizes) and
-// reads tensors on demand, so a multi-gigabyte checkpoint is never read whole. Every error is a
+// The reader opens only a regular file (metrale/regular_file.hpp: a FIFO or a device is refused
+// before a byte is read), validates the whole header when it opens it (safetensors_header.hpp:
+// size cap, truncation, overflow-checked sizes, exact tiling of the data section) and reads
+// tensors on demand, so a multi-gigabyte checkpoint is never read whole. Every error is a
 // metrale::Error naming the file, the tensor and what was expected.
 #pragma once
+
+#include "safetensors_header.hpp"
+
+#include <metrale/regular_file.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -22,28 +27,10 @@
 
 namespace metrale::layers {
 
-enum class Dtype { boolean, u8, i8, i16, u16, f16, bf16, i32, u32, f32, f64, i64, u64, f8_e4m3, f8_e5m2 };
-
-std::string_view dtype_name(Dtype dtype) noexcept;  // "F16", "BF16", "I32"...
-std::optional<Dtype> dtype_from_name(std::string_view name) noexcept;
-size_t dtype_size(Dtype dtype) noexcept;
-
-// "[2, 3]"
-std::string shape_string(std::span<const uint64_t> shape);
-
-struct TensorInfo {
-  std::string name;
-  Dtype dtype = Dtype::u8;
-  std::vector<uint64_t> shape;
-  uint64_t begin = 0;  // relative to the start of the data section
-  uint64_t end = 0;
-  uint64_t elements() const noexcept;
-};
-
 class SafetensorsReader {
  public:
   // Opens and validates the header. Throws Error(not_found) when the file cannot be opened and
-  // Error(invalid_argument) for anything malformed.
+  // Error(invalid_argument) for anything malformed or not a regular file.
   explicit SafetensorsReader(std::filesystem::path path);
 
   const std::filesystem::path& path() const noexcept { return path_; }
@@ -65,13 +52,12 @@ class SafetensorsReader {
   // F32, BF16 or F16 converted to f32.
   std::vector<float> read_f32(std::string_view name, const std::vector<uint64_t>& shape);
 
-  // "<file>: tensor '<name>': <what>" — the shape of every message about a tensor.
+  // "<file>: tensor '<name>': " — the start of every message about a tensor (long names shortened).
   std::string where(std::string_view tensor) const;
 
  private:
   std::filesystem::path path_;
-  std::ifstream stream_;
-  uint64_t file_size_ = 0;
+  RegularFile file_;
   uint64_t data_start_ = 0;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "w4a16.hpp"
 
+#include "checked.hpp"
 #include "numeric.hpp"
 #include "rng.hpp"
 

@@ -4,6 +4,8 @@
 #include "quant_synthetic.hpp"
 #include "rng.hpp"
 #include "safetensors.hpp"
+#include "tensor_names.hpp"
+#include "tensor_source.hpp"
 
 #include <metrale/status.hpp>
 
@@ -11,11 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <memory>
-#include <regex>
-#include <set>
 
 namespace metrale::layers {
 
@@ -40,90 +38,13 @@ std::vector<float> synthetic_f32(const std::string& name, size_t count, double a
 
 DenseFfnWeights synthetic_dense(const std::string& prefix, uint32_t hidden, uint32_t inter, uint64_t seed,
                                 WeightFormat format, uint32_t group) {
-  return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, 2 * inter, hidden, seed, 1, group),
+  return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, gate_up_rows(inter), hidden, seed, 1, group),
                          synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, group)};
 }
 
 // Router rows uniform in ±a with a = 4.5/sqrt(H): logits of inputs in ±1 then spread ~1.5,
 // enough that the top-k differ from token to token.
 double router_amplitude(uint32_t hidden) { return 4.5 / std::sqrt(static_cast<double>(hidden)); }
-
-// Every tensor name resolves to one file of a (possibly sharded) checkpoint.
-class TensorSource {
- public:
-  explicit TensorSource(const std::filesystem::path& path) {
-    namespace fs = std::filesystem;
-    std::vector<fs::path> files;
-    fs::path index;
-    if (fs::is_directory(path)) {
-      for (const auto& entry : fs::directory_iterator(path)) {
-        const std::string name = entry.path().filename().string();
-        if (name.ends_with(".safetensors.index.json")) index = entry.path();
-      }
-      if (index.empty()) {
-        for (const auto& entry : fs::directory_iterator(path)) {
-          if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
-        }
-        std::sort(files.begin(), files.end());
-        if (files.empty()) throw Error(Status::not_found, path.string() + ": no .safetensors files in this directory");
-      }
-    } else if (path.string().ends_with(".index.json")) {
-      index = path;
-    } else {
-      files.push_back(path);
-    }
-    if (!index.empty()) {
-      std::ifstream in(index);
-      if (!in) throw Error(Status::not_found, index.string() + ": cannot open checkpoint index");
-      nlohmann::json doc;
-      try {
-        doc = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::parse_error& e) {
-        throw Error(Status::invalid_argument, index.string() + ": not valid JSON: " + e.what());
-      }
-      if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) {
-        throw Error(Status::invalid_argument, index.string() + ": missing object 'weight_map' (tensor name -> file)");
-      }
-      std::set<std::string> shards;
-      for (const auto& [name, file] : doc["weight_map"].items()) {
-        if (!file.is_string()) throw Error(Status::invalid_argument, index.string() + ": weight_map/" + name + " must be a file name");
-        shards.insert(file.get<std::string>());
-      }
-      for (const auto& shard : shards) files.push_back(index.parent_path() / shard);
-      description_ = index.string();
-    } else {
-      description_ = files.size() == 1 ? files[0].string() : path.string();
-    }
-    for (const auto& f : files) {
-      readers_.push_back(std::make_unique<SafetensorsReader>(f));
-      for (const auto& name : readers_.back()->names()) owner_.emplace(name, readers_.back().get());
-    }
-  }
-
-  bool contains(const std::string& name) const { return owner_.contains(name); }
-  SafetensorsReader& at(const std::string& name) const {
-    auto it = owner_.find(name);
-    if (it == owner_.end()) {
-      throw Error(Status::not_found, description_ + ": tensor '" + name + "': missing (" + std::to_string(owner_.size()) +
-                                         " tensors in " + std::to_string(readers_.size()) + " file(s))");
-    }
-    return *it->second;
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& [name, reader] : owner_) out.push_back(name);
-    return out;
-  }
-  const std::map<std::string, std::string>* metadata() const {
-    return readers_.size() == 1 ? &readers_[0]->metadata() : nullptr;
-  }
-  const std::string& description() const { return description_; }
-
- private:
-  std::string description_;
-  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
-  std::map<std::string, SafetensorsReader*> owner_;
-};
 
 // ---- The project's names -------------------------------------------------------------------
 
@@ -148,7 +69,7 @@ QuantMatrix read_project_matrix(const TensorSource& src, const std::string& name
 }
 
 DenseFfnWeights read_project_dense(const TensorSource& src, const std::string& prefix, uint32_t hidden, uint32_t inter) {
-  return DenseFfnWeights{read_project_matrix(src, prefix + ".gate_up", 1, 2 * inter, hidden),
+  return DenseFfnWeights{read_project_matrix(src, prefix + ".gate_up", 1, gate_up_rows(inter), hidden),
                          read_project_matrix(src, prefix + ".down", 1, hidden, inter)};
 }
 
@@ -162,7 +83,7 @@ FfnWeights load_project(const TensorSource& src, const ModelConfig& c) {
     m.experts = c.num_experts;
     m.hidden = c.hidden_size;
     m.router = src.at("ffn.router.weight").read_f32("ffn.router.weight", {c.num_experts, c.hidden_size});
-    m.gate_up = read_project_matrix(src, "ffn.experts.gate_up", c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size);
+    m.gate_up = read_project_matrix(src, "ffn.experts.gate_up", c.num_experts, gate_up_rows(c.moe_intermediate_size), c.hidden_size);
     m.down = read_project_matrix(src, "ffn.experts.down", c.num_experts, c.hidden_size, c.moe_intermediate_size);
     if (c.shared_expert_intermediate_size > 0) {
       m.shared_expert = read_project_dense(src, "ffn.shared_expert", c.hidden_size, c.shared_expert_intermediate_size);
@@ -244,13 +165,15 @@ void read_gptq_ffn(const TensorSource& src, const std::string& prefix, uint32_t 
 }
 
 std::string gptq_prefix(const TensorSource& src, const WeightLoadOptions& options) {
-  static const std::regex kPattern(R"(^(.*layers\.)(\d+)\.mlp\.)");
   std::map<uint32_t, std::string> layers;
   for (const auto& name : src.names()) {
-    std::smatch match;
-    if (std::regex_search(name, match, kPattern)) {
-      layers.emplace(static_cast<uint32_t>(std::stoul(match[2].str())), match[0].str());
+    const auto parsed = mlp_layer_of(name);
+    if (!parsed) continue;
+    if (!parsed->layer) {
+      throw Error(Status::invalid_argument, src.description() + ": tensor '" + display_name(name) + "': layer number " +
+                                                display_name(parsed->layer_digits) + " does not fit in 32 bits");
     }
+    layers.emplace(*parsed->layer, std::string(parsed->prefix));
   }
   if (layers.empty()) {
     throw Error(Status::invalid_argument,
@@ -272,7 +195,7 @@ FfnWeights load_gptq(const TensorSource& src, const ModelConfig& c, const Weight
   FfnWeights w;
   w.kind = c.ffn_kind();
   if (w.kind == FfnKind::dense) {
-    DenseFfnWeights d{w4a16_zeros(prefix + "gate_proj+up_proj", 2 * c.intermediate_size, c.hidden_size),
+    DenseFfnWeights d{w4a16_zeros(prefix + "gate_proj+up_proj", gate_up_rows(c.intermediate_size), c.hidden_size),
                       w4a16_zeros(prefix + "down_proj", c.hidden_size, c.intermediate_size)};
     read_gptq_ffn(src, prefix, c.hidden_size, c.intermediate_size, d.gate_up, d.down, 0);
     w.dense = std::move(d);
@@ -282,14 +205,14 @@ FfnWeights load_gptq(const TensorSource& src, const ModelConfig& c, const Weight
     m.hidden = c.hidden_size;
     m.router = src.at(prefix + "gate.weight").read_f32(prefix + "gate.weight", {c.num_experts, c.hidden_size});
     const uint32_t inter = c.moe_intermediate_size;
-    m.gate_up = w4a16_zeros(prefix + "experts.*.gate_proj+up_proj", 2 * inter, c.hidden_size, c.num_experts);
+    m.gate_up = w4a16_zeros(prefix + "experts.*.gate_proj+up_proj", gate_up_rows(inter), c.hidden_size, c.num_experts);
     m.down = w4a16_zeros(prefix + "experts.*.down_proj", c.hidden_size, inter, c.num_experts);
     for (uint32_t e = 0; e < c.num_experts; ++e) {
       read_gptq_ffn(src, prefix + "experts." + std::to_string(e) + ".", c.hidden_size, inter, m.gate_up, m.down, e);
     }
     if (c.shared_expert_intermediate_size > 0) {
       const uint32_t si = c.shared_expert_intermediate_size;
-      DenseFfnWeights d{w4a16_zeros(prefix + "shared_expert.gate_proj+up_proj", 2 * si, c.hidden_size),
+      DenseFfnWeights d{w4a16_zeros(prefix + "shared_expert.gate_proj+up_proj", gate_up_rows(si), c.hidden_size),
                         w4a16_zeros(prefix + "shared_expert.down_proj", c.hidden_size, si)};
       read_gptq_ffn(src, prefix + "shared_expert.", c.hidden_size, si, d.gate_up, d.down, 0);
       m.shared_expert = std::move(d);
@@ -317,7 +240,7 @@ void expect_same_format(const QuantMatrix& a, const QuantMatrix& b) {
 }  // namespace
 
 void DenseFfnWeights::validate(uint32_t hidden, uint32_t inter) const {
-  expect_shape(gate_up, 1, 2 * inter, hidden);
+  expect_shape(gate_up, 1, gate_up_rows(inter), hidden);
   expect_shape(down, 1, hidden, inter);
   expect_same_format(gate_up, down);
 }
@@ -338,7 +261,7 @@ void MoeWeights::validate(const ModelConfig& c) const {
     shape_error("ffn.router.weight: " + std::to_string(router.size()) + " values, expected [" + std::to_string(experts) +
                 ", " + std::to_string(hidden) + "]");
   }
-  expect_shape(gate_up, experts, 2 * c.moe_intermediate_size, hidden);
+  expect_shape(gate_up, experts, gate_up_rows(c.moe_intermediate_size), hidden);
   expect_shape(down, experts, hidden, c.moe_intermediate_size);
   expect_same_format(gate_up, down);
   if ((c.shared_expert_intermediate_size > 0) != shared_expert.has_value()) {
@@ -385,7 +308,7 @@ FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed, const Synt
     m.hidden = c.hidden_size;
     m.router = synthetic_f32("ffn.router.weight", size_t{c.num_experts} * c.hidden_size, router_amplitude(c.hidden_size), seed);
     const WeightFormat experts = formats.experts.value_or(formats.weights);
-    m.gate_up = synthetic_quant("ffn.experts.gate_up", experts, 2 * c.moe_intermediate_size, c.hidden_size, seed, c.num_experts,
+    m.gate_up = synthetic_quant("ffn.experts.gate_up", experts, gate_up_rows(c.moe_intermediate_size), c.hidden_size, seed, c.num_experts,
                                 formats.group);
     m.down = synthetic_quant("ffn.experts.down", experts, c.hidden_size, c.moe_intermediate_size, seed, c.num_experts,
                              formats.group);

@@ -47,42 +47,96 @@ std::string Site::to_string() const {
   return out;
 }
 
+namespace {
+
+bool same_resolution(const AuditRow& a, const AuditRow& b, bool compare_site) noexcept {
+  return a.backend == b.backend && a.target == b.target && a.module == b.module && a.kernel == b.kernel &&
+         a.substitute == b.substitute &&
+         (!compare_site || (a.site.file == b.site.file && a.site.line == b.site.line &&
+                            a.site.function == b.site.function));
+}
+
+}  // namespace
+
+size_t AuditLog::KeyHash::operator()(const Key& key) const noexcept {
+  // Sites hash by the addresses of their literals (one site, one address); the resolution by
+  // content. Equal keys hash equally; collisions only cost a comparison.
+  size_t h = std::hash<std::string_view>()(key.prototype->kernel);
+  const auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(std::hash<std::string_view>()(key.prototype->module));
+  mix(std::hash<const void*>()(key.file));
+  mix(key.line);
+  mix(key.column);
+  mix(static_cast<size_t>(key.kind) * 8 + static_cast<size_t>(key.outcome));
+  return h;
+}
+
+bool AuditLog::KeyEqual::operator()(const Key& a, const Key& b) const noexcept {
+  return a.file == b.file && a.function == b.function && a.line == b.line && a.column == b.column &&
+         a.kind == b.kind && a.outcome == b.outcome &&
+         (a.prototype == b.prototype || same_resolution(*a.prototype, *b.prototype, a.file == nullptr));
+}
+
+uint64_t AuditLog::append_locked(Stored stored) {
+  stored.sequence = next_sequence_++;
+  const uint64_t sequence = stored.sequence;
+  const Key key{stored.has_site ? stored.site.file_name() : nullptr,
+                stored.has_site ? stored.site.function_name() : nullptr,
+                stored.has_site ? stored.site.line() : 0,
+                stored.has_site ? stored.site.column() : 0,
+                stored.prototype.get(), stored.kind, stored.outcome};
+  auto it = tallies_.find(key);
+  if (it == tallies_.end()) {
+    if (rows_.size() >= kMaxRows) {
+      ++dropped_;
+      return sequence;
+    }
+    it = tallies_.emplace(key, Tally{}).first;  // key.prototype lives in the row stored below
+  }
+  Tally& tally = it->second;
+  ++tally.seen;
+  if (tally.latest != SIZE_MAX) {
+    rows_[tally.latest] = std::move(stored);  // the previous most-recent row is the one dropped
+    ++dropped_;
+  } else if (rows_.size() >= kMaxRows) {
+    ++dropped_;
+  } else {
+    if (tally.seen > kRowsPerKey) tally.latest = rows_.size();
+    rows_.push_back(std::move(stored));
+  }
+  return sequence;
+}
+
 uint64_t AuditLog::append(AuditRow row) {
   auto prototype = std::make_shared<const AuditRow>(std::move(row));
   std::lock_guard lock(mutex_);
-  uint64_t sequence = next_sequence_++;
-  rows_.push_back(Stored{sequence, std::source_location(), false, prototype, prototype->kind, prototype->outcome,
-                         prototype->lever, prototype->tier});
-  return sequence;
+  return append_locked(Stored{0, std::source_location(), false, prototype, prototype->kind, prototype->outcome,
+                              prototype->lever, prototype->tier});
 }
 
 uint64_t AuditLog::append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
                           LookupOutcome outcome, std::string lever) {
   std::lock_guard lock(mutex_);
-  uint64_t sequence = next_sequence_++;
-  rows_.push_back(Stored{sequence, site, true, std::move(resolved), kind, outcome, std::move(lever), {}});
-  return sequence;
+  return append_locked(Stored{0, site, true, std::move(resolved), kind, outcome, std::move(lever), {}});
 }
 
 void AuditLog::note_lever(uint64_t sequence, const std::string& lever) {
   std::lock_guard lock(mutex_);
-  // Sequences are assigned in order and rows are only appended (or all cleared): binary search.
-  auto it = std::lower_bound(rows_.begin(), rows_.end(), sequence,
-                             [](const Stored& s, uint64_t seq) { return s.sequence < seq; });
-  if (it == rows_.end() || it->sequence != sequence) return;
+  auto it = std::find_if(rows_.begin(), rows_.end(), [&](const Stored& s) { return s.sequence == sequence; });
+  if (it == rows_.end()) return;  // never kept, or since replaced by a later lookup
   it->lever = it->lever.empty() ? lever : it->lever + ", " + lever;
 }
 
 void AuditLog::note_tier(uint64_t after, const std::string& tier) {
   std::lock_guard lock(mutex_);
-  auto it = std::upper_bound(rows_.begin(), rows_.end(), after,
-                             [](uint64_t seq, const Stored& s) { return seq < s.sequence; });
-  for (; it != rows_.end(); ++it) it->tier = tier;
+  // Rows are not in sequence order once a kept slot is replaced by a later lookup: scan them all.
+  for (Stored& s : rows_)
+    if (s.sequence > after) s.tier = tier;
 }
 
 uint64_t AuditLog::last_sequence() const {
   std::lock_guard lock(mutex_);
-  return rows_.empty() ? 0 : rows_.back().sequence;
+  return next_sequence_ - 1;
 }
 
 std::vector<AuditRow> AuditLog::snapshot() const {
@@ -91,6 +145,7 @@ std::vector<AuditRow> AuditLog::snapshot() const {
     std::lock_guard lock(mutex_);
     stored = rows_;
   }
+  std::sort(stored.begin(), stored.end(), [](const Stored& a, const Stored& b) { return a.sequence < b.sequence; });
   std::vector<AuditRow> rows;
   rows.reserve(stored.size());
   for (const auto& s : stored) {
@@ -111,10 +166,17 @@ size_t AuditLog::size() const {
   return rows_.size();
 }
 
+uint64_t AuditLog::dropped() const {
+  std::lock_guard lock(mutex_);
+  return dropped_;
+}
+
 void AuditLog::clear() {
   std::lock_guard lock(mutex_);
+  tallies_.clear();
   rows_.clear();
   next_sequence_ = 1;
+  dropped_ = 0;
 }
 
 std::string render_audit_table(const std::vector<AuditRow>& rows) {

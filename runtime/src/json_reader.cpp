@@ -2,6 +2,7 @@
 #include "json_reader.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <unordered_set>
 
 namespace metrale::json_text {
@@ -13,8 +14,11 @@ struct ParseError {
   std::string message;
 };
 
+template <class JsonT>
 class DomBuilder {
  public:
+  using Json = JsonT;
+
   explicit DomBuilder(std::vector<std::pair<std::string, std::string>>& duplicates)
       : duplicates_(duplicates) {}
 
@@ -34,9 +38,11 @@ class DomBuilder {
   }
   bool key(Json::string_t& k) {
     Frame& top = frames_.back();
-    if (!top.keys.insert(k).second) {
-      duplicates_.emplace_back(child(container_pointer(), k), k);
-    }
+    // A map-backed object finds its own keys; the ordered (vector-backed) one keeps a set.
+    bool repeated = false;
+    if constexpr (kMapBacked) repeated = top.container->contains(k);
+    else repeated = !top.keys.insert(k).second;
+    if (repeated) duplicates_.emplace_back(child(container_pointer(), k), k);
     top.key = k;
     return true;
   }
@@ -62,10 +68,11 @@ class DomBuilder {
   const std::optional<ParseError>& error() const { return error_; }
 
  private:
+  static constexpr bool kMapBacked = std::is_same_v<JsonT, nlohmann::json>;
   struct Frame {
     Json* container;
     std::string key;                      // member being filled (objects)
-    std::unordered_set<std::string> keys; // members seen so far (objects)
+    std::unordered_set<std::string> keys; // members seen so far (objects, when not kMapBacked)
   };
 
   // Puts a finished or newly opened value where it belongs. Pointers to open containers stay
@@ -131,12 +138,40 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
   return {line, column};
 }
 
+// Byte offset of the first '[' or '{' that opens a level deeper than kJsonMaxDepth. Strings are
+// skipped (escapes included); on text that is not JSON the parser reports its own error anyway.
+std::optional<std::size_t> too_deep_at(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kJsonMaxDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-JsonReadResult read_json(std::string_view text) {
-  JsonReadResult result;
-  DomBuilder builder(result.duplicates);
-  if (!Json::sax_parse(text, &builder) || builder.error()) {
+template <class JsonT>
+BasicJsonReadResult<JsonT> read_json_as(std::string_view text) {
+  BasicJsonReadResult<JsonT> result;
+  if (const auto deep = too_deep_at(text)) {
+    const auto [line, column] = line_column(text, *deep);
+    result.error = JsonSyntaxError{*deep + 1, line, column,
+                                   "nested deeper than " + std::to_string(kJsonMaxDepth) + " levels"};
+    return result;
+  }
+  DomBuilder<JsonT> builder(result.duplicates);
+  if (!JsonT::sax_parse(text, &builder) || builder.error()) {
     const ParseError err = builder.error().value_or(ParseError{0, "unknown parser failure"});
     const auto [line, column] = line_column(text, err.byte == 0 ? 0 : err.byte - 1);
     result.error = JsonSyntaxError{err.byte, line, column, parser_reason(err.message)};
@@ -145,5 +180,8 @@ JsonReadResult read_json(std::string_view text) {
   result.root = std::move(builder.root());
   return result;
 }
+
+template BasicJsonReadResult<Json> read_json_as<Json>(std::string_view);
+template BasicJsonReadResult<nlohmann::json> read_json_as<nlohmann::json>(std::string_view);
 
 }  // namespace metrale::json_text

@@ -6,24 +6,22 @@
 #include "json_text.hpp"
 #include "manifest_validator.hpp"
 
-#include <array>
-#include <cerrno>
-#include <cstdio>
+#include <metrale/regular_file.hpp>
+#include <metrale/status.hpp>
+
 #include <exception>
-#include <memory>
-#include <system_error>
+#include <string_view>
 
 namespace metrale {
 
 namespace {
 
-namespace fs = std::filesystem;
 using manifest_detail::one_problem;
 using json_text::sanitize_utf8;
 
-// Reading stops here: a manifest is a few kilobytes, and a cap keeps a wrong path (a device,
-// a huge file) from eating memory.
-constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
+// A manifest is a few kilobytes (a thousand kernels fit in one megabyte): the cap keeps a wrong
+// path (a huge file) from eating memory.
+constexpr std::size_t kMaxManifestBytes = std::size_t{4} << 20;
 
 }  // namespace
 
@@ -73,34 +71,14 @@ ManifestResult parse_manifest(const std::filesystem::path& file, const std::stri
 
 ManifestResult load_manifest(const std::filesystem::path& file) {
   try {
-    std::error_code ec;
-    const fs::file_status st = fs::status(file, ec);
-    if (ec) {
-      return one_problem(file, "cannot read the manifest: " + ec.message());
-    }
-    if (fs::is_directory(st)) {
-      return one_problem(file, "cannot read the manifest: it is a directory, not a file");
-    }
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"),
-                                                      &std::fclose);
-    if (!f) {
-      return one_problem(file, "cannot read the manifest: " +
-                                   std::error_code(errno, std::generic_category()).message());
-    }
     std::string text;
-    std::array<char, 65536> buf{};
-    for (;;) {
-      const std::size_t n = std::fread(buf.data(), 1, buf.size(), f.get());
-      text.append(buf.data(), n);
-      if (text.size() > kMaxManifestBytes) {
-        return one_problem(file, "cannot read the manifest: larger than " +
-                                     std::to_string(kMaxManifestBytes >> 20) + " MiB");
-      }
-      if (n < buf.size()) break;
-    }
-    if (std::ferror(f.get())) {
-      return one_problem(file, "cannot read the manifest: " +
-                                   std::error_code(errno, std::generic_category()).message());
+    try {
+      text = read_regular_file(file, "manifest", kMaxManifestBytes);
+    } catch (const Error& e) {
+      // The problem names the file already: keep the reason only.
+      std::string_view reason = e.what();
+      if (const std::string prefix = file.string() + ": "; reason.starts_with(prefix)) reason.remove_prefix(prefix.size());
+      return one_problem(file, std::string(reason));
     }
     return parse_manifest(file, text);
   } catch (const std::exception& e) {

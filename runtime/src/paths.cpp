@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include <metrale/levers.hpp>
 #include <metrale/paths.hpp>
+#include <metrale/regular_file.hpp>
+#include <metrale/status.hpp>
 
 #include "json_reader.hpp"
 #include "metrale_config.h"
@@ -8,8 +10,6 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -38,10 +38,13 @@ struct BuildTree {
 };
 
 std::optional<BuildTree> read_build_tree(const fs::path& marker) {
-  std::ifstream in(marker);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json_text::JsonReadResult doc = json_text::read_json(text.str());
+  std::string text;
+  try {
+    text = read_regular_file(marker, "build-tree marker", std::size_t{1} << 20);  // a few hundred bytes
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  const json_text::JsonReadResult doc = json_text::read_json(text);
   if (doc.error || !doc.root.is_object()) return std::nullopt;
   BuildTree tree;
   for (const auto& [key, list] : {std::pair{"plugin_dirs", &tree.plugin_dirs},

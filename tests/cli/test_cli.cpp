@@ -96,6 +96,7 @@ TEST_CASE("metrale audit: a row per lookup with its site, and the visible p3 fal
   CHECK((*plain)["kernel"] == "w4a16_gemm_t");
   CHECK((*plain)["outcome"] == "resolved");
   CHECK(json["w4a16_k64_min_k"] == 6144);
+  CHECK(json["dropped_rows"] == 0);
 }
 
 TEST_CASE("levers steer the audit visibly") {
@@ -260,4 +261,14 @@ TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and a
   CHECK(diff.code == 1);
   CHECK(has(diff.out, "w4a16/w4a16_gemm_t_p3: in the first only"));
   CHECK(run("audit --diff " + quote((dir / "a.json").string()) + " " + quote((dir / "a.json").string())).code == 0);
+
+  // A malformed lock is a refusal (exit 3) naming the file and the field; so is a FIFO.
+  const std::string bad = (dir / "bad.lock").string();
+  write_file(bad, R"({"lock_format": 1, "rows": [{"x": 1}]})");
+  auto refused = run("audit", {{"METRALE_LOCK", bad}});
+  CHECK(refused.code == 3);
+  CHECK(has(refused.err, bad + ": not a lock file: /rows/0/site"));
+  auto bad_diff = run("audit --diff " + quote(bad) + " " + quote((dir / "a.json").string()));
+  CHECK(bad_diff.code == 1);
+  CHECK(has(bad_diff.err, bad + ": /rows/0/site"));
 }

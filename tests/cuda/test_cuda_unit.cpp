@@ -12,6 +12,7 @@
 #include "targets.hpp"
 #include "test_support.hpp"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +126,45 @@ TEST_CASE("cache: round trip, keys, and every kind of damage is detected") {
   log.clear();
   CHECK_FALSE(cache.load(other));
   CHECK(log.contains(METRALE_LOG_WARN, "holds key"));
+}
+
+TEST_CASE("cache: an entry that is a FIFO, a device, a directory or huge is a miss, then rebuilt") {
+  TempDir dir;
+  metrale::cuda_test::LogCapture log;
+  CompileCache cache(dir.path(), HostLog(&metrale::cuda_test::LogCapture::callback, &log));
+  const CacheKey key = CacheKeyBuilder().add("hostile").finish();
+  const fs::path path = cache.entry_path(key);
+  const CacheEntry entry = sample_entry(3000, 'h');
+  fs::create_directories(path.parent_path());
+  const auto miss_then_rebuilt = [&](const char* what) {
+    CAPTURE(what);
+    log.clear();
+    CHECK_FALSE(cache.load(key));
+    CHECK(log.contains(METRALE_LOG_WARN, path.string()));
+    CHECK(log.contains(METRALE_LOG_WARN, what));
+    REQUIRE(cache.store(key, entry));
+    const auto loaded = cache.load(key);
+    REQUIRE(loaded);
+    CHECK(loaded->image == entry.image);
+    fs::remove(path);
+  };
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  miss_then_rebuilt("FIFO");
+  fs::create_symlink("/dev/zero", path);
+  miss_then_rebuilt("character device");
+  fs::create_directory(path);
+  miss_then_rebuilt("directory");
+  // A sparse file far larger than any compiled module is not read.
+  { std::ofstream(path, std::ios::binary) << "x"; }
+  fs::resize_file(path, uint64_t{2} << 30);
+  miss_then_rebuilt("larger than");
+
+  // A directory that cannot be replaced (not empty): a clear warning, and no entry.
+  fs::create_directories(path / "keep");
+  log.clear();
+  CHECK_FALSE(cache.store(key, entry));
+  CHECK(log.contains(METRALE_LOG_WARN, path.string()));
+  CHECK(log.contains(METRALE_LOG_WARN, "directory"));
 }
 
 TEST_CASE("cache: processes writing and reading one key at once never see a partial entry") {

@@ -126,7 +126,7 @@ TEST_CASE("malformed files give errors naming the file, the tensor and the expec
   e = error_of([&] { r.read_f32("nope", {1}); });  // missing
   CHECK(contains(e, name + ": tensor 'nope': missing"));
 
-  CHECK(contains(error_of([&] { SafetensorsReader r2(dir / "absent.safetensors"); }), "cannot open"));
+  CHECK(contains(error_of([&] { SafetensorsReader r2(dir / "absent.safetensors"); }), "cannot read"));
 }
 
 TEST_CASE("FFN weights round-trip through the project's tensor names") {

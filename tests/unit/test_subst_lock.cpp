@@ -8,6 +8,8 @@
 
 #include "test_support.hpp"
 
+#include <sys/stat.h>
+
 using namespace metrale;
 using namespace metrale::testing;
 namespace fs = std::filesystem;
@@ -114,4 +116,60 @@ TEST_CASE("diff_audits compares two targets' audits by site") {
   CHECK(lines[0].find("w4a16/w4a16_gemm_t_p3: resolved \"w4a16/w4a16_gemm_t_p3\" -> \"null\"") != std::string::npos);
   CHECK(lines[1].find("w4a16/w4a16_gemm_t: in the second only") != std::string::npos);
   CHECK(diff_audits(audit_a, audit_a).empty());
+}
+
+TEST_CASE("a lock file that is not a regular file, too large, or malformed is a refusal naming it") {
+  Vendor v;
+  layers::tgemm_kernel(*v.backend);
+  const auto rows = v.backend->audit().snapshot();
+  const nlohmann::json good = make_lock(*v.backend, rows);
+  TempDir dir;
+  const fs::path file = dir / "lock.json";
+  EnvGuard env({{"METRALE_LOCK", file.string()}});
+  auto refusal = [&] {
+    try {
+      enforce_lock(*v.backend, rows);
+    } catch (const Refusal& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return "not a refusal: " + std::string(e.what());
+    }
+    return std::string("(no refusal)");
+  };
+  auto refused_with = [&](const std::string& text, std::initializer_list<std::string> words) {
+    write_file(file, text);
+    const std::string e = refusal();
+    CAPTURE(e);
+    CHECK(e.find("METRALE_LOCK=" + file.string()) != std::string::npos);
+    for (const auto& w : words) CHECK(e.find(w) != std::string::npos);
+  };
+  write_file(file, good.dump());
+  CHECK(refusal() == "(no refusal)");
+
+  auto with = [&](const char* pointer, nlohmann::json value) {
+    nlohmann::json lock = good;
+    lock[nlohmann::json::json_pointer(pointer)] = std::move(value);
+    return lock.dump();
+  };
+  refused_with(with("/lock_format", 1.9), {"/lock_format", "the integer 1", "1.9"});
+  refused_with(with("/lock_format", 1e300), {"/lock_format", "the integer 1"});
+  refused_with(with("/lock_format", "1"), {"/lock_format", "the integer 1"});
+  refused_with(with("/lock_format", 2), {"/lock_format", "the integer 1", "2"});
+  refused_with(with("/rows", nlohmann::json::array({{{"x", 1}}})), {"/rows/0", "site"});
+  refused_with(with("/rows/0/site/line", 1e300), {"/rows/0/site/line"});
+  refused_with(with("/rows/0/outcome", 7), {"/rows/0/outcome", "string"});
+  refused_with(with("/rows", "none"), {"/rows", "array"});
+  refused_with(R"({"lock_format": 1e999})", {"line 1"});
+  refused_with(std::string(17u << 20, ' ') + good.dump(), {"16 MiB"});
+
+  fs::remove(file);
+  REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+  const std::string e = refusal();
+  CHECK(e.find(file.string()) != std::string::npos);
+  CHECK(e.find("FIFO") != std::string::npos);
+}
+
+TEST_CASE("diff_audits refuses malformed documents with the field that is wrong") {
+  nlohmann::json bad = nlohmann::json::array({{{"site", {{"file", "f"}, {"line", -1}, {"function", "g"}}}}});
+  CHECK_THROWS_WITH_AS(diff_audits(bad, bad), doctest::Contains("/0/site/line"), Error);
 }

@@ -2,13 +2,13 @@
 #include "compile_cache.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <system_error>
 
 namespace metrale::cuda {
@@ -71,6 +71,52 @@ uint64_t checksum_of(Header h, const std::byte* image, size_t image_size, const 
 
 std::string errno_text(int error) { return std::generic_category().message(error); }
 
+std::string file_kind(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+// Reads a whole entry into `bytes`. nullopt: read; "": no entry (a plain miss); otherwise why the
+// entry cannot be used. Opened without blocking and checked on the descriptor, so a FIFO, a
+// device or a directory in its place is never read, and nothing beyond kMaxEntryBytes is.
+std::optional<std::string> read_entry(const std::filesystem::path& path, std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int error = errno;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) return "it is " + file_kind(st.st_mode) + ", not a regular file";
+    return error == ENOENT ? std::string() : "cannot open it: " + errno_text(error);
+  }
+  struct stat st {};
+  std::optional<std::string> problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = "cannot stat it: " + errno_text(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "it is " + file_kind(st.st_mode) + ", not a regular file";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
+    problem = "it is " + std::to_string(st.st_size) + " bytes, larger than the " + std::to_string(kMaxEntryBytes >> 20) +
+              " MiB an entry may be";
+  } else {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (!problem && done < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) problem = "read error: " + errno_text(errno);
+      else if (n == 0) bytes.resize(done);  // shrank meanwhile: the size check below reports it
+      else done += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  return problem;
+}
+
 }  // namespace
 
 std::string to_hex(const CacheKey& key) {
@@ -106,14 +152,15 @@ std::filesystem::path CompileCache::entry_path(const CacheKey& key) const {
 
 std::optional<CacheEntry> CompileCache::load(const CacheKey& key) const {
   const auto path = entry_path(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;  // a plain miss
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto corrupt = [&](const std::string& why) -> std::optional<CacheEntry> {
     log_.warn("compile cache entry " + path.string() + " is corrupt (" + why + "); rebuilding it");
     return std::nullopt;
   };
-  if (in.bad()) return corrupt("read error");
+  std::string bytes;
+  if (const auto problem = read_entry(path, bytes)) {
+    if (problem->empty()) return std::nullopt;  // a plain miss
+    return corrupt(*problem);
+  }
   if (bytes.size() < kHeaderSize) return corrupt("truncated header: " + std::to_string(bytes.size()) + " bytes");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic");
   size_t pos = sizeof(kMagic);
@@ -184,6 +231,14 @@ bool CompileCache::store(const CacheKey& key, const CacheEntry& entry) const {
   }
   if (error == 0 && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
+  // A directory where the entry belongs (rename cannot replace it): removed when empty.
+  if (struct stat st {}; error == 0 && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+                         ::rmdir(path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    log_.warn("compile cache: cannot replace " + path.string() + ": it is a directory that cannot be removed (" +
+              errno_text(errno) + "); remove it to let the cache store this module");
+    return false;
+  }
   if (error == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) error = errno;
   if (error != 0) {
     ::unlink(tmp.c_str());

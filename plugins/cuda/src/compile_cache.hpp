@@ -6,7 +6,10 @@
 //   log     NVRTC's log (ptxas resource usage, for `metrale compile` on a hit)
 // Writes go to a unique temporary file in the same directory, are flushed, then renamed over
 // the entry: readers see a whole entry or none, and two processes filling the same key at once
-// both leave a valid file. An entry that fails any check is reported as corrupt, never loaded.
+// both leave a valid file. An entry that fails any check is reported as corrupt, never loaded;
+// so is anything that is not a regular file (a FIFO, a device, a directory: never read, so never
+// a hang) or that is larger than kMaxEntryBytes. Each is rebuilt and replaced (a directory only
+// when empty; otherwise the warning says to remove it).
 #pragma once
 
 #include "host_log.hpp"
@@ -23,6 +26,8 @@ namespace metrale::cuda {
 
 // Bump when the entry layout or the meaning of a key input changes.
 inline constexpr uint32_t kCacheFormatVersion = 1;
+// A compiled module is a few megabytes; an entry beyond this is not read.
+inline constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
 
 using CacheKey = std::array<uint8_t, 16>;  // xxh3-128 of the key material
 std::string to_hex(const CacheKey& key);

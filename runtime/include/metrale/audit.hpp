@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The boot audit: one row per kernel lookup — who asked, for what, what came back and why.
 // Thread-safe: rows may be appended from several threads; snapshot() copies under the lock.
+// Bounded: a lookup repeated from one site (a warm path asking again and again) keeps its first
+// kRowsPerKey rows plus its most recent one; the rest are only counted (docs/architecture.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <source_location>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace metrale {
@@ -46,6 +51,13 @@ struct AuditRow {
 
 class AuditLog {
  public:
+  // Rows kept per distinct lookup — the same site, resolution (backend, target, module, kernel,
+  // substitute), kind and outcome: the first kRowsPerKey, plus one slot that always holds the
+  // most recent, so the last row of every site is its last lookup (locks compare those).
+  static constexpr size_t kRowsPerKey = 8;
+  // Rows kept in all; a new distinct lookup beyond them is only counted.
+  static constexpr size_t kMaxRows = size_t{1} << 16;
+
   // Appends a row, assigning its sequence number; returns that number.
   uint64_t append(AuditRow row);
   // The lookup hot path: `resolved` holds everything but the site, kind, outcome and lever, and
@@ -59,8 +71,11 @@ class AuditLog {
   void note_tier(uint64_t after, const std::string& tier);
   // The sequence number of the last row appended (0 when none).
   uint64_t last_sequence() const;
+  // The rows kept, in sequence order.
   std::vector<AuditRow> snapshot() const;
   size_t size() const;
+  // Lookups whose rows were not kept (see kRowsPerKey and kMaxRows).
+  uint64_t dropped() const;
   void clear();
 
  private:
@@ -74,9 +89,34 @@ class AuditLog {
     std::string lever;
     std::string tier;
   };
+  // A distinct lookup. The prototype is one kept in rows_ (alive until clear()); prototypes are
+  // compared by content, since a substitution makes a new one per lookup.
+  struct Key {
+    const char* file;
+    const char* function;
+    uint32_t line;
+    uint32_t column;
+    const AuditRow* prototype;
+    LookupKind kind;
+    LookupOutcome outcome;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const noexcept;
+  };
+  struct KeyEqual {
+    bool operator()(const Key& a, const Key& b) const noexcept;
+  };
+  struct Tally {
+    uint64_t seen = 0;
+    size_t latest = SIZE_MAX;  // index in rows_ of the most-recent slot, once it exists
+  };
+  uint64_t append_locked(Stored stored);
+
   mutable std::mutex mutex_;
-  std::vector<Stored> rows_;
+  std::vector<Stored> rows_;  // not in sequence order: a most-recent slot is rewritten in place
+  std::unordered_map<Key, Tally, KeyHash, KeyEqual> tallies_;
   uint64_t next_sequence_ = 1;
+  uint64_t dropped_ = 0;
 };
 
 // Human table and JSON (an array of objects with the AuditRow field names).

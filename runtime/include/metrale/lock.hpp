@@ -2,6 +2,8 @@
 // Locks and diffs of kernel resolutions. A lock records, per lookup (site + requested kernel),
 // what it resolved to: backend, target, kernel (or null), plugin version and library checksum.
 // With METRALE_LOCK=FILE the runtime refuses to start when any resolution differs from the lock.
+// Reading a lock (lock_reader.cpp) needs no backend: documents are validated field by field
+// before anything compares them, and every error names the source and the JSON pointer.
 #pragma once
 
 #include <metrale/audit.hpp>
@@ -9,22 +11,37 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace metrale {
 
 inline constexpr int kLockFormatVersion = 1;
+// A lock holds a few hundred rows; the cap keeps a wrong path from eating memory.
+inline constexpr std::size_t kMaxLockBytes = std::size_t{16} << 20;
+
+// Checks that a lock, an audit (`metrale audit --json`) or a bare array of audit rows holds what
+// a comparison reads: rows with a site {file, line, function}, backend, target, module, kernel
+// and outcome strings, substitute a string or null. Throws Error(invalid_argument)
+// "<source>: <pointer>: expected ..., found ...".
+void validate_resolutions(const nlohmann::json& document, std::string_view source);
+// Parses a lock's text (bounded JSON, metrale/json_file.hpp), checks lock_format is exactly the
+// integer kLockFormatVersion and validates the rows. Throws Error naming `source` and the field.
+nlohmann::json parse_lock(std::string_view text, std::string_view source);
 
 // The lock document for these rows, all taken on `backend`.
 nlohmann::json make_lock(const Backend& backend, const std::vector<AuditRow>& rows);
 // Writes make_lock() atomically (temp file + rename). Throws Error on I/O failure.
 void write_lock(const std::filesystem::path& file, const Backend& backend, const std::vector<AuditRow>& rows);
-// Each difference between a lock and the current resolutions, one line each ("" when equal).
+// Each difference between a lock and the current resolutions, one line each (none when equal).
+// Both documents are validated first (Error naming the one that is malformed).
 std::vector<std::string> lock_differences(const nlohmann::json& lock, const nlohmann::json& current);
 // When METRALE_LOCK is set: compares and throws Refusal listing every difference. A lock file
-// that cannot be read or parsed is a Refusal too (the user asked for it).
+// that cannot be read (not a regular file, over kMaxLockBytes) or parsed is a Refusal too (the
+// user asked for it), naming the file and the field.
 void enforce_lock(const Backend& backend, const std::vector<AuditRow>& rows);
 // Differences between two audits (the JSON of `metrale audit --json`, or two locks).
 std::vector<std::string> diff_audits(const nlohmann::json& before, const nlohmann::json& after);

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "tensor_names.hpp"
+
+#include <charconv>
+
+namespace metrale::layers {
+
+std::optional<MlpLayerName> mlp_layer_of(std::string_view name) noexcept {
+  constexpr std::string_view kLayers = "layers.";
+  constexpr std::string_view kMlp = ".mlp.";
+  // From the last "layers." backwards; each digit run is scanned once (runs do not overlap).
+  for (size_t at = name.rfind(kLayers); at != std::string_view::npos; at = at == 0 ? std::string_view::npos : name.rfind(kLayers, at - 1)) {
+    const size_t digits = at + kLayers.size();
+    size_t end = digits;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end == digits || name.substr(end, kMlp.size()) != kMlp) continue;
+    MlpLayerName out{name.substr(0, end + kMlp.size()), name.substr(digits, end - digits), std::nullopt};
+    uint32_t layer = 0;
+    const auto [ptr, ec] = std::from_chars(name.data() + digits, name.data() + end, layer);
+    if (ec == std::errc() && ptr == name.data() + end) out.layer = layer;
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace metrale::layers

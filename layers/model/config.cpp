@@ -167,6 +167,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["moe_intermediate_size"] = moe_intermediate_size;
     j["norm_topk_prob"] = norm_topk_prob;
     j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
+    if (routed_scaling_factor != 1.0) j["routed_scaling_factor"] = routed_scaling_factor;
   }
   return j;
 }
@@ -203,6 +204,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
     c.norm_topk_prob = true;  // Mixtral renormalises its top-k weights
   }
   c.shared_expert_intermediate_size = get_u32(doc, source, "shared_expert_intermediate_size").value_or(0);
+  parse_moe_structure(doc, c);
   c.validate();
   return c;
 }

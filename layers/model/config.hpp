@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The FFN part of a model, from a Hugging Face style config.json or a named preset.
 // Keys read: model_type, hidden_size, intermediate_size, hidden_act, num_experts (or Mixtral's
-// num_local_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
-// shared_expert_intermediate_size. Anything malformed is a metrale::Error naming the source and key.
+// num_local_experts, DeepSeek's n_routed_experts), num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob, shared_expert_intermediate_size (or DeepSeek's n_shared_experts), and the MoE
+// routing and layer structure (routed_scaling_factor, scoring_func, topk_method, n_group,
+// topk_group, first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers).
+// Anything malformed is a metrale::Error naming the source and key; routing metrale does not
+// implement (sigmoid scoring, group-limited top-k) is a Refusal.
 // Shapes are limited (kMax* below, docs/layers.md): a few bytes of config.json must not be able to
 // ask for terabytes of weights or shapes whose products wrap.
 #pragma once
@@ -50,8 +54,19 @@ struct ModelConfig {
   uint32_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;     // renormalise the top-k routing weights to sum to 1
   uint32_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+  // DeepSeek-style routing: the routed experts' combine weights are multiplied by this.
+  double routed_scaling_factor = 1.0;
+  // Which decoder layers of a MoE model are dense (their FFN intermediate_size wide):
+  uint32_t first_dense_layers = 0;         // DeepSeek first_k_dense_replace: layers below are dense
+  uint32_t moe_layer_freq = 1;             // DeepSeek moe_layer_freq: MoE where layer % freq == 0
+  uint32_t decoder_sparse_step = 1;        // Qwen-MoE: MoE where (layer + 1) % step == 0
+  std::vector<uint32_t> mlp_only_layers;   // Qwen-MoE: dense whatever the step says
 
   FfnKind ffn_kind() const noexcept;
+  // The FFN of decoder layer `layer`: this config, or for a dense layer of a MoE model its dense
+  // FFN (num_experts 0, intermediate_size wide). Throws Error naming the source and layer when
+  // that layer is dense but the config gives no intermediate_size.
+  ModelConfig for_layer(uint32_t layer) const;
   // Throws Error(invalid_argument) naming the key when the shapes cannot form W4A16 layers or
   // exceed the limits above.
   void validate() const;
@@ -60,6 +75,9 @@ struct ModelConfig {
   uint64_t ffn_weight_bytes() const noexcept;
   nlohmann::json to_json() const;
 };
+
+// The MoE keys of a config.json document into `config` (config_moe.cpp; parse_model_config calls it).
+void parse_moe_structure(const nlohmann::json& doc, ModelConfig& config);
 
 // Parses a config.json document; `source` names it in messages.
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source);

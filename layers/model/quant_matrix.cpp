@@ -195,4 +195,68 @@ QuantMatrix to_w4_zp(const QuantMatrix& m) {
   return out;
 }
 
+namespace {
+
+// Copies row `from` of `src` to row `to` of `dst` (same K, format and group), every tensor.
+void copy_row(const QuantMatrix& src, uint32_t from, QuantMatrix& dst, uint32_t to) {
+  const size_t words = src.words_per_matrix() / src.n, groups = src.groups();
+  std::copy_n(src.qweight.begin() + static_cast<std::ptrdiff_t>(from * words), words,
+              dst.qweight.begin() + static_cast<std::ptrdiff_t>(to * words));
+  auto copy_groups = [&](const auto& in, auto& out) {
+    if (!in.empty()) std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(from * groups), groups, out.begin() + static_cast<std::ptrdiff_t>(to * groups));
+  };
+  copy_groups(src.scales, dst.scales);
+  copy_groups(src.scales32, dst.scales32);
+  copy_groups(src.zeros, dst.zeros);
+}
+
+}  // namespace
+
+QuantMatrix concat_rows(std::string name, const QuantMatrix& top, const QuantMatrix& bottom) {
+  if (top.k != bottom.k || top.format != bottom.format || top.group != bottom.group || top.perm != bottom.perm ||
+      top.batch != 1 || bottom.batch != 1) {
+    invalid(top.name + " and " + bottom.name + " cannot be fused into " + name + ": they differ in " +
+            (top.k != bottom.k ? "K" : top.format != bottom.format ? "format" : top.group != bottom.group ? "group size"
+                                                                              : "act-order permutation (g_idx)") +
+            "; the fused projection reads one input order, one format");
+  }
+  QuantMatrix m = quant_zeros(std::move(name), top.format, top.n + bottom.n, top.k, 1, top.group);
+  for (uint32_t r = 0; r < top.n; ++r) copy_row(top, r, m, r);
+  for (uint32_t r = 0; r < bottom.n; ++r) copy_row(bottom, r, m, top.n + r);
+  m.perm = top.perm;
+  return m;
+}
+
+void reorder_rows(QuantMatrix& m, std::span<const int32_t> order) {
+  if (m.batch != 1 || order.size() != m.n) invalid(m.name + ": reorder_rows needs one index per row of a plain matrix");
+  const QuantMatrix original = m;
+  for (uint32_t r = 0; r < m.n; ++r) copy_row(original, static_cast<uint32_t>(order[r]), m, r);
+}
+
+QuantMatrix stack_matrices(std::string name, std::vector<QuantMatrix> matrices) {
+  if (matrices.empty()) invalid(name + ": a stack needs at least one matrix");
+  const QuantMatrix& first = matrices.front();
+  QuantMatrix m = quant_zeros(std::move(name), first.format, first.n, first.k, static_cast<uint32_t>(matrices.size()), first.group);
+  const bool any_perm = std::any_of(matrices.begin(), matrices.end(), [](const QuantMatrix& x) { return !x.perm.empty(); });
+  if (any_perm) m.perm.reserve(size_t{m.batch} * m.k);
+  for (uint32_t e = 0; e < m.batch; ++e) {
+    const QuantMatrix& x = matrices[e];
+    if (x.n != first.n || x.k != first.k || x.format != first.format || x.group != first.group || x.batch != 1) {
+      invalid(x.name + " differs in shape, format or group from " + first.name + ": experts of one stack share them");
+    }
+    std::copy(x.qweight.begin(), x.qweight.end(), m.qweight.begin() + static_cast<std::ptrdiff_t>(e * m.words_per_matrix()));
+    const size_t per = m.scales_per_matrix();
+    std::copy(x.scales.begin(), x.scales.end(), m.scales.begin() + static_cast<std::ptrdiff_t>(e * (x.scales.empty() ? 0 : per)));
+    std::copy(x.scales32.begin(), x.scales32.end(), m.scales32.begin() + static_cast<std::ptrdiff_t>(e * (x.scales32.empty() ? 0 : per)));
+    std::copy(x.zeros.begin(), x.zeros.end(), m.zeros.begin() + static_cast<std::ptrdiff_t>(e * (x.zeros.empty() ? 0 : per)));
+    if (!any_perm) continue;
+    if (x.perm.empty()) {
+      for (uint32_t c = 0; c < m.k; ++c) m.perm.push_back(static_cast<int32_t>(c));
+    } else {
+      m.perm.insert(m.perm.end(), x.perm.begin(), x.perm.end());
+    }
+  }
+  return m;
+}
+
 }  // namespace metrale::layers

@@ -102,4 +102,14 @@ QuantMatrix quant_zeros(std::string name, WeightFormat format, uint32_t n, uint3
 // The same weights in the w4-zp layout: fp16 scales widened to f32, every zero point 8 (exact).
 QuantMatrix to_w4_zp(const QuantMatrix& w4a16);
 
+// Assembling checkpoints' projections (plain matrices, batch 1):
+// the rows of `top` then those of `bottom` (gate then up), which share K, format, group and
+// permutation (Error(invalid_argument) naming both otherwise);
+QuantMatrix concat_rows(std::string name, const QuantMatrix& top, const QuantMatrix& bottom);
+// the rows reordered: row i of the result is row order[i] of `m`;
+void reorder_rows(QuantMatrix& m, std::span<const int32_t> order);
+// matrices of one shape and format as a stack (MoE experts); a matrix without a permutation gets
+// the identity when others have one.
+QuantMatrix stack_matrices(std::string name, std::vector<QuantMatrix> matrices);
+
 }  // namespace metrale::layers

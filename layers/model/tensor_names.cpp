@@ -5,9 +5,10 @@
 
 namespace metrale::layers {
 
-std::optional<MlpLayerName> mlp_layer_of(std::string_view name) noexcept {
+namespace {
+
+std::optional<MlpLayerName> block_layer_of(std::string_view name, std::string_view kMlp) noexcept {
   constexpr std::string_view kLayers = "layers.";
-  constexpr std::string_view kMlp = ".mlp.";
   // From the last "layers." backwards; each digit run is scanned once (runs do not overlap).
   for (size_t at = name.rfind(kLayers); at != std::string_view::npos; at = at == 0 ? std::string_view::npos : name.rfind(kLayers, at - 1)) {
     const size_t digits = at + kLayers.size();
@@ -21,6 +22,15 @@ std::optional<MlpLayerName> mlp_layer_of(std::string_view name) noexcept {
     return out;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<MlpLayerName> mlp_layer_of(std::string_view name) noexcept { return block_layer_of(name, ".mlp."); }
+
+std::optional<MlpLayerName> ffn_layer_of(std::string_view name) noexcept {
+  if (auto mlp = mlp_layer_of(name)) return mlp;
+  return block_layer_of(name, ".block_sparse_moe.");
 }
 
 }  // namespace metrale::layers

@@ -19,5 +19,7 @@ struct MlpLayerName {
 // The decoder layer of a Hugging Face style FFN tensor name, "<anything>layers.<L>.mlp.<rest>",
 // using the last "layers.<digits>.mlp." in the name; nullopt when there is none.
 std::optional<MlpLayerName> mlp_layer_of(std::string_view name) noexcept;
+// The same for any FFN block name: ".mlp." or Mixtral's ".block_sparse_moe." after the layer.
+std::optional<MlpLayerName> ffn_layer_of(std::string_view name) noexcept;
 
 }  // namespace metrale::layers

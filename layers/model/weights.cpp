@@ -96,134 +96,6 @@ FfnWeights load_project(const TensorSource& src, const ModelConfig& c) {
   return w;
 }
 
-// ---- GPTQ names ----------------------------------------------------------------------------
-
-// Checks that a GPTQ projection is symmetric group-128 with no act-order, then transposes its
-// [K/8, N] words and [K/128, N] scales into our [N, K/8] / [N, K/128].
-void read_gptq_projection(const TensorSource& src, const std::string& base, uint32_t n, uint32_t k,
-                          uint32_t* qweight_out, uint16_t* scales_out, uint32_t row_offset) {
-  const std::string qname = base + ".qweight";
-  const std::string sname = base + ".scales";
-  const uint32_t kw = k / 8;
-  const uint32_t groups = k / kW4a16GroupSize;
-  auto q = src.at(qname).read_u32(qname, {Dtype::i32, Dtype::u32}, {kw, n});
-  auto s = src.at(sname).read_u16(sname, {Dtype::f16}, {groups, n});
-  if (src.contains(base + ".qzeros")) {
-    // Symmetric checkpoints store zero 8 as 7 (GPTQ v1's off-by-one) or 8 (v2) in every nibble.
-    const std::string zname = base + ".qzeros";
-    auto z = src.at(zname).read_u32(zname, {Dtype::i32, Dtype::u32}, {groups, (uint64_t{n} + 7) / 8});
-    for (size_t i = 0; i < z.size(); ++i) {
-      const uint32_t word = z[i];
-      const bool last_word = (i % ((n + 7) / 8)) == (n + 7) / 8 - 1;
-      const uint32_t used = last_word && n % 8 ? n % 8 : 8;
-      const uint32_t mask = used == 8 ? 0xffffffffu : ((1u << (4 * used)) - 1);
-      if ((word & mask) != (0x77777777u & mask) && (word & mask) != (0x88888888u & mask)) {
-        throw Error(Status::invalid_argument,
-                    src.at(zname).where(zname) + "not symmetric: zero points other than 8 (asymmetric GPTQ is not supported; "
-                                                 "W4A16 here is symmetric, value (q - 8) * s)");
-      }
-    }
-  }
-  if (src.contains(base + ".g_idx")) {
-    const std::string gname = base + ".g_idx";
-    auto g = src.at(gname).read_u32(gname, {Dtype::i32}, {k});
-    for (uint32_t i = 0; i < k; ++i) {
-      if (g[i] != i / kW4a16GroupSize) {
-        throw Error(Status::invalid_argument, src.at(gname).where(gname) + "act-order (desc_act) group order at k = " +
-                                                  std::to_string(i) + ": expected group " + std::to_string(i / kW4a16GroupSize) +
-                                                  ", got " + std::to_string(static_cast<int32_t>(g[i])) +
-                                                  "; only sequential group-128 checkpoints are supported");
-      }
-    }
-  }
-  if (src.contains(base + ".bias")) {
-    const std::string bname = base + ".bias";
-    auto b = src.at(bname).read_f32(bname, {n});
-    if (std::any_of(b.begin(), b.end(), [](float v) { return v != 0.0f; })) {
-      throw Error(Status::invalid_argument, src.at(bname).where(bname) + "non-zero bias: the W4A16 projections have no bias");
-    }
-  }
-  for (uint32_t w = 0; w < kw; ++w) {
-    for (uint32_t row = 0; row < n; ++row) qweight_out[size_t{row + row_offset} * kw + w] = q[size_t{w} * n + row];
-  }
-  for (uint32_t g = 0; g < groups; ++g) {
-    for (uint32_t row = 0; row < n; ++row) scales_out[size_t{row + row_offset} * groups + g] = s[size_t{g} * n + row];
-  }
-}
-
-// gate_proj and up_proj into one [2I, H] matrix (gate rows first), down_proj into [H, I].
-void read_gptq_ffn(const TensorSource& src, const std::string& prefix, uint32_t hidden, uint32_t inter,
-                   QuantMatrix& gate_up, QuantMatrix& down, uint32_t index) {
-  const size_t gu_words = gate_up.words_per_matrix() * index;
-  const size_t gu_scales = gate_up.scales_per_matrix() * index;
-  read_gptq_projection(src, prefix + "gate_proj", inter, hidden, gate_up.qweight.data() + gu_words,
-                       gate_up.scales.data() + gu_scales, 0);
-  read_gptq_projection(src, prefix + "up_proj", inter, hidden, gate_up.qweight.data() + gu_words,
-                       gate_up.scales.data() + gu_scales, inter);
-  read_gptq_projection(src, prefix + "down_proj", hidden, inter, down.qweight.data() + down.words_per_matrix() * index,
-                       down.scales.data() + down.scales_per_matrix() * index, 0);
-}
-
-std::string gptq_prefix(const TensorSource& src, const WeightLoadOptions& options) {
-  std::map<uint32_t, std::string> layers;
-  for (const auto& name : src.names()) {
-    const auto parsed = mlp_layer_of(name);
-    if (!parsed) continue;
-    if (!parsed->layer) {
-      throw Error(Status::invalid_argument, src.description() + ": tensor '" + display_name(name) + "': layer number " +
-                                                display_name(parsed->layer_digits) + " does not fit in 32 bits");
-    }
-    layers.emplace(*parsed->layer, std::string(parsed->prefix));
-  }
-  if (layers.empty()) {
-    throw Error(Status::invalid_argument,
-                src.description() + ": no FFN tensors found: expected the project's names (ffn.gate_up.qweight, "
-                                    "ffn.router.weight, ...) or GPTQ names (model.layers.<L>.mlp.gate_proj.qweight, ...)");
-  }
-  if (!options.layer) return layers.begin()->second;
-  auto it = layers.find(*options.layer);
-  if (it == layers.end()) {
-    throw Error(Status::not_found, src.description() + ": no FFN tensors for layer " + std::to_string(*options.layer) +
-                                       " (layers " + std::to_string(layers.begin()->first) + ".." +
-                                       std::to_string(layers.rbegin()->first) + " present)");
-  }
-  return it->second;
-}
-
-FfnWeights load_gptq(const TensorSource& src, const ModelConfig& c, const WeightLoadOptions& options) {
-  const std::string prefix = gptq_prefix(src, options);
-  FfnWeights w;
-  w.kind = c.ffn_kind();
-  if (w.kind == FfnKind::dense) {
-    DenseFfnWeights d{w4a16_zeros(prefix + "gate_proj+up_proj", gate_up_rows(c.intermediate_size), c.hidden_size),
-                      w4a16_zeros(prefix + "down_proj", c.hidden_size, c.intermediate_size)};
-    read_gptq_ffn(src, prefix, c.hidden_size, c.intermediate_size, d.gate_up, d.down, 0);
-    w.dense = std::move(d);
-  } else if (w.kind == FfnKind::moe) {
-    MoeWeights m;
-    m.experts = c.num_experts;
-    m.hidden = c.hidden_size;
-    m.router = src.at(prefix + "gate.weight").read_f32(prefix + "gate.weight", {c.num_experts, c.hidden_size});
-    const uint32_t inter = c.moe_intermediate_size;
-    m.gate_up = w4a16_zeros(prefix + "experts.*.gate_proj+up_proj", gate_up_rows(inter), c.hidden_size, c.num_experts);
-    m.down = w4a16_zeros(prefix + "experts.*.down_proj", c.hidden_size, inter, c.num_experts);
-    for (uint32_t e = 0; e < c.num_experts; ++e) {
-      read_gptq_ffn(src, prefix + "experts." + std::to_string(e) + ".", c.hidden_size, inter, m.gate_up, m.down, e);
-    }
-    if (c.shared_expert_intermediate_size > 0) {
-      const uint32_t si = c.shared_expert_intermediate_size;
-      DenseFfnWeights d{w4a16_zeros(prefix + "shared_expert.gate_proj+up_proj", gate_up_rows(si), c.hidden_size),
-                        w4a16_zeros(prefix + "shared_expert.down_proj", c.hidden_size, si)};
-      read_gptq_ffn(src, prefix + "shared_expert.", c.hidden_size, si, d.gate_up, d.down, 0);
-      m.shared_expert = std::move(d);
-      const std::string gate = prefix + "shared_expert_gate.weight";
-      if (src.contains(gate)) m.shared_expert_gate = src.at(gate).read_f32(gate, {1, c.hidden_size});
-    }
-    w.moe = std::move(m);
-  }
-  return w;
-}
-
 }  // namespace
 
 namespace {
@@ -322,14 +194,15 @@ FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed, const Synt
   return w;
 }
 
-FfnWeights load_ffn_weights(const std::filesystem::path& path, const ModelConfig& config, const WeightLoadOptions& options) {
+FfnWeights load_project_weights(const TensorSource& src, const ModelConfig& config) {
   config.validate();
-  TensorSource src(path);
-  const bool project = src.contains("ffn.gate_up.qweight") || src.contains("ffn.router.weight") ||
-                       src.contains("ffn.experts.gate_up.qweight");
-  FfnWeights w = project ? load_project(src, config) : load_gptq(src, config, options);
+  FfnWeights w = load_project(src, config);
   w.validate(config);
   return w;
+}
+
+bool has_project_names(const TensorSource& src) {
+  return src.contains("ffn.gate_up.qweight") || src.contains("ffn.router.weight") || src.contains("ffn.experts.gate_up.qweight");
 }
 
 void save_ffn_weights(const FfnWeights& w, const ModelConfig& config, const std::filesystem::path& path) {

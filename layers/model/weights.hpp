@@ -68,10 +68,16 @@ struct WeightLoadOptions {
 };
 
 // Loads from a .safetensors file, a *.safetensors.index.json (sharded checkpoint), or a directory
-// holding either. Recognises the project's names (docs/layers.md) and GPTQ names
-// (model.layers.<L>.mlp.*); converts GPTQ's [K/8, N] layout to ours.
+// holding either: the project's names (docs/layers.md), or a real checkpoint's (Hugging Face
+// names, the format its quantization_config declares: layers/checkpoint/checkpoint.hpp), for
+// `config`'s model (a MoE model's dense layers are read as dense).
 FfnWeights load_ffn_weights(const std::filesystem::path& path, const ModelConfig& config,
                             const WeightLoadOptions& options = {});
+
+class TensorSource;
+// The project's own tensor names (written by save_ffn_weights).
+bool has_project_names(const TensorSource& src);
+FfnWeights load_project_weights(const TensorSource& src, const ModelConfig& config);
 
 // Writes `weights` in the project's tensor names (metadata: format metrale-w4a16, the config).
 void save_ffn_weights(const FfnWeights& weights, const ModelConfig& config, const std::filesystem::path& path);

@@ -225,6 +225,7 @@ TEST_CASE("GPTQ names: a 30,000-character name and an absurd layer number are pl
   TempDir dir;
   const ModelConfig c = *preset_config("small-dense");
   const std::string long_name = "model." + std::string(30000, 'a') + ".layers.0.mlp.gate_proj.qweight";
+  write_file(dir / "config.json", R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}})");
   const fs::path file = dir / "long.safetensors";
   write_file(file, hand_file(nlohmann::json{{long_name, {{"dtype", "I32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}.dump(),
                              std::string(4, '\0')));

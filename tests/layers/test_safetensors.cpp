@@ -233,8 +233,14 @@ QuantView half(const QuantMatrix& m, uint32_t index, bool upper) {
 
 }  // namespace
 
+// The quantization_config AutoGPTQ writes for a symmetric group-128 checkpoint (v1 zeros).
+constexpr const char* kGptqConfig =
+    R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": true, "desc_act": false,
+        "checkpoint_format": "gptq"}})";
+
 TEST_CASE("a symmetric group-128 GPTQ checkpoint loads into our layout") {
   TempDir dir;
+  write_file(dir / "config.json", kGptqConfig);
   ModelConfig c = *preset_config("small-dense");
   FfnWeights w = synthetic_ffn_weights(c, 5);
   std::vector<GptqTensors> keep;
@@ -242,7 +248,7 @@ TEST_CASE("a symmetric group-128 GPTQ checkpoint loads into our layout") {
   SafetensorsWriter out;
   const std::string p = "model.layers.3.mlp.";
   add_gptq(out, keep, p + "gate_proj", half(w.dense->gate_up, 0, false));
-  add_gptq(out, keep, p + "up_proj", half(w.dense->gate_up, 0, true), 8);  // GPTQ v2 zero encoding
+  add_gptq(out, keep, p + "up_proj", half(w.dense->gate_up, 0, true));
   add_gptq(out, keep, p + "down_proj", w.dense->down.view());
   out.write(dir / "gptq.safetensors");
   FfnWeights back = load_ffn_weights(dir / "gptq.safetensors", c);
@@ -250,16 +256,17 @@ TEST_CASE("a symmetric group-128 GPTQ checkpoint loads into our layout") {
   CHECK(same(back.dense->down, w.dense->down));
   CHECK(contains(error_of([&] { load_ffn_weights(dir / "gptq.safetensors", c, {.layer = 4}); }), "no FFN tensors for layer 4"));
 
-  // Asymmetric zero points are refused.
+  // Zero points other than 8 contradict sym: true.
   SafetensorsWriter asym;
   add_gptq(asym, keep, p + "gate_proj", half(w.dense->gate_up, 0, false), 5);
   add_gptq(asym, keep, p + "up_proj", half(w.dense->gate_up, 0, true));
   add_gptq(asym, keep, p + "down_proj", w.dense->down.view());
   asym.write(dir / "asym.safetensors");
   std::string e = error_of([&] { load_ffn_weights(dir / "asym.safetensors", c); });
-  CHECK(contains(e, "tensor 'model.layers.3.mlp.gate_proj.qzeros': not symmetric"));
+  CHECK(contains(e, "tensor 'model.layers.3.mlp.gate_proj.qzeros': quantization_config.sym = true"));
+  CHECK(contains(e, "zero point 6"));
 
-  // Act-order group indices are refused.
+  // A permuted g_idx contradicts desc_act: false.
   keep.push_back(to_gptq(w.dense->down.view()));
   const GptqTensors& d = keep.back();  // `keep` is reserved: references stay valid
   std::vector<int32_t> shuffled = d.g_idx;
@@ -271,7 +278,9 @@ TEST_CASE("a symmetric group-128 GPTQ checkpoint loads into our layout") {
   act.add(p + "down_proj.scales", Dtype::f16, {4, 256}, std::span<const uint16_t>(d.scales));
   act.add(p + "down_proj.g_idx", Dtype::i32, {512}, std::span<const int32_t>(shuffled));
   act.write(dir / "act.safetensors");
-  CHECK(contains(error_of([&] { load_ffn_weights(dir / "act.safetensors", c); }), "act-order"));
+  e = error_of([&] { load_ffn_weights(dir / "act.safetensors", c); });
+  CHECK(contains(e, "down_proj.g_idx': quantization_config.desc_act = false"));
+  CHECK(contains(e, "act-order"));
 
   // No FFN tensors at all.
   SafetensorsWriter empty;
@@ -279,6 +288,11 @@ TEST_CASE("a symmetric group-128 GPTQ checkpoint loads into our layout") {
   empty.add("lm_head.weight", Dtype::f32, {1}, std::span<const float>(one));
   empty.write(dir / "empty.safetensors");
   CHECK(contains(error_of([&] { load_ffn_weights(dir / "empty.safetensors", c); }), "no FFN tensors found"));
+
+  // Without a declaration nothing is guessed from the tensors.
+  TempDir bare;
+  std::filesystem::copy_file(dir / "gptq.safetensors", bare / "gptq.safetensors");
+  CHECK(contains(error_of([&] { load_ffn_weights(bare / "gptq.safetensors", c); }), "declares no quantization"));
 }
 
 TEST_CASE("a sharded GPTQ MoE checkpoint loads through its index") {
@@ -313,6 +327,7 @@ TEST_CASE("a sharded GPTQ MoE checkpoint loads through its index") {
   first.write(dir / "part-1.safetensors");
   second.write(dir / "part-2.safetensors");
   write_file(dir / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+  write_file(dir / "config.json", kGptqConfig);
 
   FfnWeights back = load_ffn_weights(dir.path(), c);
   CHECK(back.moe->router == m.router);

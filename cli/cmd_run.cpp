@@ -8,10 +8,13 @@
 // The work is done once into a RunReport; the table and JSON renderers only print it.
 #include "commands.hpp"
 
+#include <layers/checkpoint/checkpoint.hpp>
 #include <layers/model/activation_io.hpp>
 #include <layers/model/ffn.hpp>
 #include <layers/model/progress.hpp>
+#include <layers/model/quant_synthetic.hpp>
 #include <layers/model/reference.hpp>
+#include <layers/model/tensor_source.hpp>
 #include <layers/selectors.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
@@ -50,6 +53,10 @@ struct RunOptions {
   bool json = false;
   bool per_expert = false;
   bool quiet = false;
+  std::string activation_quantization;  // "": the lever, else what the checkpoint declares, else bf16
+  std::string weight_quantization;      // synthetic weights: "": the lever, else int4
+  std::string expert_quantization;      // synthetic MoE experts: "": the lever, else the weights'
+  uint32_t group_size = 128;            // synthetic zero-point weights
 };
 
 struct Timing {
@@ -75,6 +82,8 @@ struct RunReport {
   std::optional<std::vector<uint32_t>> expert_rows;
   std::optional<Comparison> comparison;
   std::vector<std::pair<std::string, std::optional<std::string>>> levers;
+  std::string quantization;            // what the checkpoint declares, or the synthetic formats
+  std::vector<std::string> tiers;      // one line per projection set: family, activations, why
 };
 
 std::string format_bytes(double bytes) {
@@ -136,24 +145,72 @@ ModelConfig resolve_run_config(const RunOptions& o) {
   return load_model_config(config);
 }
 
-FfnWeights obtain_weights(const RunOptions& o, const ModelConfig& config, StderrProgress& progress, std::string& source) {
+// The weights to run and what they are: a checkpoint (its layer's config replaces the model's,
+// its declared activations become the default tier), else synthetic in the formats asked for.
+struct RunWeights {
   FfnWeights weights;
+  std::string source;
+  std::string quantization;
+  std::optional<ActivationQuant> declared_activations;
+  std::string declared_source;
+};
+
+// Synthetic formats from --weight-quantization / --expert-quantization (or their levers); with a
+// checkpoint those may only repeat what it declares.
+SyntheticFormats synthetic_formats(const RunOptions& o, const RunWeights* loaded) {
+  const WeightTierRequest request = weight_tier_request(o.weight_quantization, o.expert_quantization);
+  SyntheticFormats f;
+  f.weights = request.weights.value_or(WeightFormat::w4a16);
+  f.experts = request.experts;
+  f.group = o.group_size;
+  if (loaded) {
+    const FfnWeights& w = loaded->weights;
+    const WeightFormat have = w.dense ? w.dense->format() : w.moe ? w.moe->gate_up.format : WeightFormat::w4a16;
+    for (const auto& [asked, source] : {std::pair{request.weights, request.weights_source}, std::pair{request.experts, request.experts_source}}) {
+      if (asked && *asked != have) {
+        throw Refusal(source + " asks for " + weight_tier_name(*asked) + " weights, but " + loaded->source +
+                      " holds " + weight_tier_name(have) + " weights (" + loaded->quantization + "): a checkpoint's format is what it declares");
+      }
+    }
+  }
+  return f;
+}
+
+RunWeights obtain_weights(const RunOptions& o, ModelConfig& config, StderrProgress& progress) {
+  RunWeights r;
   if (!o.weights.empty()) {
     progress.update("loading " + o.weights, 0.0);
-    weights = load_ffn_weights(o.weights, config, WeightLoadOptions{o.layer});
+    const bool project = has_project_names(TensorSource(o.weights));
+    if (project) {
+      r.weights = load_ffn_weights(o.weights, config, WeightLoadOptions{o.layer});
+      r.quantization = "metrale W4A16 (symmetric, group 128)";
+    } else {
+      LoadedCheckpoint c = load_checkpoint(o.weights, o.layer, o.model.empty() ? std::nullopt : std::optional(config));
+      config = c.config;
+      r.weights = std::move(c.weights);
+      r.quantization = c.quant.summary() + " (" + c.quant.source + "), layer " + std::to_string(c.layer);
+      if (c.quant.activations == DeclaredActivations::int8_dynamic_token) r.declared_activations = ActivationQuant::int8;
+      if (c.quant.activations == DeclaredActivations::fp8_dynamic_token) r.declared_activations = ActivationQuant::fp8;
+      r.declared_source = c.quant.source;
+    }
     progress.finish("loading " + o.weights);
-    source = o.weights;
+    r.source = o.weights;
+    synthetic_formats(o, &r);  // a format asked for must agree with the checkpoint's
   } else {
     progress.update("generating synthetic weights", 0.0);
-    weights = synthetic_ffn_weights(config, o.seed);
+    const SyntheticFormats f = synthetic_formats(o, nullptr);
+    r.weights = synthetic_ffn_weights(config, o.seed, f);
     progress.finish("generating synthetic weights");
-    source = "synthetic (seed " + std::to_string(o.seed) + ")";
+    r.source = "synthetic (seed " + std::to_string(o.seed) + ")";
+    r.quantization = std::string(weight_tier_name(f.weights)) +
+                     (f.experts && *f.experts != f.weights ? std::string(", experts ") + weight_tier_name(*f.experts) : "") +
+                     (f.weights == WeightFormat::w4_zp || f.weights == WeightFormat::w8_zp ? ", group " + std::to_string(f.group) : "");
   }
   if (!o.save_weights.empty()) {
-    save_ffn_weights(weights, config, o.save_weights);
-    logger()->info("wrote {} ({}) to {}", source, format_bytes(static_cast<double>(weights.bytes())), o.save_weights);
+    save_ffn_weights(r.weights, config, o.save_weights);
+    logger()->info("wrote {} ({}) to {}", r.source, format_bytes(static_cast<double>(r.weights.bytes())), o.save_weights);
   }
-  return weights;
+  return r;
 }
 
 // The rows to run: tensor `x` of --input (its rows set m), else synthetic rows from --seed.
@@ -216,9 +273,11 @@ std::string fnv1a64_hex(std::span<const uint16_t> values) {
   return hex;
 }
 
-Comparison check_against_reference(const FfnWeights& weights, const ModelConfig& config, std::span<const uint16_t> x,
-                                   uint32_t m, std::span<const uint16_t> got, StderrProgress& progress) {
+Comparison check_against_reference(const FfnWeights& weights, const ModelConfig& config, const FfnComponent& ffn,
+                                   std::span<const uint16_t> x, uint32_t m, std::span<const uint16_t> got,
+                                   StderrProgress& progress) {
   ReferenceOptions ro;
+  ffn.reference_tiers(ro);  // the tiers the layers ended at: the reference computes their math
   std::string stage = "reference";
   ro.progress = [&](std::string_view part, double f) {
     stage = "reference " + std::string(part);
@@ -240,6 +299,46 @@ std::vector<std::pair<std::string, std::optional<std::string>>> selector_levers(
   return out;
 }
 
+// Builds the layers: every lookup lands in the audit after `before`; each distinct tier the
+// projection sets ended at is reported.
+FfnComponent build_layers(Backend& b, const RunOptions& o, const RunWeights& w, RunReport& r, StderrProgress& progress) {
+  const uint64_t before = b.audit().last_sequence();
+  progress.update("building the layers on " + b.name(), 0.0);
+  FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !o.per_expert},
+                          activation_request(o.activation_quantization, w.declared_activations, w.declared_source)};
+  FfnComponent ffn = FfnComponent::build(b, r.config, w.weights, options);
+  progress.finish("building the layers on " + b.name());
+  for (const auto& row : b.audit().snapshot()) {
+    if (row.sequence <= before || row.backend != b.name()) continue;
+    r.audit.push_back(row);
+    if (!row.tier.empty() && std::find(r.tiers.begin(), r.tiers.end(), row.tier) == r.tiers.end()) r.tiers.push_back(row.tier);
+  }
+  return ffn;
+}
+
+// Timed passes, the output read back (checksum, --output).
+std::vector<uint16_t> run_passes(const RunOptions& o, Backend& b, FfnComponent& ffn, const std::vector<uint16_t>& x,
+                                 RunReport& r, StderrProgress& progress) {
+  DeviceBuffer dx(b, x.size() * 2);
+  dx.upload(std::span<const uint16_t>(x));
+  DevicePtr y{};
+  r.timing = time_passes(o, b, ffn, dx.ptr(), r.m, y, progress);
+  r.timing.pass_bytes = static_cast<double>(ffn.last_weight_bytes());
+  r.timing.gbps = r.timing.median > 0 ? r.timing.pass_bytes / r.timing.median / 1e9 : 0;
+  r.timing.gflops = r.timing.median > 0 ? pass_flops(r.config, r.m) / r.timing.median / 1e9 : 0;
+  std::vector<uint16_t> got(x.size());
+  b.copy_to_host(got.data(), y, got.size() * 2);
+  b.synchronize();
+  r.checksum_hex = fnv1a64_hex(got);
+  if (!o.output.empty()) {
+    write_activations(o.output, "y", got, r.m, r.config.hidden_size,
+                      {{"producer", "metrale run"}, {"model", r.config.source}, {"backend", r.backend},
+                       {"weights", r.weight_source}, {"input", r.input_source}});
+    r.output_path = o.output;
+  }
+  return got;
+}
+
 RunReport compute_report(CliContext& ctx, const RunOptions& o) {
   if (o.repeat == 0) throw Error(Status::invalid_argument, "--repeat must be at least 1");
   StderrProgress progress(!o.quiet);
@@ -252,37 +351,13 @@ RunReport compute_report(CliContext& ctx, const RunOptions& o) {
   r.device = b.device_name();
   // Read the input before the weights: a wrong --input fails fast.
   const std::vector<uint16_t> x = obtain_input(o, r.config, r.m, r.input_source);
-  const FfnWeights weights = obtain_weights(o, r.config, progress, r.weight_source);
-  r.weight_bytes = static_cast<double>(weights.bytes());
-
-  // Build: every lookup it makes lands in the audit after `before`.
-  uint64_t before = 0;
-  for (const auto& row : b.audit().snapshot()) before = std::max(before, row.sequence);
-  progress.update("building the layers on " + b.name(), 0.0);
-  FfnComponent ffn = FfnComponent::build(b, r.config, weights, FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !o.per_expert}, {}});
-  progress.finish("building the layers on " + b.name());
-  for (const auto& row : b.audit().snapshot())
-    if (row.sequence > before && row.backend == b.name()) r.audit.push_back(row);
-
-  DeviceBuffer dx(b, x.size() * 2);
-  dx.upload(std::span<const uint16_t>(x));
-  DevicePtr y{};
-  r.timing = time_passes(o, b, ffn, dx.ptr(), r.m, y, progress);
-  r.timing.pass_bytes = static_cast<double>(ffn.last_weight_bytes());
-  r.timing.gbps = r.timing.median > 0 ? r.timing.pass_bytes / r.timing.median / 1e9 : 0;
-  r.timing.gflops = r.timing.median > 0 ? pass_flops(r.config, r.m) / r.timing.median / 1e9 : 0;
-
-  std::vector<uint16_t> got(x.size());
-  b.copy_to_host(got.data(), y, got.size() * 2);
-  b.synchronize();
-  r.checksum_hex = fnv1a64_hex(got);
-  if (!o.output.empty()) {
-    write_activations(o.output, "y", got, r.m, r.config.hidden_size,
-                      {{"producer", "metrale run"}, {"model", r.config.source}, {"backend", r.backend},
-                       {"weights", r.weight_source}, {"input", r.input_source}});
-    r.output_path = o.output;
-  }
-  if (o.check) r.comparison = check_against_reference(weights, r.config, x, r.m, got, progress);
+  const RunWeights w = obtain_weights(o, r.config, progress);
+  r.weight_source = w.source;
+  r.quantization = w.quantization;
+  r.weight_bytes = static_cast<double>(w.weights.bytes());
+  FfnComponent ffn = build_layers(b, o, w, r, progress);
+  const std::vector<uint16_t> got = run_passes(o, b, ffn, x, r, progress);
+  if (o.check) r.comparison = check_against_reference(w.weights, r.config, ffn, x, r.m, got, progress);
   r.plan = ffn.plan(r.m);
   r.min_k = w4a16_k64_min_k();
   if (auto* moe = ffn.moe()) r.expert_rows = moe->last_expert_rows();
@@ -297,7 +372,8 @@ void render_json(const RunReport& r, const RunOptions& o) {
                      {"backend", r.backend},
                      {"target", r.target},
                      {"w4a16_k64_min_k", r.min_k},
-                     {"weights", {{"source", r.weight_source}, {"bytes", r.weight_bytes}}},
+                     {"weights", {{"source", r.weight_source}, {"bytes", r.weight_bytes}, {"quantization", r.quantization}}},
+                     {"tiers", r.tiers},
                      {"input", r.input_source},
                      {"output", r.output_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.output_path)},
                      {"levers", levers},
@@ -327,9 +403,10 @@ void render_text(const RunReport& r, const RunOptions& o) {
     lever_line += (lever_line.empty() ? "" : ", ") + name + (value ? "=" + *value : " unset");
   std::cout << "model    " << describe(r.config) << '\n'
             << "backend  " << r.backend << " (" << r.target << ", " << r.device << "), w4a16_k64_min_k = " << r.min_k << '\n'
-            << "weights  " << r.weight_source << ", " << format_bytes(r.weight_bytes) << '\n'
-            << "input    " << r.input_source << '\n'
-            << "levers   " << lever_line << '\n'
+            << "weights  " << r.weight_source << ", " << format_bytes(r.weight_bytes) << ", " << r.quantization << '\n'
+            << "input    " << r.input_source << '\n';
+  for (const auto& tier : r.tiers) std::cout << "tier     " << tier << '\n';
+  std::cout << "levers   " << lever_line << '\n'
             << "\naudit: the lookups made building the layers\n"
             << render_audit_table(r.audit) << "\nplan for m = " << r.m << " rows\n";
   std::vector<std::vector<std::string>> table;
@@ -393,6 +470,16 @@ void register_run(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--seed", o->seed, "Seed of synthetic weights and inputs")->capture_default_str();
   cmd->add_flag("--check", o->check, "Compare with the double-precision reference; exit 1 when over budget");
   cmd->add_flag("--per-expert", o->per_expert, "MoE: skip the grouped-expert kernel and launch per expert");
+  cmd->add_option("--activation-quantization", o->activation_quantization,
+                  "Activation tier: bf16, int8 or fp8 (quantized per token); explicit: refused when the backend lacks it "
+                  "(default: METRALE_ACTIVATION_QUANTIZATION, else what the checkpoint declares, else bf16)");
+  cmd->add_option("--weight-quantization", o->weight_quantization,
+                  "Synthetic weights' format: int4 (symmetric group-128 W4A16), int4-zp, int8 or fp8 "
+                  "(default: METRALE_WEIGHT_QUANTIZATION, else int4); a checkpoint's format is what it declares");
+  cmd->add_option("--expert-quantization", o->expert_quantization,
+                  "Synthetic MoE experts' format when it differs (default: METRALE_EXPERT_QUANTIZATION, else the weights')");
+  cmd->add_option("--group-size", o->group_size, "Synthetic int4-zp / int8 weights: group size along K (32, 64 or 128)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable JSON on stdout");
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
   cmd->callback([&ctx, o] { run(ctx, *o); });

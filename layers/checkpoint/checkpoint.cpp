@@ -53,9 +53,13 @@ DenseFfnWeights dense_weights(FfnProjections&& p) { return DenseFfnWeights{std::
 
 // The experts' combine weights scaled by routed_scaling_factor equal their down projections
 // scaled: fold it into the down scales (f32; W4A16's fp16 scales are widened first, exactly).
-void fold_routed_scale(QuantMatrix& down, double factor) {
+// The experts' projections share one format: gate_up is widened with down.
+void fold_routed_scale(QuantMatrix& gate_up, QuantMatrix& down, double factor) {
   if (factor == 1.0) return;
-  if (down.format == WeightFormat::w4a16) down = to_w4_zp(down);
+  if (down.format == WeightFormat::w4a16) {
+    gate_up = to_w4_zp(gate_up);
+    down = to_w4_zp(down);
+  }
   for (auto& s : down.scales32) s = static_cast<float>(static_cast<double>(s) * factor);
 }
 
@@ -72,7 +76,7 @@ MoeWeights moe_weights(const TensorSource& src, const FfnNames& names, const Mod
   }
   m.gate_up = stack_matrices(names.block + "experts.*." + names.gate + "+" + names.up, std::move(gate_up));
   m.down = stack_matrices(names.block + "experts.*." + names.down, std::move(down));
-  fold_routed_scale(m.down, c.routed_scaling_factor);
+  fold_routed_scale(m.gate_up, m.down, c.routed_scaling_factor);
   if (!names.shared.empty()) {
     m.shared_expert = dense_weights(read_ffn(src, names.shared, FfnNames{}, c.hidden_size, c.shared_expert_intermediate_size, q));
     if (src.contains(names.shared_gate + ".weight") || src.contains(names.shared_gate + ".qweight")) {

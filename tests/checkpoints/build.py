@@ -93,6 +93,16 @@ def _floats(config: Dict, v: Variant, dtype: str) -> Dict[str, Tensor]:
     return out
 
 
+def same_input(module: str) -> str:
+    """GPTQ's act-order permutation comes from the Hessian of a layer's inputs; gate and up read the
+    same input, so they get the same statistics, hence the same permutation (metrale and vLLM both
+    rely on it: the fused gate/up projection reads one input order)."""
+    for up, gate in ((".up_proj", ".gate_proj"), (".w3", ".w1")):
+        if module.endswith(up):
+            return module[: -len(up)] + gate
+    return module
+
+
 def write_checkpoint(directory: str, v: Variant) -> None:
     os.makedirs(directory, exist_ok=True)
     config = models.config_json(v.arch, formats.model_dtype(v.fmt))
@@ -112,7 +122,7 @@ def write_checkpoint(directory: str, v: Variant) -> None:
         if formats.left_unquantized(v.fmt, v.arch, module):
             parts = writers.plain(w, dtype)
         else:
-            parts = quantize(w, rng_for(v.name, module + "/perm"))
+            parts = quantize(w, rng_for(v.name, same_input(module) + "/perm"))
         for suffix, t in parts.items():
             tensors[f"{module}.{suffix}"] = t
     meta = formats.metadata(v.fmt)

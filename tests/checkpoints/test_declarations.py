@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
+"""What a checkpoint declares rules (docs/checkpoint-formats.md, docs/quantization.md):
+
+- a GPTQ checkpoint declaring sym: false whose stored zeros are all 8 runs as asymmetric (the
+  zero-point family w4a16_zp), never as the symmetric W4A16 format its values happen to allow;
+- a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
+  desc_act: false, codes of other bits, other groups) and every unsupported value (bits 3, an
+  unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, FP8 blocks other than
+  128x128) make `metrale run` exit 3 with one line naming the tensor or the field.
+
+Usage: test_declarations.py <path to metrale>. Exit 77 when the CPU backend is not loaded."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import build  # noqa: E402
+from variants import variants  # noqa: E402
+
+METRALE = sys.argv[1]
+failures = []
+
+
+def variant(family, name_part):
+    return next(v for v in variants(family) if name_part in v.name)
+
+
+def checkpoint(root, family, name_part, edit=None):
+    """The variant's checkpoint in a fresh directory, its quantization_config edited by `edit`."""
+    v = variant(family, name_part)
+    directory = tempfile.mkdtemp(dir=root)
+    build.write_checkpoint(directory, v)
+    if edit:
+        path = os.path.join(directory, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        edit(config["quantization_config"])
+        with open(path, "w") as f:
+            json.dump(config, f)
+    return directory, v.layer
+
+
+def run(directory, layer, *extra):
+    return subprocess.run([METRALE, "run", "--quiet", "--weights", directory, "--layer", str(layer), "--json", *extra],
+                          capture_output=True, text=True)
+
+
+def expect_refusal(what, directory, layer, *needles):
+    proc = run(directory, layer)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    if proc.returncode != 3:
+        failures.append(f"{what}: exit {proc.returncode}, expected 3\n{proc.stderr[-1500:]}")
+    elif len(lines) != 1:
+        failures.append(f"{what}: {len(lines)} lines on stderr, expected one:\n{proc.stderr[-1500:]}")
+    else:
+        missing = [n for n in needles if n not in lines[0]]
+        if missing:
+            failures.append(f"{what}: the refusal does not name {missing}: {lines[0]}")
+    print(f"{'ok  ' if not failures or not failures[-1].startswith(what) else 'FAIL'} {what}: {lines[0] if lines else ''}")
+
+
+def main():
+    probe = subprocess.run([METRALE, "--json", "list"], capture_output=True, text=True)
+    if '"cpu"' not in probe.stdout:
+        print("skipped: the CPU backend is not loaded")
+        return 77
+    with tempfile.TemporaryDirectory() as root:
+        # Declared asymmetric, every zero 8: the zero-point family, not W4A16.
+        directory, layer = checkpoint(root, "gptq-asym", "v1-all-zeros-8")
+        proc = run(directory, layer, "--check")
+        report = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        tiers = " ".join(report.get("tiers", []))
+        if proc.returncode != 0 or "w4a16_zp" not in tiers or "asymmetric" not in report["weights"]["quantization"]:
+            failures.append(f"sym=false with zeros 8: expected the w4a16_zp family, got exit {proc.returncode}, "
+                            f"tiers {tiers!r}\n{proc.stderr[-800:]}")
+        print(f"ok   sym=false, zeros all 8: {tiers}")
+
+        # Declaration vs tensors.
+        expect_refusal("sym=true over asymmetric zeros", *checkpoint(root, "gptq-asym", "v2-qwen3", lambda q: q.update(sym=True)),
+                       "qzeros", "quantization_config.sym = true")
+        expect_refusal("desc_act=false over a permuted g_idx",
+                       *checkpoint(root, "gptq-act-order", "v1-autogptq", lambda q: q.update(desc_act=False)),
+                       "g_idx", "quantization_config.desc_act = false")
+        expect_refusal("bits=8 over 4-bit codes", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(bits=8)),
+                       "qweight", "quantization_config.bits = 8")
+        expect_refusal("group_size=64 over group-128 scales", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(group_size=64)),
+                       "scales", "quantization_config.group_size = 64")
+        # Values metrale does not run.
+        expect_refusal("bits=3", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(bits=3)),
+                       "quantization_config.bits = 3", "4 or 8 bits")
+        expect_refusal("unknown quant_method", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(quant_method="hqq")),
+                       "quant_method = \"hqq\"", "gptq, awq, compressed-tensors or fp8")
+        expect_refusal("AWQ GEMV", *checkpoint(root, "awq", "qwen3", lambda q: q.update(version="gemv")),
+                       "quantization_config.version = \"gemv\"")
+
+        def ct_act_order(q):
+            for group in q["config_groups"].values():
+                group["weights"]["actorder"] = "group"
+        expect_refusal("compressed-tensors act-order", *checkpoint(root, "ct-int4", "qwen3", ct_act_order), "actorder")
+        expect_refusal("FP8 blocks of 64", *checkpoint(root, "fp8-block", "qwen3", lambda q: q.update(weight_block_size=[64, 64])),
+                       "weight_block_size", "[128, 128]")
+    for f in failures:
+        print("FAIL " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -333,7 +333,8 @@ struct PanelKernels {
     for (uint32_t g0 = 0; g0 < groups; g0 += chunk_groups) {
       const uint32_t gn = min_u32(chunk_groups, groups - g0);
       for (uint32_t r0 = 0, mr = 0; r0 < mt; r0 += mr) {
-        if (r0 != 0 && g0 + chunk_groups < groups)
+        // Only whole row blocks after the first prefetch (a short block's small-row steps do not).
+        if (r0 >= kMaxRows && g0 + chunk_groups < groups)
           prefetch_part(panels, count, (g0 + chunk_groups) * units, min_u32(chunk_groups, groups - g0 - chunk_groups) * units,
                         r0 / kMaxRows - 1, row_blocks - 1);
         mr = mt - r0 >= kMaxRows ? kMaxRows : min_u32(kSmallRows, mt - r0);

@@ -237,10 +237,11 @@ CaseResult run_dispatch(Backend& b, const Case& c, CaseResult r) {
 }
 
 CaseResult run_layer(Backend& b, const Case& c, CaseResult r) {
-  FfnWeights w = synthetic_ffn_weights(c.config, c.seed);
+  FfnWeights w = synthetic_ffn_weights(c.config, c.seed, c.formats);
   std::vector<uint16_t> x = synthetic_activations(c.m, c.config.hidden_size, c.seed + 1);
   if (c.routing == Routing::uneven) make_uneven(*w.moe, x, c.m, c.config.num_experts_per_tok);
-  FfnComponent ffn = FfnComponent::build(b, c.config, w, FfnBuildOptions{c.moe_options, {}});
+  const ActivationRequest activations{c.activations, c.activations != ActivationQuant::bf16, "conformance case " + c.name};
+  FfnComponent ffn = FfnComponent::build(b, c.config, w, FfnBuildOptions{c.moe_options, activations});
   std::set<std::string> seen;
   for (const auto& step : ffn.plan(c.m))
     if (seen.insert(step.kernel).second) r.kernels.push_back(step.kernel);
@@ -249,7 +250,9 @@ CaseResult run_layer(Backend& b, const Case& c, CaseResult r) {
   DevicePtr y = ffn.forward(dx.ptr(), c.m);
   b.synchronize();
   auto got = download_bf16(b, y, x.size());
-  ReferenceOutput ref = reference_ffn(w, c.config, x, c.m);
+  ReferenceOptions options;
+  ffn.reference_tiers(options);  // the tier the layers ended at
+  ReferenceOutput ref = reference_ffn(w, c.config, x, c.m, options);
   Comparison cmp = compare_to_reference(got, ref);
   r = finish(std::move(r), cmp);
   if (auto* moe = ffn.moe(); moe && c.routing == Routing::uneven) {
@@ -378,6 +381,7 @@ std::vector<Case> cases() {
   ties.kind = CaseKind::topk_ties;
   ties.name = "moe/topk_ties";
   out.push_back(ties);
+  for (Case& c : quant_layer_cases()) out.push_back(std::move(c));
   return out;
 }
 
@@ -412,7 +416,9 @@ std::optional<std::string> skip_reason(Backend& backend, const Case& c) {
     case CaseKind::topk_ties: return lacks("moe", "topk_softmax");
     case CaseKind::dense:
     case CaseKind::moe:
-      if (auto r = lacks_tile_gemm()) return r;
+      if (auto r = quant_skip_reason(backend, c)) return r;
+      if (c.formats.weights == WeightFormat::w4a16 && !c.formats.act_order && c.activations == ActivationQuant::bf16)
+        if (auto r = lacks_tile_gemm()) return r;
       if (auto r = lacks("act", c.config.activation == Activation::silu ? "silu_mul" : "gelu_mul")) return r;
       if (c.kind == CaseKind::moe) {
         for (const char* k : {"router_gemm", "topk_softmax", "moe_gather", "moe_combine"})

@@ -44,6 +44,8 @@ struct Case {
   uint32_t k = 0;
   layers::ModelConfig config;  // dense and MoE cases
   layers::MoeBuildOptions moe_options;
+  layers::SyntheticFormats formats;  // dense and MoE cases: the weights' format (default W4A16)
+  layers::ActivationQuant activations = layers::ActivationQuant::bf16;  // asked for explicitly when not bf16
   Routing routing = Routing::synthetic;
   uint64_t seed = 1;
 };
@@ -61,6 +63,11 @@ struct CaseResult {
 
 // Every case, built for this process's w4a16_k64_min_k() (read once per process).
 std::vector<Case> cases();
+// The quantized-format layer cases (quant_cases.cpp): every format x group size x symmetry x
+// act-order, under each activation tier that runs it, dense and MoE; part of cases().
+std::vector<Case> quant_layer_cases();
+// Why a quantized-format case cannot run on `backend` (the family's module is not listed), or nullopt.
+std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c);
 
 // A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
 struct DeclaredSkip {

@@ -67,9 +67,11 @@ DeviceQuantMatrix ProjectionSet::upload(Backend& backend, const QuantMatrix& wei
 ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetRequest& r, std::source_location site) {
   const uint64_t before = backend.audit().last_sequence();
   ActivationQuant act = r.activations.tier;
-  const std::string format = weight_format_name(r.format);
+  // W4A16 weights with a permutation run as the zero-point family (the W4A16 chain gathers nothing).
+  const WeightFormat weights = r.format == WeightFormat::w4a16 && r.act_order ? WeightFormat::w4_zp : r.format;
+  const std::string format = weight_format_name(weights);
   std::string note;
-  std::optional<KernelFamily> family = family_for(r.format, act);
+  std::optional<KernelFamily> family = family_for(weights, act);
   if (!family) {
     if (r.activations.is_explicit) {
       throw Refusal(r.activations.source + ": " + activation_quant_name(act) + " activations run with " + formats_for(act) +
@@ -78,7 +80,7 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
     note = std::string(activation_quant_name(act)) + " activations (" + r.activations.source + ") fell back to bf16: no family runs " +
            format + " weights with them";
     act = ActivationQuant::bf16;
-    family = family_for(r.format, act);
+    family = family_for(weights, act);
   }
   ProjectionSet set;
   for (;;) {
@@ -104,7 +106,7 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
     }
     note = std::string(activation_quant_name(act)) + " activations (" + r.activations.source + ") fell back to bf16: " + why;
     act = ActivationQuant::bf16;
-    family = family_for(r.format, act);
+    family = family_for(weights, act);
   }
   set.family = *family;
   set.activations = act;

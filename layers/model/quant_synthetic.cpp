@@ -6,6 +6,7 @@
 #include "w4a16.hpp"
 
 #include <cmath>
+#include <utility>
 
 namespace metrale::layers {
 
@@ -25,12 +26,12 @@ void fill_codes(QuantMatrix& m, Code code) {
 
 // Zero-point formats: codes uniform over the range, zero points near its middle (as a quantizer
 // of roughly centred weights leaves them), scales for unit spread of the dot product.
-void fill_zero_point(QuantMatrix& m, uint64_t seed) {
+void fill_zero_point(QuantMatrix& m, uint64_t seed, bool symmetric) {
   const uint32_t levels = 1u << m.bits();
   SplitMix64 codes(derive_seed(seed, m.name + "/qweight"));
   fill_codes(m, [&](size_t) { return static_cast<uint32_t>(codes.next() % levels); });
   SplitMix64 zeros(derive_seed(seed, m.name + "/zeros"));
-  const uint32_t spread = levels / 4;  // zero points in the middle half of the range
+  const uint32_t spread = symmetric ? 0 : levels / 4;  // zero points in the middle half of the range
   for (auto& z : m.zeros) z = static_cast<uint8_t>(levels / 2 - spread / 2 + zeros.next() % (spread + 1));
   // E[(q - z)^2] for uniform q and z near the middle: the codes' variance plus a little.
   const double var = (static_cast<double>(levels) * levels - 1) / 12.0 + spread * spread / 12.0;
@@ -65,17 +66,33 @@ void fill_fp8(QuantMatrix& m, uint64_t seed) {
   }
 }
 
+// A uniformly random permutation of 0..k-1 per matrix (Fisher-Yates from the seed).
+void fill_permutation(QuantMatrix& m, uint64_t seed) {
+  SplitMix64 rng(derive_seed(seed, m.name + "/perm"));
+  m.perm.resize(size_t{m.batch} * m.k);
+  for (uint32_t e = 0; e < m.batch; ++e) {
+    int32_t* p = m.perm.data() + size_t{e} * m.k;
+    for (uint32_t c = 0; c < m.k; ++c) p[c] = static_cast<int32_t>(c);
+    for (uint32_t c = m.k - 1; c > 0; --c) std::swap(p[c], p[rng.next() % (c + 1)]);
+  }
+}
+
 }  // namespace
 
 QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, uint32_t k, uint64_t seed, uint32_t batch,
-                            uint32_t group) {
-  if (format == WeightFormat::w4a16) return synthetic_w4a16(std::move(name), n, k, seed, batch);
-  QuantMatrix m = quant_zeros(std::move(name), format, n, k, batch, format == WeightFormat::fp8 ? kW4a16GroupSize : group);
-  if (format == WeightFormat::fp8) {
-    fill_fp8(m, seed);
+                            const SyntheticQuantOptions& options) {
+  QuantMatrix m;
+  if (format == WeightFormat::w4a16) {
+    m = synthetic_w4a16(std::move(name), n, k, seed, batch);
   } else {
-    fill_zero_point(m, seed);
+    m = quant_zeros(std::move(name), format, n, k, batch, format == WeightFormat::fp8 ? kW4a16GroupSize : options.group);
+    if (format == WeightFormat::fp8) {
+      fill_fp8(m, seed);
+    } else {
+      fill_zero_point(m, seed, options.symmetric);
+    }
   }
+  if (options.act_order) fill_permutation(m, seed);
   return m;
 }
 

@@ -14,9 +14,15 @@
 
 namespace metrale::layers {
 
-// Synthetic weights of `format`; `group` for the zero-point formats (32, 64 or 128).
+struct SyntheticQuantOptions {
+  uint32_t group = kW4a16GroupSize;  // zero-point formats: 32, 64 or 128
+  bool symmetric = false;            // zero-point formats: every zero point at the middle code
+  bool act_order = false;            // a random K permutation per matrix (as GPTQ's desc_act leaves)
+};
+
+// Synthetic weights of `format`.
 QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, uint32_t k, uint64_t seed,
-                            uint32_t batch = 1, uint32_t group = kW4a16GroupSize);
+                            uint32_t batch = 1, const SyntheticQuantOptions& options = {});
 
 // The weight tiers synthetic weights can be made in, by their command-line names: "int4" (the
 // symmetric group-128 W4A16 format), "int4-zp", "int8" (8-bit codes with zero points) and "fp8".

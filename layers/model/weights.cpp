@@ -36,10 +36,12 @@ std::vector<float> synthetic_f32(const std::string& name, size_t count, double a
   return out;
 }
 
+SyntheticQuantOptions synthetic_options(const SyntheticFormats& f) { return {f.group, f.symmetric, f.act_order}; }
+
 DenseFfnWeights synthetic_dense(const std::string& prefix, uint32_t hidden, uint32_t inter, uint64_t seed,
-                                WeightFormat format, uint32_t group) {
-  return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, gate_up_rows(inter), hidden, seed, 1, group),
-                         synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, group)};
+                                WeightFormat format, const SyntheticFormats& f) {
+  return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, gate_up_rows(inter), hidden, seed, 1, synthetic_options(f)),
+                         synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, synthetic_options(f))};
 }
 
 // Router rows uniform in ±a with a = 4.5/sqrt(H): logits of inputs in ±1 then spread ~1.5,
@@ -173,20 +175,20 @@ FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed, const Synt
   FfnWeights w;
   w.kind = c.ffn_kind();
   if (w.kind == FfnKind::dense) {
-    w.dense = synthetic_dense("ffn", c.hidden_size, c.intermediate_size, seed, formats.weights, formats.group);
+    w.dense = synthetic_dense("ffn", c.hidden_size, c.intermediate_size, seed, formats.weights, formats);
   } else if (w.kind == FfnKind::moe) {
     MoeWeights m;
     m.experts = c.num_experts;
     m.hidden = c.hidden_size;
     m.router = synthetic_f32("ffn.router.weight", size_t{c.num_experts} * c.hidden_size, router_amplitude(c.hidden_size), seed);
     const WeightFormat experts = formats.experts.value_or(formats.weights);
-    m.gate_up = synthetic_quant("ffn.experts.gate_up", experts, gate_up_rows(c.moe_intermediate_size), c.hidden_size, seed, c.num_experts,
-                                formats.group);
+    m.gate_up = synthetic_quant("ffn.experts.gate_up", experts, gate_up_rows(c.moe_intermediate_size), c.hidden_size, seed,
+                                c.num_experts, synthetic_options(formats));
     m.down = synthetic_quant("ffn.experts.down", experts, c.hidden_size, c.moe_intermediate_size, seed, c.num_experts,
-                             formats.group);
+                             synthetic_options(formats));
     if (c.shared_expert_intermediate_size > 0) {
       m.shared_expert = synthetic_dense("ffn.shared_expert", c.hidden_size, c.shared_expert_intermediate_size, seed,
-                                        formats.weights, formats.group);
+                                        formats.weights, formats);
       m.shared_expert_gate = synthetic_f32("ffn.shared_expert_gate.weight", c.hidden_size, router_amplitude(c.hidden_size), seed);
     }
     w.moe = std::move(m);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "quant_synthetic.hpp"
 #include "w4a16.hpp"
 
 #include <cstdint>
@@ -56,6 +57,8 @@ struct SyntheticFormats {
   WeightFormat weights = WeightFormat::w4a16;  // dense FFN and shared expert
   std::optional<WeightFormat> experts;         // MoE experts; unset: `weights`
   uint32_t group = kW4a16GroupSize;            // zero-point formats: 32, 64 or 128
+  bool symmetric = false;                      // zero-point formats: every zero point at the middle
+  bool act_order = false;                      // every projection with a K permutation
 };
 
 // Deterministic weights for `config` from `seed`; each tensor has its own stream.

@@ -7,7 +7,7 @@
 // The rules every entry point follows (docs/plugin-abi.md): C types only across the boundary;
 // no exception escapes (each entry that can throw runs inside metrale_glue_guard, which answers a
 // status and leaves the message for last_error); strings handed out stay valid while the
-// instance lives. plugin_glue.h carries the boilerplate; the conformance suite (tests/plugin_cts)
+// instance lives. plugin_glue.h carries the boilerplate; the plugin conformance suite (tests/plugin_cts)
 // checks the contract.
 #include <metrale/plugin_glue.h>
 

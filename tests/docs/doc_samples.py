@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT OR Apache-2.0
-"""Sample outputs in the docs, run again and compared with what the docs show (or rewritten).
+"""Sample outputs and listed files in the docs, run again or read again and compared with what the
+docs show (or rewritten).
+
+A listed file is a fenced block right after `<!-- file: PATH -->` (PATH from the source root): the
+block must be the file's text, exactly.
 
 A sample is a fenced block right after a marker line:
 
@@ -22,7 +26,8 @@ tree, with that directory on METRALE_PLUGIN_PATH, `metrale` on PATH, no other ME
 and a CUDA driver that does not exist (samples are those of a machine without a GPU). Stdout and
 stderr are both shown, unless the marker says `stdout`.
 
-Usage: doc_samples.py --source DIR --build DIR [--rewrite] [FILE...]
+Usage: doc_samples.py --source DIR [--build DIR] [--rewrite] [FILE...]
+  without --build: the listed files only (the samples need a build).
   without FILE: every docs/*.md and README.md under the source that has a marker.
   --rewrite: replace the output of each sample that no longer matches by today's (long lines cut
   with "…"); check the result and put back the elisions worth keeping.
@@ -40,6 +45,7 @@ import tempfile
 from pathlib import Path
 
 MARKER = re.compile(r"^<!--\s*sample(?::\s*(?P<env>.*?))?\s*-->\s*$")
+FILE_MARKER = re.compile(r"^<!--\s*file:\s*(?P<path>\S+)\s*-->\s*$")
 SEPARATOR = "@@@metrale-doc-sample@@@"
 WIDTH = 200  # rewritten lines longer than this are cut with "…"
 ELLIPSIS = "…"
@@ -126,6 +132,41 @@ def find_samples(path):
         samples.append(Sample(path, i + 1, env, i + 1, end, lines))
         samples[-1].stdout_only = "stdout" in flags
     return lines, samples
+
+
+def find_listings(path):
+    """(marker line number, file path, fence start, fence end) of each listed file."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    found = []
+    for i, line in enumerate(lines):
+        m = FILE_MARKER.match(line)
+        if not m:
+            continue
+        end = next((k for k in range(i + 2, len(lines)) if lines[k].startswith("```")), None)
+        if i + 1 >= len(lines) or not lines[i + 1].startswith("```") or end is None:
+            raise SystemExit(f"{path}:{i + 1}: a file marker must be followed by a closed fenced block")
+        found.append((i + 1, m.group("path"), i + 1, end))
+    return lines, found
+
+
+def check_listings(path, source, rewrite):
+    """Listed files whose block differs from the file (messages); with rewrite, the file's text goes in."""
+    lines, listings = find_listings(path)
+    problems = []
+    for marker_line, name, start, end in reversed(listings):
+        listed = source / name
+        if not listed.is_file():
+            problems.append(f"{path}:{marker_line}: the listed file {name} does not exist")
+            continue
+        text = listed.read_text(encoding="utf-8").rstrip("\n").split("\n")
+        if lines[start + 1:end] != text:
+            differ = next((k for k, (a, b) in enumerate(zip(lines[start + 1:end], text)) if a != b),
+                          min(end - start - 1, len(text)))
+            problems.append(f"{path}:{marker_line}: the block differs from {name} from its line {differ + 1}")
+            lines[start + 1:end] = text
+    if rewrite and problems:
+        path.write_text("\n".join(lines), encoding="utf-8")
+    return list(reversed(problems)), len(listings)
 
 
 def workspace(source, build, root):
@@ -221,34 +262,40 @@ def self_test():
 
 
 def marked_files(source):
-    """The docs and READMEs of the source tree that hold at least one sample marker."""
+    """The docs and READMEs of the source tree that hold at least one sample or file marker."""
     candidates = [*source.glob("docs/*.md"), source / "README.md", *source.glob("plugins/*/README.md"),
                   *source.glob("docs/examples/*/README.md")]
-    return sorted(p for p in candidates
-                  if p.exists() and any(MARKER.match(line) for line in p.read_text(encoding="utf-8").split("\n")))
+    return sorted(p for p in candidates if p.exists() and any(
+        MARKER.match(line) or FILE_MARKER.match(line) for line in p.read_text(encoding="utf-8").split("\n")))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", required=True, type=Path)
-    parser.add_argument("--build", required=True, type=Path)
+    parser.add_argument("--build", type=Path)
     parser.add_argument("--rewrite", action="store_true")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args()
     self_test()
-    source, build = args.source.resolve(), args.build.resolve()
+    source = args.source.resolve()
     files = args.files or marked_files(source)
-    problems, count = [], 0
-    with tempfile.TemporaryDirectory(prefix="metrale-doc-samples-") as tmp:
-        cwd, env, replacements = workspace(source, build, Path(tmp))
-        for path in files:
-            found, n = check_file(path, cwd, env, replacements, args.rewrite)
-            problems += found
-            count += n
+    problems, samples, listings = [], 0, 0
+    for path in files:
+        found, n = check_listings(path, source, args.rewrite)
+        problems += found
+        listings += n
+    if args.build is not None:
+        with tempfile.TemporaryDirectory(prefix="metrale-doc-samples-") as tmp:
+            cwd, env, replacements = workspace(source, args.build.resolve(), Path(tmp))
+            for path in files:
+                found, n = check_file(path, cwd, env, replacements, args.rewrite)
+                problems += found
+                samples += n
     for problem in problems:
         print(problem)
-    verb = "rewrote" if args.rewrite else "out of date"
-    print(f"doc samples: {count} sample block(s) in {len(files)} file(s); {len(problems)} command output(s) {verb}")
+    what = "rewritten" if args.rewrite else "out of date"
+    ran = f"{samples} sample block(s)" if args.build is not None else "no samples (no --build)"
+    print(f"doc samples: {listings} listed file(s) and {ran} in {len(files)} file(s); {len(problems)} {what}")
     return 0 if args.rewrite or not problems else 1
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the conformance suite on a plugin that breaks a rule and passes only when the suite fails
+# Runs the plugin conformance suite on a plugin that breaks a rule and passes only when the suite fails
 # naming that rule: exit status non-zero and PATTERN (grep -E) in its output.
 # Usage: expect_failure.sh PATTERN PLUGIN_CTS [ARGS...]
 set -uo pipefail

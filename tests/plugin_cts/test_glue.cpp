@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // runtime/abi/metrale/plugin_glue.h on its own: bounded error buffers, the per-thread last-error
 // slot, the handshake, the launch checks, the live-range table and the C++ exception guard. (It
-// compiles as C in the vendor example and the minimal plugin, which the conformance suite runs.)
+// compiles as C in the vendor example and the minimal plugin, which the plugin conformance suite runs.)
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <metrale/plugin_glue.h>
 

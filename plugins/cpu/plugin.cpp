@@ -4,7 +4,7 @@
 // last_error(); create() and device_count() write theirs into the caller's buffer.
 #include "instance.hpp"
 
-#include <metrale/plugin_abi.h>
+#include <metrale/plugin_glue.h>
 
 #include <cstring>
 #include <exception>
@@ -27,10 +27,7 @@ using metrale::cpu::Instance;
 constexpr uint32_t kAbiVersion = 1;
 
 void write_error(char* buffer, size_t size, const std::string& message) {
-  if (buffer == nullptr || size == 0) return;
-  const size_t length = message.size() < size - 1 ? message.size() : size - 1;
-  std::memcpy(buffer, message.data(), length);
-  buffer[length] = '\0';
+  metrale_glue_write_error(buffer, size, message.c_str());
 }
 
 // Runs `call` on the instance, turning every escaping exception into a status and message.
@@ -209,14 +206,4 @@ const metrale_plugin_table kTable = {
 
 }  // namespace
 
-extern "C" METRALE_PLUGIN_EXPORT metrale_status metrale_plugin_entry(
-    uint32_t runtime_min, uint32_t runtime_max, uint32_t* chosen,
-    const metrale_plugin_table** table) {
-  if (chosen != nullptr) *chosen = kAbiVersion;
-  if (table != nullptr) *table = nullptr;
-  if (chosen == nullptr || table == nullptr) return METRALE_STATUS_INVALID_ARGUMENT;
-  if (runtime_min > runtime_max) return METRALE_STATUS_INVALID_ARGUMENT;
-  if (runtime_min > kAbiVersion || runtime_max < kAbiVersion) return METRALE_STATUS_INCOMPATIBLE;
-  *table = &kTable;
-  return METRALE_STATUS_OK;
-}
+METRALE_GLUE_DEFINE_ENTRY(kAbiVersion, &kTable)

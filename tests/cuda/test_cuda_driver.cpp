@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The CUDA plugin's driver side against the fake driver: availability, device and target
-// detection, memory and streams, and every injected driver failure reported with its name.
+// detection, its memory choices, the context on every thread, and every injected driver failure
+// reported with its name. The contract every plugin meets (statuses, memory and stream semantics,
+// NULL arguments, list_kernels against the manifest) is the conformance suite's (tests/plugin_cts),
+// which runs on this plugin and the fake driver too.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "cuda_test_support.hpp"
 
@@ -102,88 +105,24 @@ TEST_CASE("the instance drives the device it was asked for") {
   CHECK(std::string(instance.device().target) == "sm_90a");
 }
 
-TEST_CASE("list_kernels lists what the manifest promises, with parameter types") {
-  auto env = clean_fake();
-  Instance instance;
-  REQUIRE(instance.status == METRALE_STATUS_OK);
-  const metrale_kernel_desc* kernels = nullptr;
-  size_t count = 0;
-  REQUIRE(instance.t().list_kernels(instance.backend, &kernels, &count) == METRALE_STATUS_OK);
-  CHECK(count == 38);
-  bool found = false;
-  for (size_t i = 0; i < count; ++i) {
-    if (std::string(kernels[i].name) != "w4a16_grouped_gemm") continue;
-    found = true;
-    CHECK(std::string(kernels[i].module) == "moe");
-    REQUIRE(kernels[i].param_count == 8);
-    CHECK(kernels[i].param_types[3] == METRALE_PARAM_PTR);
-    CHECK(kernels[i].param_types[7] == METRALE_PARAM_U32);
-  }
-  CHECK(found);
-}
-
-TEST_CASE("memory: copies round-trip, memset, device-to-device, bounds are checked") {
+TEST_CASE("memory: 256-byte aligned; 0 bytes still get a distinct address; freeing 0 is a no-op") {
   auto env = clean_fake();
   Instance instance;
   REQUIRE(instance.status == METRALE_STATUS_OK);
   const auto& t = instance.t();
-  uint64_t a = 0;
-  uint64_t b = 0;
+  uint64_t a = 0, z = 0;
   REQUIRE(t.mem_alloc(instance.backend, 4096, &a) == METRALE_STATUS_OK);
-  REQUIRE(t.mem_alloc(instance.backend, 4096, &b) == METRALE_STATUS_OK);
-  CHECK(a != 0);
   CHECK(a % 256 == 0);
-  std::vector<uint8_t> src(4096);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
-  REQUIRE(t.copy_to_device(instance.backend, a, src.data(), src.size(), 0) == METRALE_STATUS_OK);
-  REQUIRE(t.memset_device(instance.backend, b, 0xab, 4096, 0) == METRALE_STATUS_OK);
-  REQUIRE(t.copy_device(instance.backend, b + 100, a + 200, 1000, 0) == METRALE_STATUS_OK);
+  REQUIRE(t.mem_alloc(instance.backend, 0, &z) == METRALE_STATUS_OK);
+  CHECK(z != 0);
+  CHECK(z != a);
+  CHECK(t.mem_free(instance.backend, 0) == METRALE_STATUS_OK);
+  // A range past the allocation is refused before the driver sees it, naming the range.
   std::vector<uint8_t> back(4096);
-  REQUIRE(t.copy_to_host(instance.backend, back.data(), b, back.size(), 0) == METRALE_STATUS_OK);
-  REQUIRE(t.stream_synchronize(instance.backend, 0) == METRALE_STATUS_OK);
-  CHECK(back[99] == 0xab);
-  CHECK(std::memcmp(back.data() + 100, src.data() + 200, 1000) == 0);
-  CHECK(back[1100] == 0xab);
-
-  SUBCASE("a range past the allocation is refused before the driver sees it") {
-    CHECK(t.copy_to_host(instance.backend, back.data(), b + 1, 4096, 0) == METRALE_STATUS_INVALID_ARGUMENT);
-    CHECK(instance.last_error().find("not inside an allocation") != std::string::npos);
-  }
-  SUBCASE("freeing an unknown address is not found; freeing 0 is a no-op") {
-    CHECK(t.mem_free(instance.backend, a + 8) == METRALE_STATUS_NOT_FOUND);
-    CHECK(t.mem_free(instance.backend, 0) == METRALE_STATUS_OK);
-  }
-  SUBCASE("a zero-byte allocation still gets a distinct, freeable address") {
-    uint64_t z = 0;
-    REQUIRE(t.mem_alloc(instance.backend, 0, &z) == METRALE_STATUS_OK);
-    CHECK(z != 0);
-    CHECK(t.mem_free(instance.backend, z) == METRALE_STATUS_OK);
-  }
+  CHECK(t.copy_to_host(instance.backend, back.data(), a + 1, 4096, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(instance.last_error().find("not inside an allocation") != std::string::npos);
+  CHECK(t.mem_free(instance.backend, z) == METRALE_STATUS_OK);
   CHECK(t.mem_free(instance.backend, a) == METRALE_STATUS_OK);
-  CHECK(t.mem_free(instance.backend, b) == METRALE_STATUS_OK);
-  CHECK(t.mem_free(instance.backend, a) == METRALE_STATUS_NOT_FOUND);
-}
-
-TEST_CASE("streams: create, order work, synchronize, destroy; unknown streams are not found") {
-  auto env = clean_fake();
-  Instance instance;
-  REQUIRE(instance.status == METRALE_STATUS_OK);
-  const auto& t = instance.t();
-  uint64_t s = 0;
-  REQUIRE(t.stream_create(instance.backend, &s) == METRALE_STATUS_OK);
-  CHECK(s != 0);
-  uint64_t p = 0;
-  REQUIRE(t.mem_alloc(instance.backend, 64, &p) == METRALE_STATUS_OK);
-  const uint32_t value = 0x12345678;
-  CHECK(t.copy_to_device(instance.backend, p, &value, 4, s) == METRALE_STATUS_OK);
-  uint32_t back = 0;
-  CHECK(t.copy_to_host(instance.backend, &back, p, 4, s) == METRALE_STATUS_OK);
-  CHECK(t.stream_synchronize(instance.backend, s) == METRALE_STATUS_OK);
-  CHECK(back == value);
-  CHECK(t.stream_synchronize(instance.backend, s + 17) == METRALE_STATUS_NOT_FOUND);
-  CHECK(t.stream_destroy(instance.backend, 0) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(t.stream_destroy(instance.backend, s) == METRALE_STATUS_OK);
-  CHECK(t.stream_synchronize(instance.backend, s) == METRALE_STATUS_NOT_FOUND);
 }
 
 TEST_CASE("the primary context is made current on whichever thread calls in") {
@@ -297,22 +236,6 @@ TEST_CASE("driver failures after creation: each call's status and error name, an
   // With the faults gone the same backend works again.
   CHECK(t.copy_to_device(instance.backend, p, buffer, 16, 0) == METRALE_STATUS_OK);
   CHECK(t.mem_free(instance.backend, p) == METRALE_STATUS_OK);
-}
-
-TEST_CASE("a caller's null pointers are invalid arguments, never crashes") {
-  auto env = clean_fake();
-  Instance instance;
-  REQUIRE(instance.status == METRALE_STATUS_OK);
-  const auto& t = instance.t();
-  CHECK(t.device_info(instance.backend, nullptr) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(t.get_kernel(instance.backend, nullptr, "x", nullptr) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(t.mem_alloc(instance.backend, 8, nullptr) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(t.launch(instance.backend, 1, nullptr, nullptr, 0) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(t.mem_alloc(nullptr, 8, nullptr) == METRALE_STATUS_INVALID_ARGUMENT);
-  CHECK(std::string(t.last_error(nullptr)).empty());
-  char error[64];
-  metrale_backend* out = nullptr;
-  CHECK(t.create(nullptr, &out, error, sizeof(error)) == METRALE_STATUS_INVALID_ARGUMENT);
 }
 
 // Last in the file: the stub's SONAME is libcuda.so.1, so once it is loaded a later

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 5's acceptance: `metrale bench 'w4a16_gemm_t*' --backend cpu` on the Qwen3-32B preset shapes
-# prints a row per CPU variant and shape, all passed (one timed launch each, to keep it short on a
-# small CPU). Usage: test_bench_preset.sh METRALE CPU_MANIFEST
+# The kernel-developer workflow at real size: `metrale bench 'w4a16_gemm_t*' --backend cpu` on the
+# Qwen3-32B preset shapes prints a row per CPU variant and shape, all passed (one timed launch each,
+# to keep it short on a small CPU). Usage: test_bench_preset.sh METRALE CPU_MANIFEST
 set -euo pipefail
 metrale=$1 cpu_manifest=$2
 export METRALE_MANIFESTS="$cpu_manifest"

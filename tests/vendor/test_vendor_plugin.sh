@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The vendor workflow with no rebuild of the runtime: install this build into a temp root, build
 # docs/examples/vendor-plugin against nothing but the installed metrale-plugin.pc, install it into
-# the plugin directory the .pc names, then with the installed CLI and METRALE_BACKEND=vendor:
-# list, audit, conformance, run --check; METRALE_KERNEL_SUBST onto the vendor's alternative
-# variant (visible in the audit, and run --check passes on it); a substitute with another
-# parameter list is refused with exit 3. Usage: test_vendor_plugin.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR
+# the plugin directory the .pc names, run the plugin conformance suite on what was installed, then
+# with the installed CLI and METRALE_BACKEND=vendor: list, audit, conformance, run --check;
+# METRALE_KERNEL_SUBST onto the vendor's alternative variant (visible in the audit, and run --check
+# passes on it); a substitute with another parameter list is refused with exit 3.
+# Usage: test_vendor_plugin.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR PLUGIN_CTS
 set -euo pipefail
-build=$1 source=$2 prefix=$3 libdir=$4
+build=$1 source=$2 prefix=$3 libdir=$4 plugin_cts=$5
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -27,6 +28,12 @@ meson install -C "$root/vendor-build" --quiet >/dev/null
 plugins="$root/dest$prefix/$libdir/metrale/plugins"
 [ -f "$plugins/libmetrale_vendor.so" ] && [ -f "$plugins/vendor.json" ] ||
   { ls -la "$plugins" || true; fail "vendor plugin not installed into $plugins"; }
+[ -f "$root/dest$prefix/include/metrale/plugin_glue.h" ] || fail "plugin_glue.h is not installed"
+
+# The ABI contract, on the library as installed (docs/plugin-abi.md, "Conformance suite").
+"$plugin_cts" --manifest "$plugins/vendor.json" --expect-device >"$root/cts.txt" 2>&1 ||
+  { cat "$root/cts.txt"; fail "the plugin conformance suite failed on the installed vendor plugin"; }
+grep -q "^plugin conformance, backend 'vendor' (.*): passed" "$root/cts.txt" || fail "suite verdict: $(tail -3 "$root/cts.txt")"
 
 metrale() {
   env LD_LIBRARY_PATH="$root/dest$prefix/$libdir" METRALE_PLUGIN_PATH="$plugins" METRALE_BACKEND=vendor \

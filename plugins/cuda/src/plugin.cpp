@@ -6,7 +6,7 @@
 #include "compile_api.hpp"
 #include "instance.hpp"
 
-#include <metrale/plugin_abi.h>
+#include <metrale/plugin_glue.h>
 
 #include <cstring>
 #include <map>
@@ -23,10 +23,7 @@ using metrale::cuda::Instance;
 using metrale::cuda::PluginError;
 
 void write_error(char* error, size_t error_size, const std::string& message) noexcept {
-  if (error == nullptr || error_size == 0) return;
-  const size_t n = std::min(message.size(), error_size - 1);
-  std::memcpy(error, message.data(), n);
-  error[n] = '\0';
+  metrale_glue_write_error(error, error_size, message.c_str());
 }
 
 // Runs `body`, mapping what it throws to a status; `report` receives the message.
@@ -200,18 +197,8 @@ const metrale_plugin_table kTable = {
 
 }  // namespace
 
-extern "C" METRALE_PLUGIN_EXPORT metrale_status metrale_plugin_entry(uint32_t runtime_min, uint32_t runtime_max,
-                                                                     uint32_t* chosen,
-                                                                     const metrale_plugin_table** table) {
-  // This plugin speaks ABI 1 only.
-  constexpr uint32_t kVersion = 1;
-  if (chosen != nullptr) *chosen = kVersion;
-  if (table != nullptr) *table = nullptr;
-  if (chosen == nullptr || table == nullptr) return METRALE_STATUS_INVALID_ARGUMENT;
-  if (runtime_min > kVersion || runtime_max < kVersion) return METRALE_STATUS_INCOMPATIBLE;
-  *table = &kTable;
-  return METRALE_STATUS_OK;
-}
+// This plugin speaks ABI 1 only.
+METRALE_GLUE_DEFINE_ENTRY(1, &kTable)
 
 static_assert(std::is_same_v<decltype(&metrale_plugin_entry), metrale_plugin_entry_fn>,
               "the entry point must have the ABI's type");

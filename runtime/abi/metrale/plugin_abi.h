@@ -248,7 +248,9 @@ typedef struct metrale_plugin_table {
 
 /* The entry point. The runtime offers [runtime_min, runtime_max]; the plugin writes the version
  * it speaks into *chosen (even when refusing, so the runtime can say which) and, on OK, its table
- * into *table. A plugin that speaks none of the offered versions returns INCOMPATIBLE. */
+ * into *table (NULL otherwise). A plugin that speaks none of the offered versions returns
+ * INCOMPATIBLE; a NULL out-pointer or runtime_min > runtime_max is INVALID_ARGUMENT.
+ * metrale/plugin_glue.h has it as metrale_glue_handshake. */
 typedef metrale_status (*metrale_plugin_entry_fn)(uint32_t runtime_min, uint32_t runtime_max,
                                                   uint32_t* chosen,
                                                   const metrale_plugin_table** table);

@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // `metrale check-manifest FILE...`: validate manifests without loading anything; one line per
-// problem (file, JSON pointer, expectation). Exit 1 when any file has a problem.
+// problem (file, JSON pointer, expectation). Beyond validation, a valid manifest is held to what
+// this runtime speaks (abi_version) and to docs/kernels.md (the kernel catalogue: documented
+// kernels in their modules with their parameters), the same checks `metrale conformance` makes.
+// Exit 1 when any file has a problem.
 #include "commands.hpp"
+
+#include <metrale/catalogue.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +24,7 @@ void run_check(CliContext& ctx, const std::vector<std::string>& files) {
     ManifestResult result = load_manifest(file);
     std::vector<std::string> notes;
     if (result.manifest) {
+      for (auto& problem : contract_problems(*result.manifest, file)) result.problems.push_back(std::move(problem));
       std::error_code error;
       if (!std::filesystem::exists(result.manifest->library, error))
         notes.push_back("library " + result.manifest->library.string() + " does not exist (yet)");

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// `metrale conformance`: run the project's conformance cases (layers/conformance/) on one backend
-// and report per case, so a vendor can certify a drop-in plugin before shipping it. Exit 1 when a
-// case failed, and also when the backend ran no case at all: a plugin that skips everything has
-// certified nothing.
+// `metrale conformance`: certify one backend (layers/conformance/certify.hpp) so a vendor can check
+// a drop-in plugin before shipping it: manifest against plugin and docs/kernels.md, the layer
+// paths it claims, then the conformance cases against the reference, reported per case, and the
+// table of paths it serves. Exit 1 on any failure, and when the backend lists documented kernels
+// but ran no case: a plugin that skips everything has certified nothing.
 #include "commands.hpp"
 
 #include <metrale/names.hpp>
 
-#include <layers/conformance/conformance.hpp>
+#include <layers/conformance/certify.hpp>
 #include <layers/model/progress.hpp>
 
 #include <nlohmann/json.hpp>
@@ -48,8 +49,16 @@ nlohmann::json result_json(const conformance::CaseResult& r) {
   return out;
 }
 
-void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
-  const bool json = o.json || ctx.json;
+nlohmann::json coverage_json(const std::vector<conformance::CoverageRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows) {
+    out.push_back({{"path", r.path}, {"what", r.what}, {"status", conformance::path_status_name(r.status)},
+                   {"kernels", r.kernels}, {"detail", r.detail}});
+  }
+  return out;
+}
+
+std::vector<conformance::Case> chosen_cases(const ConformanceOptions& o) {
   std::vector<conformance::Case> chosen;
   for (auto& c : conformance::cases())
     if (selected(o.case_globs, c.name)) chosen.push_back(std::move(c));
@@ -59,19 +68,29 @@ void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
     throw Error(Status::invalid_argument,
                 "--cases " + globs + " matches no conformance case (see `metrale conformance --list`)");
   }
-  if (o.list) {
-    if (json) {
-      nlohmann::json names = nlohmann::json::array();
-      for (const auto& c : chosen) names.push_back(c.name);
-      std::cout << names.dump(2) << '\n';
-    } else {
-      for (const auto& c : chosen) std::cout << c.name << '\n';
-    }
-    return;
+  return chosen;
+}
+
+void print_list(const std::vector<conformance::Case>& chosen, bool json) {
+  if (json) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& c : chosen) names.push_back(c.name);
+    std::cout << names.dump(2) << '\n';
+  } else {
+    for (const auto& c : chosen) std::cout << c.name << '\n';
   }
+}
+
+void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
+  const bool json = o.json || ctx.json;
+  const std::vector<conformance::Case> chosen = chosen_cases(o);
+  if (o.list) return print_list(chosen, json);
   auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
-  std::vector<conformance::CaseResult> results;
-  results.reserve(chosen.size());
+  // Consistency first (manifest against plugin and docs/kernels.md, the paths it claims), then
+  // the cases: every failure is a named result.
+  std::vector<conformance::CaseResult> results = conformance::manifest_checks(*backend);
+  const std::vector<conformance::CoverageRow> coverage = conformance::coverage(*backend);
+  for (auto& r : conformance::path_failures(coverage)) results.push_back(std::move(r));
   // Progress on stderr: the qwen3-30b-a3b case alone takes a while on a small CPU.
   layers::StderrProgress progress(!o.quiet);
   const std::string stage = "conformance on " + backend->name();
@@ -81,17 +100,8 @@ void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
   }
   progress.finish(stage);
   const auto summary = conformance::summarize(results);
-  const bool ran_nothing = summary.passed + summary.failed == 0;
-  std::string verdict;
-  if (summary.failed) {
-    verdict = "backend '" + backend->name() + "' FAILED " + std::to_string(summary.failed) + " conformance case(s)";
-  } else if (ran_nothing) {
-    verdict = "backend '" + backend->name() + "' ran no conformance case (all " + std::to_string(summary.skipped) +
-              " skipped): nothing is certified";
-  } else {
-    verdict = "backend '" + backend->name() + "' passed every case it ran";
-  }
-  if (summary.failed || ran_nothing) ctx.exit_code = kExitError;
+  const conformance::Verdict verdict = conformance::verdict(*backend, results);
+  if (!verdict.certified) ctx.exit_code = kExitError;
 
   if (json) {
     nlohmann::json rows = nlohmann::json::array();
@@ -100,15 +110,19 @@ void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
                        {"target", backend->target()},
                        {"plugin_version", backend->plugin_version()},
                        {"cases", rows},
+                       {"coverage", coverage_json(coverage)},
                        {"summary", {{"passed", summary.passed}, {"failed", summary.failed}, {"skipped", summary.skipped}}},
-                       {"certified", ctx.exit_code == kExitOk},
-                       {"verdict", verdict}};
+                       {"certified", verdict.certified},
+                       {"verdict", verdict.text}};
     std::cout << out.dump(2) << '\n';
     return;
   }
   std::cout << "backend " << backend->name() << " (" << backend->target() << ", plugin " << backend->plugin_version()
-            << ")\n"
-            << conformance::render_results(results) << verdict << '\n';
+            << ")\n";
+  std::string listing = conformance::render_results(results);
+  const size_t last_line = listing.rfind('\n', listing.size() - 2);  // the summary line goes after the coverage
+  std::cout << listing.substr(0, last_line + 1) << "coverage of the layer paths:\n"
+            << conformance::render_coverage(coverage) << listing.substr(last_line + 1) << verdict.text << '\n';
 }
 
 }  // namespace

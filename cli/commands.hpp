@@ -23,7 +23,10 @@ struct CliContext {
   int exit_code = kExitOk;
   // Finds the manifests and declares their levers, loading nothing; main() calls it at start-up.
   void scan();
-  // The registry, its plugins loaded on first call; kept for the rest of the process.
+  // The registry as scanned, loading nothing.
+  const Registry& registry_scan();
+  // The registry, its plugins loaded on first call; kept for the rest of the process. Throws
+  // Refusal when METRALE_BACKEND names a backend that did not load.
   Registry& registry();
 
  private:

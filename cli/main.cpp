@@ -17,11 +17,19 @@ void CliContext::scan() {
   if (!registry_) registry_ = std::make_unique<Registry>(Registry::scan());
 }
 
+const Registry& CliContext::registry_scan() {
+  scan();
+  return *registry_;
+}
+
 Registry& CliContext::registry() {
   scan();
   if (!loaded_) {
     registry_->load();
     loaded_ = true;
+    // METRALE_BACKEND names the backend of every command: one that did not load is a refusal
+    // whatever the command asked for (`list` included), never a silent fall back.
+    if (auto lever = lever_raw("METRALE_BACKEND"); lever && !lever->empty()) registry_->select();
   }
   return *registry_;
 }
@@ -48,6 +56,9 @@ int main(int argc, char** argv) {
   register_conformance(app, ctx);
   register_bench(app, ctx);
   app.require_subcommand(0, 1);
+  // Before any command runs (and after --help): METRALE_BACKEND naming a backend that cannot load
+  // (unknown, invalid, disabled) is a refusal for every command, even those that load nothing.
+  app.parse_complete_callback([&ctx] { ctx.registry_scan().require_loadable(); });
   app.footer("Exit codes: 0 ok, 1 error, 2 usage, 3 refusal. Levers: `metrale levers`.");
 
   try {

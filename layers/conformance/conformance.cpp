@@ -187,12 +187,14 @@ CaseResult run_kernel(Backend& b, const Case& c, CaseResult r) {
   const KernelHandle h = b.lookup(c.module, c.kernel, request);
   r.kernels.push_back(c.module + "/" + c.kernel);
   if (!h) {
-    // Listed in the manifest but not usable here (target gate, plugin did not provide it).
+    // Listed in the manifest (skip_reason() passed it) but not usable: gated by the device's
+    // target is the manifest's own say-so (skip); anything else is a broken promise (fail).
     std::string reason = "(no reason recorded)";
     for (const auto& row : b.audit().snapshot())
       if (row.module == c.module && row.kernel == c.kernel) reason = row.reason;
-    r.outcome = Outcome::skipped;
-    r.detail = "not available on this device: " + reason;
+    const bool gated = reason.starts_with("gated");
+    r.outcome = gated ? Outcome::skipped : Outcome::failed;
+    r.detail = (gated ? "not for this device: " : "listed in the manifest but not usable: ") + reason;
     return r;
   }
   auto [w, x, ref] = fixture(c.m, c.n, c.k);
@@ -396,17 +398,23 @@ std::optional<std::string> skip_reason(Backend& backend, const Case& c) {
   for (const auto& s : declared_skips()) {
     if (glob(s.backend, backend.name()) && glob(s.cases, c.name)) return "declared by backend '" + backend.name() + "': " + s.reason;
   }
+  // Only what the manifest does not list for this device (not listed, or gated by its target)
+  // is skipped; what it lists must work.
   auto lacks = [&](std::string_view module, std::string_view name) -> std::optional<std::string> {
-    if (!backend.manifest().find_kernel(module, name)) {
+    const ManifestKernel* listed = backend.manifest().find_kernel(module, name);
+    if (!listed) {
       return "backend '" + backend.name() + "' does not list " + std::string(module) + "/" + std::string(name);
+    }
+    if (std::string gate = backend.gate_reason(*listed); !gate.empty()) {
+      return "backend '" + backend.name() + "' lists " + std::string(module) + "/" + std::string(name) +
+             " for other devices: " + gate;
     }
     return std::nullopt;
   };
   // Every tile-GEMM site needs the deep-K kernel (k64_kernel() requires it); a backend that
   // provides only part of the family cannot run those sites at all.
   auto lacks_tile_gemm = [&]() -> std::optional<std::string> {
-    if (backend.manifest().find_kernel("w4a16", "w4a16_gemm_t_k64") ||
-        backend.manifest().find_kernel("w4a16", "w4a16_gemm_t_k64_p3"))
+    if (!lacks("w4a16", "w4a16_gemm_t_k64") || !lacks("w4a16", "w4a16_gemm_t_k64_p3"))
       return std::nullopt;
     return "backend '" + backend.name() + "' lists no deep-K tile GEMM (w4a16/w4a16_gemm_t_k64[_p3]), which every "
            "tile-GEMM site requires";
@@ -447,7 +455,8 @@ CaseResult run_case(Backend& backend, const Case& c) {
       case CaseKind::topk_ties: return run_topk_ties(backend, c, std::move(r));
     }
   } catch (const Refusal& e) {
-    r.outcome = Outcome::skipped;
+    // The manifest lists what the case needs: a refusal is not a capability gap.
+    r.outcome = Outcome::failed;
     r.detail = std::string("refused under the current levers: ") + e.what();
     return r;
   } catch (const std::exception& e) {

@@ -13,8 +13,11 @@
 //   moe/...                       MoeLayer: tokens routed unevenly, experts with no tokens, with and
 //                                 without renormalisation, a gated shared expert, per-expert launches
 //   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
-// A backend skips a case when it lacks what the case needs (the reason says which kernel and
-// why), or when declared_skips() lists it with a reason.
+// A backend skips a case only when its manifest does not list, for this device, what the case
+// needs (not listed, or gated by the device's target: the reason says which kernel and why), or
+// when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
+// does not provide it, its signature differs) and a refusal are failures, not skips. Manifest
+// checks and layer-path coverage: certify.hpp.
 #pragma once
 
 #include "model/config.hpp"

@@ -507,9 +507,11 @@ metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* co
   // return at once; neither is run.
   uint64_t rows = needed.y;
   const uint32_t* active = nullptr;
+  // Per launch, never thread_local: storage with a destructor in the caller's threads would keep
+  // the library mapped after its instances are gone (instance.hpp, errors_).
+  std::vector<uint32_t> active_rows;
   if (needed.y_offsets != nullptr) {
-    thread_local std::vector<uint32_t> active_rows;  // reused: no allocation per launch
-    active_rows.clear();
+    active_rows.reserve(needed.y);
     for (uint32_t by = 0; by < needed.y; ++by)
       if (needed.y_offsets[by + 1] > needed.y_offsets[by]) active_rows.push_back(by);
     rows = active_rows.size();

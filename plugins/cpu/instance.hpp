@@ -96,7 +96,8 @@ class Instance final : private MemoryView {
   std::map<uint64_t, uint64_t> allocations_;  // address -> bytes requested
 
   // Last errors per thread, kept here rather than in thread_local storage so that nothing of the
-  // plugin outlives the instance in other threads (and dlclose can unload it).
+  // plugin outlives the instance in other threads (and dlclose can unload it). The same holds for
+  // all of the plugin: it keeps no thread_local state at all (tests/cpu/test_unload.cpp).
   mutable std::mutex error_mutex_;
   mutable std::map<std::thread::id, std::string> errors_;
 

@@ -4,6 +4,7 @@
 #include <metrale/log.hpp>
 #include <metrale/target.hpp>
 
+#include "plugin_guard.hpp"
 #include "plugin_library.hpp"
 
 #include <algorithm>
@@ -31,23 +32,19 @@ std::string key_of(std::string_view module, std::string_view name) {
 
 }  // namespace
 
-Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metrale_backend* instance,
+Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, PluginInstance instance,
                  std::shared_ptr<AuditLog> audit)
-    : library_(std::move(library)), manifest_(std::move(manifest)), instance_(instance), audit_(std::move(audit)) {
+    : library_(std::move(library)),
+      manifest_(std::move(manifest)),
+      plugin_label_("backend " + manifest_.backend + " (plugin " + manifest_.library.string() + ")"),
+      instance_(std::move(instance)),
+      audit_(std::move(audit)) {
+  if (!instance_) throw Error(Status::internal, plugin_label_ + ": no instance to drive");
   metrale_device_info info{};
   info.struct_size = sizeof(info);
-  metrale_status status = METRALE_STATUS_INTERNAL;
-  try {
-    status = table().device_info(instance_, &info);
-  } catch (...) {
-    status = METRALE_STATUS_INTERNAL;
-  }
-  if (status != METRALE_STATUS_OK || info.target == nullptr) {
-    std::string why = info.target == nullptr && status == METRALE_STATUS_OK ? "no target" : table().last_error(instance_);
-    table().destroy(instance_);
-    throw Error(status_from_abi(status == METRALE_STATUS_OK ? METRALE_STATUS_INTERNAL : status),
-                "backend " + name() + ": device_info() failed: " + why);
-  }
+  guard().require("device_info()", [&] { return table().device_info(instance_.get(), &info); });
+  if (info.target == nullptr)
+    throw Error(Status::internal, plugin_label_ + ": device_info() answered OK without a target");
   target_ = info.target;
   device_name_ = info.name ? info.name : "";
   memory_bytes_ = info.memory_bytes;
@@ -55,16 +52,10 @@ Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metr
 
   const metrale_kernel_desc* kernels = nullptr;
   size_t count = 0;
-  try {
-    status = table().list_kernels(instance_, &kernels, &count);
-  } catch (...) {
-    status = METRALE_STATUS_INTERNAL;
-  }
-  if (status != METRALE_STATUS_OK) {
-    std::string why = table().last_error(instance_);
-    table().destroy(instance_);
-    throw Error(status_from_abi(status), "backend " + name() + ": list_kernels() failed: " + why);
-  }
+  guard().require("list_kernels()", [&] { return table().list_kernels(instance_.get(), &kernels, &count); });
+  if (count > 0 && kernels == nullptr)
+    throw Error(Status::internal, plugin_label_ + ": list_kernels() answered " + std::to_string(count) +
+                                      " kernels and a NULL array");
   for (size_t i = 0; i < count; ++i) {
     if (kernels[i].module == nullptr || kernels[i].name == nullptr) continue;
     std::string key = key_of(kernels[i].module, kernels[i].name);
@@ -74,13 +65,9 @@ Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metr
   }
 }
 
-Backend::~Backend() {
-  try {
-    table().destroy(instance_);
-  } catch (...) {
-    logger()->error("backend {}: destroy() let an exception escape the C ABI", name());
-  }
-}
+Backend::~Backend() = default;  // instance_ first (destroy(), guarded), then the library reference
+
+PluginGuard Backend::guard() const noexcept { return PluginGuard(plugin_label_, &library_->table(), instance_.get()); }
 
 const std::string& Backend::plugin_version() const noexcept { return library_->version(); }
 
@@ -91,10 +78,6 @@ std::string Backend::library_checksum() const {
 }
 
 const metrale_plugin_table& Backend::table() const noexcept { return library_->table(); }
-
-void Backend::fail(Status status, std::string_view what) const {
-  throw Error(status, "backend " + name() + ": " + std::string(what) + ": " + table().last_error(instance_));
-}
 
 std::string Backend::gate_reason(const ManifestKernel& kernel) const {
   if (kernel.min_target && !target_satisfies(target_, *kernel.min_target, manifest_.target_tiers))
@@ -149,17 +132,18 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
   std::string module_text(module), name_text(name);
   uint64_t handle = 0;
   metrale_status status = METRALE_STATUS_INTERNAL;
+  const PluginGuard plugin = guard();
   try {
-    status = table().get_kernel(instance_, module_text.c_str(), name_text.c_str(), &handle);
-  } catch (...) {
-    failure = Status::internal;
-    reason = "in manifest, but the plugin's get_kernel() let an exception escape the C ABI";
+    status = plugin.invoke("get_kernel(" + key_of(module, name) + ")",
+                           [&] { return table().get_kernel(instance(), module_text.c_str(), name_text.c_str(), &handle); });
+  } catch (const Error& e) {
+    failure = e.status();
+    reason = std::string("in manifest, but ") + e.what();
     return {};
   }
   if (status != METRALE_STATUS_OK || handle == 0) {
     failure = status == METRALE_STATUS_OK ? Status::internal : status_from_abi(status);
-    std::string message = status == METRALE_STATUS_OK ? "it returned OK with the null handle"
-                                                       : table().last_error(instance_);
+    std::string message = status == METRALE_STATUS_OK ? "it returned OK with the null handle" : plugin.last_error();
     reason = "in manifest, but the plugin did not provide it (" + std::string(status_name(failure)) + "): " + message;
     return {};
   }
@@ -346,51 +330,50 @@ std::vector<KernelAvailability> Backend::kernel_availability() const {
 
 DevicePtr Backend::alloc(size_t bytes) {
   uint64_t address = 0;
-  if (table().mem_alloc(instance_, bytes, &address) != METRALE_STATUS_OK || address == 0)
-    fail(Status::out_of_memory, "mem_alloc(" + std::to_string(bytes) + ")");
+  const std::string entry = "mem_alloc(" + std::to_string(bytes) + ")";
+  guard().require(entry, [&] { return table().mem_alloc(instance(), bytes, &address); });
+  if (address == 0) throw Error(Status::internal, plugin_label_ + ": " + entry + " answered OK with address 0");
   return {address};
 }
 
 void Backend::free(DevicePtr ptr) {
   if (!ptr) return;
-  if (auto s = table().mem_free(instance_, ptr.address); s != METRALE_STATUS_OK) fail(status_from_abi(s), "mem_free");
+  guard().require("mem_free()", [&] { return table().mem_free(instance(), ptr.address); });
 }
 
 void Backend::copy_to_device(DevicePtr dst, const void* src, size_t bytes, uint64_t stream) {
-  if (auto s = table().copy_to_device(instance_, dst.address, src, bytes, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "copy_to_device");
+  guard().require("copy_to_device(" + std::to_string(bytes) + " bytes)",
+                  [&] { return table().copy_to_device(instance(), dst.address, src, bytes, stream); });
 }
 
 void Backend::copy_to_host(void* dst, DevicePtr src, size_t bytes, uint64_t stream) {
-  if (auto s = table().copy_to_host(instance_, dst, src.address, bytes, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "copy_to_host");
+  guard().require("copy_to_host(" + std::to_string(bytes) + " bytes)",
+                  [&] { return table().copy_to_host(instance(), dst, src.address, bytes, stream); });
 }
 
 void Backend::copy_device(DevicePtr dst, DevicePtr src, size_t bytes, uint64_t stream) {
-  if (auto s = table().copy_device(instance_, dst.address, src.address, bytes, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "copy_device");
+  guard().require("copy_device(" + std::to_string(bytes) + " bytes)",
+                  [&] { return table().copy_device(instance(), dst.address, src.address, bytes, stream); });
 }
 
 void Backend::memset(DevicePtr dst, uint8_t value, size_t bytes, uint64_t stream) {
-  if (auto s = table().memset_device(instance_, dst.address, value, bytes, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "memset_device");
+  guard().require("memset_device(" + std::to_string(bytes) + " bytes)",
+                  [&] { return table().memset_device(instance(), dst.address, value, bytes, stream); });
 }
 
 uint64_t Backend::stream_create() {
   uint64_t stream = 0;
-  if (auto s = table().stream_create(instance_, &stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "stream_create");
+  guard().require("stream_create()", [&] { return table().stream_create(instance(), &stream); });
+  if (stream == 0) throw Error(Status::internal, plugin_label_ + ": stream_create() answered OK with stream 0, the default stream");
   return stream;
 }
 
 void Backend::stream_destroy(uint64_t stream) {
-  if (auto s = table().stream_destroy(instance_, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "stream_destroy");
+  guard().require("stream_destroy()", [&] { return table().stream_destroy(instance(), stream); });
 }
 
 void Backend::synchronize(uint64_t stream) {
-  if (auto s = table().stream_synchronize(instance_, stream); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "stream_synchronize");
+  guard().require("stream_synchronize()", [&] { return table().stream_synchronize(instance(), stream); });
 }
 
 void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::span<const metrale_param_type> types,
@@ -421,8 +404,8 @@ void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::
   config.stream = shape.stream;
   // The ABI takes void* const* (cuLaunchKernel's convention); plugins only read through it.
   auto raw = const_cast<void* const*>(reinterpret_cast<const void* const*>(args.data()));
-  if (auto s = table().launch(instance_, kernel.value, &config, raw, args.size()); s != METRALE_STATUS_OK)
-    fail(status_from_abi(s), "launch of " + label);
+  guard().require("launch(" + label + ")",
+                  [&] { return table().launch(instance(), kernel.value, &config, raw, args.size()); });
 }
 
 }  // namespace metrale

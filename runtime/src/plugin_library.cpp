@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "plugin_library.hpp"
 
+#include "plugin_guard.hpp"
+
 #include <metrale/log.hpp>
 
 #include <xxhash.h>
@@ -120,14 +122,9 @@ using EntryFn = metrale_status(uint32_t, uint32_t, uint32_t*, const metrale_plug
 std::pair<const metrale_plugin_table*, uint32_t> handshake(const Manifest& manifest, EntryFn& entry) {
   uint32_t chosen = 0;
   const metrale_plugin_table* table = nullptr;
-  metrale_status status = METRALE_STATUS_INTERNAL;
-  try {
-    status = entry(METRALE_ABI_VERSION_MIN, METRALE_ABI_VERSION, &chosen, &table);
-  } catch (...) {
-    // A C entry point must not throw; survive a plugin that does.
-    throw Error(Status::internal, describe_library(manifest) + ": " + METRALE_PLUGIN_ENTRY_SYMBOL +
-                                      " let an exception escape the C ABI");
-  }
+  const std::string label = describe_library(manifest);
+  const metrale_status status = PluginGuard(label, nullptr).invoke(
+      METRALE_PLUGIN_ENTRY_SYMBOL, [&] { return entry(METRALE_ABI_VERSION_MIN, METRALE_ABI_VERSION, &chosen, &table); });
   std::string range = std::to_string(METRALE_ABI_VERSION_MIN) + ".." + std::to_string(METRALE_ABI_VERSION);
   if (status != METRALE_STATUS_OK) {
     throw Error(status_from_abi(status),
@@ -161,15 +158,12 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const Manifest& manifest) {
 
   metrale_plugin_info info{};
   info.struct_size = sizeof(info);
-  metrale_status status = METRALE_STATUS_INTERNAL;
-  try {
-    status = plugin->table_->describe(&info);
-  } catch (...) {
-    throw Error(Status::internal, describe_library(manifest) + ": describe() let an exception escape the C ABI");
-  }
-  if (status != METRALE_STATUS_OK || info.backend_name == nullptr)
-    throw Error(status == METRALE_STATUS_OK ? Status::internal : status_from_abi(status),
-                describe_library(manifest) + ": describe() failed or gave no backend name");
+  const std::string label = describe_library(manifest);
+  const PluginGuard guard(label, plugin->table_);
+  const metrale_status status = guard.invoke("describe()", [&] { return plugin->table_->describe(&info); });
+  if (status != METRALE_STATUS_OK) throw guard.failed("describe()", status, "(no instance: describe() has no message)");
+  if (info.backend_name == nullptr)
+    throw Error(Status::internal, label + ": describe() answered OK without a backend name");
   plugin->backend_name_ = info.backend_name;
   plugin->version_ = info.version ? info.version : "";
   plugin->description_ = info.description ? info.description : "";
@@ -188,12 +182,9 @@ bool PluginLibrary::offers_extensions() const noexcept {
 
 void* PluginLibrary::proc_address(const std::string& name) const {
   if (!offers_extensions()) return nullptr;
-  try {
-    return table_->get_proc_address(name.c_str());
-  } catch (...) {
-    throw Error(Status::internal, "plugin library " + path_.string() + ": get_proc_address(\"" + name +
-                                      "\") let an exception escape the C ABI");
-  }
+  const std::string label = "plugin library " + path_.string();
+  return PluginGuard(label, table_).invoke("get_proc_address(\"" + name + "\")",
+                                           [&] { return table_->get_proc_address(name.c_str()); });
 }
 
 }  // namespace metrale

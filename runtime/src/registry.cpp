@@ -6,10 +6,14 @@
 #include <metrale/names.hpp>
 
 #include "manifest_levers.hpp"
+#include "plugin_guard.hpp"
 #include "plugin_library.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
+#include <fstream>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -68,18 +72,14 @@ void create_instance(RegistryEntry& entry, const PluginLibrary& library, const L
   info.options = options.data();
   info.option_count = options.count();
 
-  metrale_backend* instance = nullptr;
+  metrale_backend* raw = nullptr;
   std::array<char, 1024> error{};
-  metrale_status status = METRALE_STATUS_INTERNAL;
-  try {
-    status = library.table().create(&info, &instance, error.data(), error.size());
-  } catch (...) {
-    entry.state = EntryState::failed;
-    entry.reason = "plugin " + manifest.library.string() + ": create() let an exception escape the C ABI";
-    return;
-  }
+  const std::string label = "backend " + manifest.backend + " (plugin " + manifest.library.string() + ")";
+  const PluginGuard guard(label, &library.table());
+  const metrale_status status =
+      guard.invoke("create()", [&] { return library.table().create(&info, &raw, error.data(), error.size()); });
   error.back() = '\0';
-  if (status != METRALE_STATUS_OK || instance == nullptr) {
+  if (status != METRALE_STATUS_OK || raw == nullptr) {
     Status s = status == METRALE_STATUS_OK ? Status::internal : status_from_abi(status);
     entry.state = s == Status::unavailable ? EntryState::unavailable : EntryState::failed;
     std::string message = error[0] ? error.data() : "no message";
@@ -87,36 +87,74 @@ void create_instance(RegistryEntry& entry, const PluginLibrary& library, const L
     entry.reason = "create() failed (" + std::string(status_name(s)) + "): " + message;
     return;
   }
-  try {
-    entry.instance = std::make_shared<Backend>(entry.library, manifest, instance, audit);
-  } catch (const Error& e) {
-    entry.state = EntryState::failed;
-    entry.reason = e.what();
-    return;
-  }
+  PluginInstance instance(raw, PluginInstanceDeleter{&library.table(), label});
+  entry.instance = std::make_shared<Backend>(entry.library, manifest, std::move(instance), audit);
   entry.state = EntryState::loaded;
 }
 
+// Never throws for a bad plugin (the entry records it); a bad lever value is a Refusal.
 void load_entry(RegistryEntry& entry, const std::shared_ptr<AuditLog>& audit) {
   const LeverOptions options(*entry.manifest);  // a bad lever value is a Refusal, before any loading
   try {
     entry.library = PluginLibrary::open(*entry.manifest);
-  } catch (const Error& e) {
-    entry.state = EntryState::failed;
-    entry.reason = e.what();
-    return;
-  }
-  create_instance(entry, *entry.library, options, audit);
-  if (entry.state == EntryState::loaded) {
+    create_instance(entry, *entry.library, options, audit);
+    if (entry.state != EntryState::loaded) return;
     for (const auto& row : entry.instance->kernel_availability()) {
       if (row.gated || row.note.empty()) continue;
       entry.cross_check.push_back(row.module + "/" + row.name + ": " + row.note);
     }
+  } catch (const std::exception& e) {
+    entry.instance.reset();  // destroys the instance, if one was made, while the library is loaded
+    entry.cross_check.clear();
+    entry.state = EntryState::failed;
+    entry.reason = e.what();
   }
 }
 
 std::string disabled_by() {
   return "METRALE_BACKENDS_DISABLE=" + lever_raw("METRALE_BACKENDS_DISABLE").value_or("");
+}
+
+// The "backend" string of a manifest that failed validation, when it has one: so that asking for
+// that backend by name is told the manifest is invalid, not that no manifest names it.
+std::string backend_named_in(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  const auto doc = nlohmann::json::parse(in, nullptr, false);
+  if (!doc.is_object()) return {};
+  auto it = doc.find("backend");
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Validates one manifest and decides its entry's state (pending, disabled, shadowed, invalid,
+// skipped); declares the levers of each manifest that claims its backend.
+void scan_entry(RegistryEntry& entry, const std::vector<std::string>& disabled, std::set<std::string, std::less<>>& claimed) {
+  ManifestResult parsed = load_manifest(entry.manifest_path);
+  if (!parsed.manifest) {
+    entry.state = parsed.skipped_format ? EntryState::skipped : EntryState::invalid;
+    entry.reason = join_problems(parsed.problems);
+    entry.backend = backend_named_in(entry.manifest_path);
+    logger()->warn("{}", entry.reason);
+    return;
+  }
+  entry.manifest = std::move(parsed.manifest);
+  entry.manifest_path = entry.manifest->path;
+  entry.backend = entry.manifest->backend;
+  entry.priority = entry.manifest->priority;
+  const bool off = std::any_of(disabled.begin(), disabled.end(),
+                               [&](const std::string& g) { return glob_match(g, entry.backend); });
+  if (claimed.count(entry.backend)) {
+    entry.state = off ? EntryState::disabled : EntryState::shadowed;
+    entry.reason = off ? "disabled by " + disabled_by()
+                       : "backend '" + entry.backend + "' is already provided by an earlier manifest";
+  } else if (auto conflict = declare_manifest_levers(*entry.manifest)) {
+    entry.state = EntryState::invalid;
+    entry.reason = *conflict;
+    logger()->warn("{}", entry.reason);
+  } else {
+    claimed.insert(entry.backend);
+    entry.state = off ? EntryState::disabled : EntryState::pending;
+    if (off) entry.reason = "disabled by " + disabled_by();
+  }
 }
 
 }  // namespace
@@ -204,32 +242,12 @@ Registry Registry::scan(const DiscoveryOptions& options) {
     RegistryEntry entry;
     entry.manifest_path = file;
     entry.origin = origin;
-    ManifestResult parsed = load_manifest(file);
-    if (!parsed.manifest) {
-      entry.state = parsed.skipped_format ? EntryState::skipped : EntryState::invalid;
-      entry.reason = join_problems(parsed.problems);
-      logger()->warn("{}", entry.reason);
-      registry.entries_.push_back(std::move(entry));
-      continue;
-    }
-    entry.manifest = std::move(parsed.manifest);
-    entry.manifest_path = entry.manifest->path;
-    entry.backend = entry.manifest->backend;
-    entry.priority = entry.manifest->priority;
-    const bool off = std::any_of(disabled.begin(), disabled.end(),
-                                 [&](const std::string& g) { return glob_match(g, entry.backend); });
-    if (claimed.count(entry.backend)) {
-      entry.state = off ? EntryState::disabled : EntryState::shadowed;
-      entry.reason = off ? "matches METRALE_BACKENDS_DISABLE"
-                         : "backend '" + entry.backend + "' is already provided by an earlier manifest";
-    } else if (auto conflict = declare_manifest_levers(*entry.manifest)) {
+    try {
+      scan_entry(entry, disabled, claimed);
+    } catch (const std::exception& e) {  // scanning promises an entry, never an exception
       entry.state = EntryState::invalid;
-      entry.reason = *conflict;
+      entry.reason = entry.manifest_path.string() + ": " + e.what();
       logger()->warn("{}", entry.reason);
-    } else {
-      claimed.insert(entry.backend);
-      entry.state = off ? EntryState::disabled : EntryState::pending;
-      if (off) entry.reason = "matches METRALE_BACKENDS_DISABLE";
     }
     registry.entries_.push_back(std::move(entry));
   }
@@ -254,23 +272,68 @@ std::shared_ptr<Backend> Registry::find(std::string_view backend) const {
   return nullptr;
 }
 
-std::shared_ptr<Backend> Registry::select(std::optional<std::string> requested) const {
-  std::string via = "requested backend";
-  if (!requested) {
-    if (auto lever = lever_raw("METRALE_BACKEND"); lever && !lever->empty()) {
-      requested = *lever;
-      via = "METRALE_BACKEND=" + *lever;
+namespace {
+
+// The backend asked for by name (`requested`, else METRALE_BACKEND when set) and how it was asked.
+std::optional<std::pair<std::string, std::string>> requested_backend(const std::optional<std::string>& requested) {
+  if (requested) return std::pair{*requested, std::string("requested backend")};
+  if (auto lever = lever_raw("METRALE_BACKEND"); lever && !lever->empty())
+    return std::pair{*lever, "METRALE_BACKEND=" + *lever};
+  return std::nullopt;
+}
+
+}  // namespace
+
+const RegistryEntry* Registry::entry_naming(std::string_view backend) const {
+  // A manifest that parsed says more than an invalid one that merely carries the name.
+  const RegistryEntry* found = nullptr;
+  for (const auto& entry : entries_) {
+    if (entry.backend != backend || entry.state == EntryState::shadowed) continue;
+    if (entry.manifest) return &entry;
+    if (!found) found = &entry;
+  }
+  return found;
+}
+
+std::string Registry::unusable_reason(std::string_view backend) const {
+  const RegistryEntry* entry = entry_naming(backend);
+  if (entry == nullptr) {
+    std::vector<std::string_view> names;
+    for (const auto& e : entries_)
+      if (!e.backend.empty()) names.push_back(e.backend);
+    std::string why = "no manifest names it";
+    if (auto near = likely_typo_of(backend, names)) why += "; did you mean '" + *near + "'?";
+    return why;
+  }
+  const std::string manifest = entry->manifest_path.string();
+  switch (entry->state) {
+    case EntryState::disabled: return "disabled by " + disabled_by();
+    case EntryState::invalid: return "its manifest " + manifest + " is invalid: " + entry->reason;
+    case EntryState::skipped: return "its manifest " + manifest + " was skipped: " + entry->reason;
+    case EntryState::pending: return "pending: its plugin is not loaded yet";
+    default: return std::string(entry_state_name(entry->state)) + ": " + entry->reason;
+  }
+}
+
+void Registry::require_loadable(std::optional<std::string> requested) const {
+  auto asked = requested_backend(requested);
+  if (!asked) return;
+  if (const RegistryEntry* entry = entry_naming(asked->first)) {
+    switch (entry->state) {
+      case EntryState::pending:
+      case EntryState::loaded: return;
+      default: break;
     }
   }
-  if (requested) {
-    if (auto backend = find(*requested)) return backend;
-    std::string why = "no manifest names it";
-    for (const auto& entry : entries_) {
-      if (entry.backend != *requested || entry.state == EntryState::shadowed) continue;
-      why = std::string(entry_state_name(entry.state)) + ": " + entry.reason;
-      break;
-    }
-    throw Refusal(via + ": backend '" + *requested + "' cannot be used (" + why + "). Backends: " + summary());
+  throw Refusal(asked->second + ": backend '" + asked->first + "' cannot be used (" + unusable_reason(asked->first) +
+                "). Backends: " + summary());
+}
+
+std::shared_ptr<Backend> Registry::select(std::optional<std::string> requested) const {
+  if (auto asked = requested_backend(requested)) {
+    if (auto backend = find(asked->first)) return backend;
+    throw Refusal(asked->second + ": backend '" + asked->first + "' cannot be used (" + unusable_reason(asked->first) +
+                  "). Backends: " + summary());
   }
   std::shared_ptr<Backend> best;
   int best_priority = 0;

@@ -11,16 +11,23 @@
 // layout "fault-xor"), which that variant's w4a16_gemv undoes, so weights that skipped the repack
 // give wrong results; "act/silu_mul" and "act/gelu_mul" compute, so a dense FFN runs end to end on
 // one row. Every other listed kernel resolves and launching it only counts the launch.
+//
+// Variants that break the C ABI's no-exception rule, as a careless C++ plugin would: FAULT_*_THROWS
+// makes mem_alloc, copy_to_device, stream_create, launch or destroy throw a std::runtime_error;
+// FAULT_ALLOC_REFUSES makes mem_alloc of more than 1 MiB answer INVALID_ARGUMENT (not out of memory);
+// FAULT_DEVICE_INFO_FAILS makes device_info fail, after create() succeeded.
 #include <metrale/plugin_abi.h>
 
 #include "numeric.hpp"  // the CPU plugin's bf16/f16 conversions (internal linkage)
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -50,6 +57,9 @@ struct metrale_backend {
 };
 
 namespace {
+
+// destroy() calls in this library, for the extension "fault_destroy_count" (ownership tests).
+std::atomic<uint32_t> destroy_count{0};
 
 [[maybe_unused]] void set_error(char* error, size_t size, const std::string& message) {
   if (error && size) std::snprintf(error, size, "%s", message.c_str());
@@ -134,6 +144,12 @@ metrale_status create(const metrale_backend_create_info* info, metrale_backend**
 
 void destroy(metrale_backend* b) {
   if (!b) return;
+  ++destroy_count;
+#if defined(FAULT_DESTROY_THROWS)
+  std::unique_ptr<metrale_backend> owned(b);  // freed as the exception leaves
+  for (auto& [address, block] : b->allocations) std::free(block);
+  throw std::runtime_error("fault plugin: destroy() throws on purpose");
+#endif
   for (auto& [address, block] : b->allocations) std::free(block);
   delete b;
 }
@@ -141,6 +157,10 @@ void destroy(metrale_backend* b) {
 const char* last_error(metrale_backend* b) { return b ? b->last_error.c_str() : ""; }
 
 metrale_status device_info(metrale_backend* b, metrale_device_info* out) {
+#if defined(FAULT_DEVICE_INFO_FAILS)
+  (void)out;
+  return fail(b, METRALE_STATUS_INTERNAL, "fault plugin: no device info (FAULT_DEVICE_INFO_FAILS)");
+#endif
   out->name = b->device_name.c_str();
   out->target = b->target.c_str();
   out->memory_bytes = 0;
@@ -165,6 +185,14 @@ metrale_status get_kernel(metrale_backend* b, const char* module, const char* na
 }
 
 metrale_status mem_alloc(metrale_backend* b, size_t bytes, uint64_t* ptr) {
+#if defined(FAULT_ALLOC_THROWS)
+  (void)b, (void)bytes, (void)ptr;
+  throw std::runtime_error("fault plugin: mem_alloc throws on purpose");
+#endif
+#if defined(FAULT_ALLOC_REFUSES)
+  if (bytes > (size_t{1} << 20))
+    return fail(b, METRALE_STATUS_INVALID_ARGUMENT, "fault plugin: mem_alloc refuses more than 1 MiB (FAULT_ALLOC_REFUSES)");
+#endif
   void* block = std::calloc(1, bytes ? bytes : 1);
   if (!block) return fail(b, METRALE_STATUS_OUT_OF_MEMORY, "calloc failed");
   std::lock_guard lock(b->mutex);
@@ -183,6 +211,10 @@ metrale_status mem_free(metrale_backend* b, uint64_t ptr) {
 }
 
 metrale_status copy_to_device(metrale_backend*, uint64_t dst, const void* src, size_t bytes, uint64_t) {
+#if defined(FAULT_COPY_THROWS)
+  (void)dst, (void)src, (void)bytes;
+  throw std::runtime_error("fault plugin: copy_to_device throws on purpose");
+#endif
   std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
   return METRALE_STATUS_OK;
 }
@@ -199,6 +231,10 @@ metrale_status memset_device(metrale_backend*, uint64_t dst, uint8_t value, size
   return METRALE_STATUS_OK;
 }
 metrale_status stream_create(metrale_backend* b, uint64_t* stream) {
+#if defined(FAULT_STREAM_THROWS)
+  (void)b, (void)stream;
+  throw std::runtime_error("fault plugin: stream_create throws on purpose");
+#endif
   *stream = b->next_stream++;
   return METRALE_STATUS_OK;
 }
@@ -207,6 +243,10 @@ metrale_status stream_synchronize(metrale_backend*, uint64_t) { return METRALE_S
 
 metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_config* config, void* const* args,
                       size_t arg_count) {
+#if defined(FAULT_LAUNCH_THROWS)
+  (void)b, (void)kernel, (void)config, (void)args, (void)arg_count;
+  throw std::runtime_error("fault plugin: launch throws on purpose");
+#endif
   if (kernel == 0 || kernel > b->descs.size()) return fail(b, METRALE_STATUS_NOT_FOUND, "unknown kernel handle");
   size_t index = kernel - 1;
   if (arg_count != b->params[index].size()) return fail(b, METRALE_STATUS_INVALID_ARGUMENT, "wrong argument count");
@@ -282,12 +322,16 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   return METRALE_STATUS_OK;
 }
 
-// The one extension every variant offers (Registry::extension tests): "fault_answer", a
-// uint32_t(void) returning 42.
+// The extensions every variant offers: "fault_answer", a uint32_t(void) returning 42
+// (Registry::extension tests), and "fault_destroy_count", a uint32_t(void) returning how many
+// instances destroy() has ended.
 uint32_t fault_answer() { return 42; }
+uint32_t fault_destroy_count() { return destroy_count.load(); }
 
 void* get_proc_address(const char* name) {
-  return std::strcmp(name, "fault_answer") == 0 ? reinterpret_cast<void*>(&fault_answer) : nullptr;
+  if (std::strcmp(name, "fault_answer") == 0) return reinterpret_cast<void*>(&fault_answer);
+  if (std::strcmp(name, "fault_destroy_count") == 0) return reinterpret_cast<void*>(&fault_destroy_count);
+  return nullptr;
 }
 
 const metrale_plugin_table kTable = {

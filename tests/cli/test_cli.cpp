@@ -122,11 +122,46 @@ TEST_CASE("refusals exit 3 with a message naming what was asked for") {
   auto nosuch = run("audit", {{"METRALE_BACKEND", "nosuch"}});
   CHECK(nosuch.code == 3);
   CHECK(has(nosuch.err, "nosuch"));
-  CHECK(has(nosuch.err, "cpu (loaded)"));
+  CHECK(has(nosuch.err, "Backends: cpu ("));
 
   auto bad = run("audit", {{"METRALE_W4A16_K64_MIN_K", "abc"}});
   CHECK(bad.code == 3);
   CHECK(has(bad.err, "METRALE_W4A16_K64_MIN_K=\"abc\""));
+}
+
+TEST_CASE("METRALE_BACKEND naming a backend that is not loaded: exit 3 on every command, with the real cause") {
+  // A typo: refused by every command, even those that load nothing, with "did you mean".
+  for (const char* command : {"list", "list --json", "kernels", "levers", "audit", "conformance --list",
+                              "check-manifest " CPU_MANIFEST}) {
+    CAPTURE(command);
+    auto typo = run(command, {{"METRALE_BACKEND", "cpuu"}});
+    CHECK(typo.code == 3);
+    CHECK(has(typo.err, "METRALE_BACKEND=cpuu: backend 'cpuu' cannot be used (no manifest names it; did you mean 'cpu'?)"));
+    CHECK(typo.out.empty());
+  }
+  // Disabled: says by what.
+  auto off = run("list", {{"METRALE_BACKEND", "cpu"}, {"METRALE_BACKENDS_DISABLE", "c?u"}});
+  CHECK(off.code == 3);
+  CHECK(has(off.err, "backend 'cpu' cannot be used (disabled by METRALE_BACKENDS_DISABLE=c?u)"));
+  // An invalid manifest: its validation problem, not "no manifest names it".
+  TempDir dir;
+  auto manifest = nlohmann::json::parse(slurp(CPU_MANIFEST));
+  manifest["priorty"] = manifest["priority"];
+  manifest.erase("priority");
+  manifest["library"] = (fs::path(CPU_MANIFEST).parent_path() / manifest["library"].get<std::string>()).string();
+  const fs::path broken = write_file(dir / "cpu.json", manifest.dump());
+  auto invalid = run("list", {{"METRALE_BACKEND", "cpu"}, {"METRALE_MANIFESTS", broken.string()}});
+  CHECK(invalid.code == 3);
+  CHECK(has(invalid.err, "backend 'cpu' cannot be used (its manifest " + broken.string() + " is invalid: "));
+  CHECK(has(invalid.err, "unknown key \"priorty\""));
+  // create() fails: its message. (Known only once the plugin is loaded: every command that
+  // loads refuses.)
+  const fs::path failing = write_file(dir / "fault.json", manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_create_fails.so", 1, {}).dump());
+  auto failed = run("list", {{"METRALE_BACKEND", "fault"}, {"METRALE_MANIFESTS", failing.string() + ":" + CPU_MANIFEST}});
+  CHECK(failed.code == 3);
+  CHECK(has(failed.err, "backend 'fault' cannot be used (failed: create() failed (internal): fault plugin: create() fails on purpose"));
+  // A backend that loaded is selected as before.
+  CHECK(run("list", {{"METRALE_BACKEND", "cpu"}}).code == 0);
 }
 
 TEST_CASE("METRALE_CPU_THREADS and METRALE_CPU_PIN reach the CPU backend as options threads and pin") {

@@ -6,7 +6,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include "conformance/conformance.hpp"
+#include "conformance/certify.hpp"
 
 #include <layers/levers.hpp>
 
@@ -25,6 +25,16 @@ std::vector<std::shared_ptr<metrale::Backend>> g_backends;
 std::string g_filter = "*";
 
 }  // namespace
+
+TEST_CASE("every loaded backend is consistent and builds every layer path its manifest claims") {
+  using namespace metrale::conformance;
+  for (const auto& backend : g_backends) {
+    CAPTURE(backend->name());
+    auto failures = manifest_checks(*backend);
+    for (auto& r : path_failures(coverage(*backend))) failures.push_back(std::move(r));
+    for (const auto& r : failures) FAIL_CHECK(r.name << ": " << r.detail);
+  }
+}
 
 TEST_CASE("every loaded backend passes the conformance cases it does not skip") {
   using namespace metrale::conformance;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `metrale conformance` end to end: the CPU backend passes the selected cases (text and --json),
-# the wrong backend fails its w4a16_gemv cases with exit 1, a backend that runs no case is an
-# error, and --cases that matches nothing is an error. Usage: test_conformance_cli.sh METRALE CPU_MANIFEST WRONG_MANIFEST
+# `metrale conformance` end to end: the CPU backend passes the selected cases (text and --json)
+# and serves every layer path, the wrong backend fails its w4a16_gemv cases with exit 1 and cannot
+# run the dense paths, a backend that runs no case is an error, and --cases that matches nothing
+# is an error. Usage: test_conformance_cli.sh METRALE CPU_MANIFEST WRONG_MANIFEST
 set -euo pipefail
 metrale=$1 cpu_manifest=$2 wrong_manifest=$3
 export METRALE_MANIFESTS="$cpu_manifest:$wrong_manifest"
@@ -24,6 +25,9 @@ assert out["summary"] == {"passed": len(out["cases"]), "failed": 0, "skipped": 0
 for c in out["cases"]:
     assert c["outcome"] == "PASS" and c["kernels"] == ["w4a16/w4a16_gemm_t"], c
     assert c["comparison"]["violations"] == 0 and c["comparison"]["checked"] > 0, c
+paths = {r["path"]: r for r in out["coverage"]}
+assert len(paths) == 14 and all(r["status"] == "serves" for r in paths.values()), out["coverage"]
+assert paths["dense/decode"]["kernels"][0] == "w4a16/w4a16_gemv", paths["dense/decode"]
 PY
 
 # The wrong backend: every w4a16_gemv case fails; the rest are skipped (it lists nothing else).
@@ -35,6 +39,8 @@ set -e
 grep -q "^FAIL kernel/w4a16_gemv/m1_n77_k256" <<<"$wrong" || fail "no FAIL line: $wrong"
 grep -q "^SKIP dense/silu_h256_i512/m1  backend 'wrong' lists no deep-K tile GEMM" <<<"$wrong" || fail "no SKIP reason: $wrong"
 grep -q "^backend 'wrong' FAILED 3 conformance case(s)$" <<<"$wrong" || fail "verdict: $wrong"
+grep -q "^dense/decode  *cannot run  *-  *the manifest lists none of w4a16/w4a16_gemm_t_k64, w4a16/w4a16_gemm_t_k64_p3" <<<"$wrong" ||
+  fail "coverage row: $wrong"
 
 # Running nothing certifies nothing.
 set +e

@@ -29,6 +29,17 @@
 namespace metrale {
 
 class PluginLibrary;
+class PluginGuard;
+
+// Destroys a plugin instance through its table's destroy(), guarded (an exception escaping the
+// plugin is logged): never throws.
+struct PluginInstanceDeleter {
+  const metrale_plugin_table* table = nullptr;
+  std::string plugin;  // names the plugin in that log line
+  void operator()(metrale_backend* instance) const noexcept;
+};
+// One owned plugin instance: whoever holds it destroys it, exactly once.
+using PluginInstance = std::unique_ptr<metrale_backend, PluginInstanceDeleter>;
 
 // A resolved kernel; value 0 is the null handle (what try_kernel returns for "absent").
 struct KernelHandle {
@@ -76,10 +87,14 @@ constexpr metrale_param_type param_type_of() {
   else static_assert(sizeof(U) == 0, "kernel arguments are DevicePtr, u32, i32, u64, i64, f32, f64");
 }
 
+// Every call into the plugin goes through one guard (runtime/src/plugin_guard.hpp): a failure is an
+// Error with the plugin's own status, naming the plugin, the entry point and its last_error()
+// message; an exception escaping the plugin is Error(internal), never a crash.
 class Backend {
  public:
-  // Made by the Registry; `instance` is owned and destroyed with the Backend.
-  Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, metrale_backend* instance,
+  // Made by the Registry; `instance` is owned and destroyed with the Backend, before the library
+  // can unload. Throws Error when device_info() or list_kernels() fails (the instance is destroyed).
+  Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, PluginInstance instance,
           std::shared_ptr<AuditLog> audit);
   ~Backend();
   Backend(const Backend&) = delete;
@@ -133,6 +148,9 @@ class Backend {
 
   // Listed vs provided vs gated for every kernel the manifest or the plugin mentions.
   std::vector<KernelAvailability> kernel_availability() const;
+  // Why this device's target does not qualify for a kernel of the manifest ("" when it does):
+  // its min_target or cpu_features by the manifest's target_tiers.
+  std::string gate_reason(const ManifestKernel& kernel) const;
 
   DevicePtr alloc(size_t bytes);
   void free(DevicePtr ptr);
@@ -158,7 +176,7 @@ class Backend {
 
   // The raw plugin table and instance, for tests and benchmarks that must bypass the facade.
   const metrale_plugin_table& table() const noexcept;
-  metrale_backend* instance() const noexcept { return instance_; }
+  metrale_backend* instance() const noexcept { return instance_.get(); }
 
  private:
   struct Resolved {
@@ -192,12 +210,14 @@ class Backend {
                                                  std::string reason, std::string substitute = {}) const;
   // METRALE_KERNEL_SUBST's replacement for module/name, if any.
   std::optional<std::string> substitute_for(std::string_view module, std::string_view name) const;
-  [[noreturn]] void fail(Status status, std::string_view what) const;
-  std::string gate_reason(const ManifestKernel& kernel) const;
+  // The guard every plugin call goes through (plugin_guard.hpp).
+  PluginGuard guard() const noexcept;
 
+  // Declaration order is destruction order reversed: the instance goes before the library.
   std::shared_ptr<PluginLibrary> library_;
   Manifest manifest_;
-  metrale_backend* instance_;
+  std::string plugin_label_;  // "backend cpu (plugin /.../libmetrale_cpu.so)": opens every message
+  PluginInstance instance_;
   std::shared_ptr<AuditLog> audit_;
   std::string target_;
   std::string device_name_;

@@ -38,7 +38,7 @@ const char* entry_state_name(EntryState state) noexcept;
 struct RegistryEntry {
   std::filesystem::path manifest_path;
   ManifestOrigin origin = ManifestOrigin::installed;
-  std::string backend;            // from the manifest when it parsed, else ""
+  std::string backend;            // from the manifest (an invalid one: its "backend" string, if any)
   int priority = 0;
   EntryState state = EntryState::failed;
   std::string reason;             // one precise line when state != loaded
@@ -71,13 +71,14 @@ struct DiscoveryOptions {
 
 class Registry {
  public:
-  // scan() then load(). Never throws for a bad plugin: it becomes an entry.
+  // scan() then load(). Never throws for a bad manifest or plugin: it becomes an entry.
   static Registry discover(const DiscoveryOptions& options = {});
   // Finds and validates every manifest and declares the levers of each one that is not shadowed
   // (disabled ones included, so their levers are known); loads nothing (entries are pending).
   static Registry scan(const DiscoveryOptions& options = {});
   // Loads the plugin of every pending entry: handshake, create() with the options its manifest's
-  // levers yield, cross-check. Throws Refusal when such a lever's value does not parse.
+  // levers yield, cross-check. A plugin that fails in any way (an exception escaping it
+  // included) becomes a failed entry; only a lever value that does not parse throws (Refusal).
   void load();
 
   const std::vector<RegistryEntry>& entries() const noexcept { return entries_; }
@@ -87,6 +88,10 @@ class Registry {
   // loaded, with the reason and the list of backends that exist — else the loaded backend with
   // the highest priority. Throws Error(unavailable) when none loaded.
   std::shared_ptr<Backend> select(std::optional<std::string> requested = std::nullopt) const;
+  // After scan() alone: throws the Refusal select() would for a backend asked for by name
+  // (`requested`, else METRALE_BACKEND) that cannot load whatever load() does: no manifest names
+  // it (with "did you mean"), or its manifest is invalid or skipped, or it is disabled. Loads nothing.
+  void require_loadable(std::optional<std::string> requested = std::nullopt) const;
   std::shared_ptr<AuditLog> audit() const noexcept { return audit_; }
 
   // The extension entry point `name` of `backend`'s plugin, which needs the library but no
@@ -98,6 +103,10 @@ class Registry {
 
  private:
   std::string summary() const;
+  // The entry a backend name refers to: not shadowed, a parsed manifest first; nullptr when none.
+  const RegistryEntry* entry_naming(std::string_view backend) const;
+  // Why no loaded backend answers to `backend`: the entry's real cause, or "no manifest names it".
+  std::string unusable_reason(std::string_view backend) const;
 
   std::vector<RegistryEntry> entries_;
   std::shared_ptr<AuditLog> audit_ = std::make_shared<AuditLog>();

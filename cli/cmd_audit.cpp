@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// `metrale audit`: run every kernel selector of design.md section 7 against the selected backend
+// `metrale audit`: run every kernel selector (docs/layers.md, "Fallback chain") against the selected backend
 // and print the rows their lookups left. A refusal still prints the rows gathered before it.
 #include "commands.hpp"
 

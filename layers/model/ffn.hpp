@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// FfnComponent: a layer's FFN — MoE, dense, or none (design.md section 7). None returns its
+// FfnComponent: a layer's FFN — MoE, dense, or none (docs/layers.md, "FfnComponent"). None returns its
 // input and launches nothing. Also the entry point for `metrale audit --model`, which resolves a
 // model's FFN kernels through the same code as build() without uploading or running anything.
 #pragma once

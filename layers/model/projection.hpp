@@ -2,7 +2,7 @@
 // One W4A16 projection site: the kernels it resolves once at build time and the launch it takes
 // for a given m (docs/layers.md, "Fallback chain"):
 //   m == 1 -> w4a16_gemv; m <= 8 -> w4a16_gemv_b8; else (or when those are null) the tile-GEMM
-//   site of design.md section 7: K >= w4a16_k64_min_k() -> the deep-K k64 kernel (its N64 twin
+//   site (docs/layers.md, "Fallback chain"): K >= w4a16_k64_min_k() -> the deep-K k64 kernel (its N64 twin
 //   when non-null and k64_n64_wins(m, n)); else the m128 v3/v2 kernel when METRALE_W4A16_VARIANT
 //   opts in, else tgemm (w4a16_gemm_t_p3 / w4a16_gemm_t). When tgemm is null (model types whose
 //   builder skips the probe, or a backend without it) the deep-K kernel serves every K.

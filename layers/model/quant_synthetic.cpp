@@ -66,7 +66,7 @@ void fill_fp8(QuantMatrix& m, uint64_t seed) {
   }
 }
 
-// A uniformly random permutation of 0..k-1 per matrix (Fisher-Yates from the seed).
+// A uniformly random permutation of 0..k-1 per matrix (Fisher-Yates from its seed).
 void fill_permutation(QuantMatrix& m, uint64_t seed) {
   SplitMix64 rng(derive_seed(seed, m.name + "/perm"));
   m.perm.resize(size_t{m.batch} * m.k);

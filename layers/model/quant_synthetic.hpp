@@ -2,7 +2,7 @@
 // Deterministic synthetic weights in every format (quant_matrix.hpp), straight from a seed, for
 // `metrale run --check`, the conformance cases and the benchmarks: codes and zero points as a
 // quantizer would leave them, scales chosen so that a dot product over K inputs of magnitude ~1
-// stays ~1. Each tensor has its own stream (the seed mixed with the tensor's name).
+// stays ~1. Each tensor has its own stream (its seed mixed with the tensor's name).
 #pragma once
 
 #include "quant_matrix.hpp"

@@ -27,7 +27,7 @@ QuantMatrix quantize_w4a16_bf16(std::string name, uint32_t n, uint32_t k, std::s
 // every value exactly).
 std::vector<float> dequantize(const QuantMatrix& matrix);
 
-// Deterministic synthetic weights straight from the seed: codes uniform in 0..15, scales chosen
+// Deterministic synthetic weights straight from a seed value: codes uniform in 0..15, scales chosen
 // so that a dot product over K inputs of magnitude ~1 stays ~1. Fast: no f32 matrix is built.
 QuantMatrix synthetic_w4a16(std::string name, uint32_t n, uint32_t k, uint64_t seed, uint32_t batch = 1);
 

@@ -6,7 +6,7 @@
 // rate) and of the bf16 dot peak (FLOP rate) measured on that thread count, and of the roofline
 // (the shortest time those two allow); the scaling in m and in threads; the launch overhead of a
 // one-block kernel through the runtime against the plugin's raw entry point and the cost of a
-// warm try_kernel hit; and the worst figure per issue 6 target. All ratios of the same run. Not
+// warm try_kernel hit; and the worst figure per performance target (docs/perf.md). All ratios of the same run. Not
 // a test: numbers, not verdicts. Progress on stderr; --json puts one JSON document on stdout.
 #include "bench_machine.hpp"
 #include "model/ffn.hpp"
@@ -579,7 +579,7 @@ int main(int argc, char** argv) {
                     !ratio ? "-" : t.worst ? t.worst_preset + " m=" + std::to_string(t.worst_m) : "no row measured",
                     ratio && t.roofline_allows ? f(*t.roofline_allows, 3) : "-"});
     }
-    std::cout << "\nissue 6 targets (worst figure among the rows each covers; \"roofline allows\": that row's "
+    std::cout << "\nperformance targets (worst figure among the rows each covers; \"roofline allows\": that row's "
                  "figure at its roofline):\n"
               << render_table({"target", "rows", "worst", "goal", "worst at", "roofline allows"}, tt);
     return 0;

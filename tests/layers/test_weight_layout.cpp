@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Weights reach the kernels in the layout the kernels read (design.md section 8): the layers run
+// Weights reach the kernels in the layout the kernels read (docs/layers.md, "On the device: the backend's layout"): the layers run
 // the backend's w4a16/w4a16_repack once at load, and refuse at build time a kernel whose
 // manifest weight_layout the weights will not be in. The fault plugin's "fault-xor" layout (its
 // repack XORs every code word, its w4a16_gemv undoes that) makes a skipped repack visible as

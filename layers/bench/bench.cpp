@@ -160,6 +160,11 @@ Row bench_row(Backend& b, const Variant& v, const Resolved& resolved, const Shap
   r.variant = v;
   r.shape = shape;
   r.flops = 2.0 * shape.m * shape.n * shape.k;
+  QuantMatrix sizes;  // the tensor sizes follow from the shape and format alone
+  sizes.format = family_info(v.family).weights;
+  sizes.n = shape.n;
+  sizes.k = shape.k;
+  r.weight_bytes = static_cast<double>(sizes.bytes_per_matrix());
   const GridConvention g = grid_convention(v.module, v.name);
   if (!g.documented) r.why = "grid not in docs/kernels.md: N128xM64 tile grid assumed";
   if (resolved.blocked) {
@@ -176,7 +181,6 @@ Row bench_row(Backend& b, const Variant& v, const Resolved& resolved, const Shap
   auto it = fixtures.find(v.family);
   if (it == fixtures.end()) it = fixtures.emplace(v.family, make_fixture(b, shape, options, resolved, v.family, weights)).first;
   const Fixture& f = it->second;
-  r.weight_bytes = static_cast<double>(f.w.bytes());
   r.columns_checked = static_cast<uint32_t>(f.cols.size());
   measure(b, launcher(b, v, resolved, f, shape), f, shape, options, r);
   return r;

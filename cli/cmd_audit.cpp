@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // `metrale audit`: run every kernel selector (docs/layers.md, "Fallback chain") against the selected backend
-// and print the rows their lookups left. A refusal still prints the rows gathered before it.
+// and print the rows their lookups left. A refusal still prints the rows gathered before it. With
+// --model it resolves that model's FFN under the tier flags `metrale run` takes (tier_flags.hpp);
+// each row then shows its site's tier, and --lock pins it (docs/quantization.md).
 #include "commands.hpp"
+#include "tier_flags.hpp"
 
 #include <layers/model/config.hpp>
 #include <layers/model/ffn.hpp>
@@ -24,6 +27,7 @@ struct AuditOptions {
   std::string model;                 // preset or config.json: audit that model's FFN instead
   std::string lock;                  // write a lock of the resolutions here
   std::vector<std::string> diff;     // two audit or lock JSON files to compare
+  TierFlags tiers;                   // with --model: the tiers to resolve it under
 };
 
 // An audit or lock to compare: bounded, validated, every error naming the file and the field.
@@ -73,7 +77,8 @@ void run_audit(CliContext& ctx, const AuditOptions& options) {
   std::string error;
   try {
     if (!options.model.empty()) {
-      layers::build_ffn_for_audit(*backend, layers::resolve_model(options.model));
+      const layers::FfnBuildOptions build{{}, activation_tier(options.tiers)};
+      layers::build_ffn_for_audit(*backend, layers::resolve_model(options.model), build, synthetic_formats(options.tiers));
     } else {
       layers::w4a16_v2_kernel(*backend);
       layers::w4a16_v3_kernel(*backend);
@@ -111,7 +116,12 @@ void register_audit(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--backend", options->backend, "Backend to audit (default: METRALE_BACKEND or highest priority)");
   cmd->add_option("--model-type", options->model_type,
                   "HF model_type; kimi_k3 and kimi_linear skip the tgemm lookup as their builders do");
-  cmd->add_option("--model", options->model, "Audit the FFN layers of this preset or config.json (no weights, no launches)");
+  auto* model = cmd->add_option("--model", options->model,
+                                "Audit the FFN layers of this preset or config.json (no weights, no launches)");
+  add_tier_flags(*cmd, options->tiers);
+  for (const char* flag : {"--activation-quantization", "--weight-quantization", "--expert-quantization", "--group-size"}) {
+    cmd->get_option(flag)->needs(model);
+  }
   cmd->add_option("--lock", options->lock, "Write the resolved configuration to FILE (enforce it with METRALE_LOCK=FILE)");
   cmd->add_option("--diff", options->diff, "Compare two files from `metrale audit --json` or --lock; exit 1 if they differ")
       ->expected(2);

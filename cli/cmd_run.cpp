@@ -7,6 +7,7 @@
 //
 // The work is done once into a RunReport; the table and JSON renderers only print it.
 #include "commands.hpp"
+#include "tier_flags.hpp"
 
 #include <layers/checkpoint/checkpoint.hpp>
 #include <layers/model/activation_io.hpp>
@@ -53,10 +54,7 @@ struct RunOptions {
   bool json = false;
   bool per_expert = false;
   bool quiet = false;
-  std::string activation_quantization;  // "": the lever, else what the checkpoint declares, else bf16
-  std::string weight_quantization;      // synthetic weights: "": the lever, else int4
-  std::string expert_quantization;      // synthetic MoE experts: "": the lever, else the weights'
-  uint32_t group_size = 128;            // synthetic zero-point weights
+  TierFlags tiers;  // --activation-quantization, --weight-quantization, --expert-quantization, --group-size
 };
 
 struct Timing {
@@ -158,11 +156,8 @@ struct RunWeights {
 // Synthetic formats from --weight-quantization / --expert-quantization (or their levers); with a
 // checkpoint those may only repeat what it declares.
 SyntheticFormats synthetic_formats(const RunOptions& o, const RunWeights* loaded) {
-  const WeightTierRequest request = weight_tier_request(o.weight_quantization, o.expert_quantization);
-  SyntheticFormats f;
-  f.weights = request.weights.value_or(WeightFormat::w4a16);
-  f.experts = request.experts;
-  f.group = o.group_size;
+  const WeightTierRequest request = weight_tier_request(o.tiers.weight_quantization, o.tiers.expert_quantization);
+  SyntheticFormats f = cli::synthetic_formats(o.tiers);
   if (loaded) {
     const FfnWeights& w = loaded->weights;
     const WeightFormat have = w.dense ? w.dense->format() : w.moe ? w.moe->gate_up.format : WeightFormat::w4a16;
@@ -305,7 +300,7 @@ FfnComponent build_layers(Backend& b, const RunOptions& o, const RunWeights& w, 
   const uint64_t before = b.audit().last_sequence();
   progress.update("building the layers on " + b.name(), 0.0);
   FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !o.per_expert},
-                          activation_request(o.activation_quantization, w.declared_activations, w.declared_source)};
+                          activation_tier(o.tiers, w.declared_activations, w.declared_source)};
   FfnComponent ffn = FfnComponent::build(b, r.config, w.weights, options);
   progress.finish("building the layers on " + b.name());
   for (const auto& row : b.audit().snapshot()) {
@@ -470,16 +465,7 @@ void register_run(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--seed", o->seed, "Seed of synthetic weights and inputs")->capture_default_str();
   cmd->add_flag("--check", o->check, "Compare with the double-precision reference; exit 1 when over budget");
   cmd->add_flag("--per-expert", o->per_expert, "MoE: skip the grouped-expert kernel and launch per expert");
-  cmd->add_option("--activation-quantization", o->activation_quantization,
-                  "Activation tier: bf16, int8 or fp8 (quantized per token); explicit: refused when the backend lacks it "
-                  "(default: METRALE_ACTIVATION_QUANTIZATION, else what the checkpoint declares, else bf16)");
-  cmd->add_option("--weight-quantization", o->weight_quantization,
-                  "Synthetic weights' format: int4 (symmetric group-128 W4A16), int4-zp, int8 or fp8 "
-                  "(default: METRALE_WEIGHT_QUANTIZATION, else int4); a checkpoint's format is what it declares");
-  cmd->add_option("--expert-quantization", o->expert_quantization,
-                  "Synthetic MoE experts' format when it differs (default: METRALE_EXPERT_QUANTIZATION, else the weights')");
-  cmd->add_option("--group-size", o->group_size, "Synthetic int4-zp / int8 weights: group size along K (32, 64 or 128)")
-      ->capture_default_str();
+  add_tier_flags(*cmd, o->tiers);
   cmd->add_flag("--json", o->json, "Machine-readable JSON on stdout");
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
   cmd->callback([&ctx, o] { run(ctx, *o); });

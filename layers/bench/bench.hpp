@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Kernel-variant bench: every kernel of a backend with the w4a16 GEMM family's signature
-// (x, qweight, scales, y, m, n, k) whose name matches a glob, on a list of shapes. Each variant is
-// verified against the double-precision reference with the layers' own tolerance
-// (layers/model/reference.hpp: reference_projection + compare_to_reference), on a stated subset
-// of output columns so the reference does not dominate on big shapes, then timed (warm-ups, then
-// median/min/max of repeats). Used by `metrale bench` (docs/kernel-developer.md).
+// Kernel-variant bench: every kernel of a backend whose name matches a glob and that is a GEMV or
+// GEMM of a documented family: the w4a16 family's signature (x, qweight, scales, y, m, n, k), or
+// the <module>_gemv / <module>_gemm (and fp8_gemm_a8) of the quantized families w4a16_zp, w8a16,
+// fp8, w4a8 and w8a8 (docs/kernels.md), on a list of shapes. Each variant runs on synthetic
+// weights of its family's format (layers/model/quant_synthetic.hpp), its inputs quantized first
+// under an int8/fp8 family (the quantize launch is not timed), and is verified against the
+// double-precision reference of its tier with the layers' own tolerance (layers/model/reference.hpp:
+// reference_projection + compare_to_reference), on a stated subset of output columns so the
+// reference does not dominate on big shapes, then timed (warm-ups, then median/min/max of
+// repeats). Used by `metrale bench` (docs/kernel-developer.md).
 #pragma once
+
+#include "model/family.hpp"
 
 #include <metrale/backend.hpp>
 
@@ -41,13 +47,17 @@ GridConvention grid_convention(const std::string& module, const std::string& nam
 struct Variant {
   std::string module;
   std::string name;
+  layers::KernelFamily family = layers::KernelFamily::w4a16;
   std::string full_name() const { return module + "/" + name; }
+  // "<activations>/<family module>": "bf16/w4a16", "int8/w8a8" (docs/quantization.md).
+  std::string tier() const;
 };
 
-// Kernels of `backend`'s manifest whose parameters (names and types) are the family's and whose name or
-// "module/name" matches `glob`, in manifest order.
+// Kernels of `backend`'s manifest that are variants (the w4a16 signature, names and types, or a
+// documented GEMV/GEMM of a quantized family) and whose name or "module/name" matches `glob`, in
+// manifest order.
 std::vector<Variant> matching_variants(const Backend& backend, const std::string& glob);
-// Every kernel with the family's signature (for messages when nothing matched).
+// Every variant kernel (for messages when nothing matched).
 std::vector<Variant> family_variants(const Backend& backend);
 
 enum class Disposition { passed, incorrect, not_supported, not_run };
@@ -71,7 +81,7 @@ struct Row {
   // Timing (when the variant ran).
   std::vector<double> seconds;
   double median_s = 0, min_s = 0, max_s = 0;
-  double weight_bytes = 0;  // qweight + scales of the [n, k] matrix
+  double weight_bytes = 0;  // every weight tensor of the [n, k] matrix (codes, scales, zero points)
   double flops = 0;         // 2 m n k
   double gb_per_s = 0, gflop_per_s = 0;
   std::optional<double> ratio;  // baseline median / this median (> 1: faster than the baseline)

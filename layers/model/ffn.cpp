@@ -78,21 +78,24 @@ size_t FfnComponent::last_weight_bytes() {
   return weight_bytes();
 }
 
-std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& config, const FfnBuildOptions& options) {
+std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& config, const FfnBuildOptions& options,
+                                          const SyntheticFormats& formats) {
   config.validate();
   uint64_t before = 0;
   for (const auto& row : backend.audit().snapshot()) before = std::max(before, row.sequence);
+  const DenseFfnTier dense_tier{formats.weights, formats.act_order, options.activations};
   switch (config.ffn_kind()) {
     case FfnKind::none: break;
     case FfnKind::dense:
       DenseFfnLayer::resolve(backend, "ffn", config.hidden_size, config.intermediate_size, config.activation,
-                             config.model_type);
+                             config.model_type, dense_tier);
       break;
     case FfnKind::moe:
-      MoeLayer::resolve(backend, config, options.moe);
+      MoeLayer::resolve(backend, config, options.moe, formats.experts.value_or(formats.weights), formats.act_order,
+                        options.activations);
       if (config.shared_expert_intermediate_size > 0) {
         DenseFfnLayer::resolve(backend, "ffn.shared_expert", config.hidden_size, config.shared_expert_intermediate_size,
-                               config.activation, config.model_type);
+                               config.activation, config.model_type, dense_tier);
       }
       break;
   }

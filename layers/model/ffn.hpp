@@ -54,9 +54,10 @@ class FfnComponent {
 };
 
 // Resolves every kernel the FFN of `config` asks for on `backend` (same code as build(); no
-// memory, no launches) and returns the audit rows those lookups appended. Throws what build()
-// would throw (a required kernel missing, a Refusal for an unmet lever).
+// memory, no launches) for weights in `formats` under `options.activations`, and returns the
+// audit rows those lookups appended. Throws what build() would throw (a required kernel missing,
+// a Refusal for an unmet lever or an explicit tier the backend lacks).
 std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& config,
-                                          const FfnBuildOptions& options = {});
+                                          const FfnBuildOptions& options = {}, const SyntheticFormats& formats = {});
 
 }  // namespace metrale::layers

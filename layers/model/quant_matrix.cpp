@@ -233,6 +233,17 @@ void reorder_rows(QuantMatrix& m, std::span<const int32_t> order) {
   for (uint32_t r = 0; r < m.n; ++r) copy_row(original, static_cast<uint32_t>(order[r]), m, r);
 }
 
+QuantMatrix select_rows(std::string name, const QuantMatrix& m, std::span<const uint32_t> rows) {
+  if (m.batch != 1) invalid(m.name + ": select_rows needs a plain matrix");
+  QuantMatrix out = quant_zeros(std::move(name), m.format, static_cast<uint32_t>(rows.size()), m.k, 1, m.group);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= m.n) invalid(m.name + ": select_rows: row " + std::to_string(rows[i]) + " of " + std::to_string(m.n));
+    copy_row(m, rows[i], out, static_cast<uint32_t>(i));
+  }
+  out.perm = m.perm;
+  return out;
+}
+
 QuantMatrix stack_matrices(std::string name, std::vector<QuantMatrix> matrices) {
   if (matrices.empty()) invalid(name + ": a stack needs at least one matrix");
   const QuantMatrix& first = matrices.front();

@@ -108,6 +108,9 @@ QuantMatrix to_w4_zp(const QuantMatrix& w4a16);
 QuantMatrix concat_rows(std::string name, const QuantMatrix& top, const QuantMatrix& bottom);
 // the rows reordered: row i of the result is row order[i] of `m`;
 void reorder_rows(QuantMatrix& m, std::span<const int32_t> order);
+// the rows `rows` of a plain matrix, in that order, as their own matrix (same K, format, group
+// and permutation);
+QuantMatrix select_rows(std::string name, const QuantMatrix& m, std::span<const uint32_t> rows);
 // matrices of one shape and format as a stack (MoE experts); a matrix without a permutation gets
 // the identity when others have one.
 QuantMatrix stack_matrices(std::string name, std::vector<QuantMatrix> matrices);

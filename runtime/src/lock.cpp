@@ -19,8 +19,10 @@ nlohmann::json make_lock(const Backend& backend, const std::vector<AuditRow>& ro
     row["library_checksum"] = checksum;
     row.erase("sequence");
     row.erase("handle");  // handles are per process
+    row["tier"] = tier_pin(row["tier"].is_string() ? row["tier"].get<std::string>() : std::string());
   }
-  return {{"lock_format", kLockFormatVersion}, {"backend", backend.name()}, {"target", backend.target()}, {"rows", audit}};
+  return {{"lock_format", kLockFormatVersion}, {"lock_format_minor", kLockFormatMinor}, {"backend", backend.name()},
+          {"target", backend.target()},        {"rows", audit}};
 }
 
 void write_lock(const fs::path& file, const Backend& backend, const std::vector<AuditRow>& rows) {

@@ -46,27 +46,43 @@ void validate_row(const nlohmann::json& row, std::string_view source, const std:
                   (line == site->end() ? std::string() : ", found " + describe_json(*line)));
   }
   for (const char* key : {"backend", "target", "module", "kernel", "outcome"}) need_string(row, source, pointer, key);
-  for (const char* key : {"substitute", "plugin_version", "library_checksum"}) {
+  for (const char* key : {"substitute", "plugin_version", "library_checksum", "tier"}) {
     need_string(row, source, pointer, key, true);
   }
 }
 
-std::string site_key(const nlohmann::json& row) {
-  // The line is part of the key: two lookups of one kernel in one function are two sites.
+const nlohmann::json& rows_of(const nlohmann::json& document) {
+  return document.is_object() ? document.at("rows") : document;
+}
+
+// file:line function: where a lookup was asked for.
+std::string site_location(const nlohmann::json& row) {
   const auto& site = row.at("site");
   return site.at("file").get<std::string>() + ":" + std::to_string(site.at("line").get<uint32_t>()) + " " +
-         site.at("function").get<std::string>() + " " + row.at("module").get<std::string>() + "/" +
-         row.at("kernel").get<std::string>();
+         site.at("function").get<std::string>();
+}
+
+std::string site_key(const nlohmann::json& row) {
+  // The line is part of the key: two lookups of one kernel in one function are two sites.
+  return site_location(row) + " " + row.at("module").get<std::string>() + "/" + row.at("kernel").get<std::string>();
+}
+
+std::string row_tier(const nlohmann::json& row) {
+  const auto it = row.find("tier");
+  return tier_pin(it != row.end() && it->is_string() ? it->get<std::string>() : std::string());
+}
+
+// Location -> tier (the last row of a location stands, as for resolutions).
+std::map<std::string, std::string> index_tiers(const nlohmann::json& document) {
+  std::map<std::string, std::string> index;
+  for (const auto& row : rows_of(document)) index[site_location(row)] = row_tier(row);
+  return index;
 }
 
 std::string resolved_name(const nlohmann::json& row) {
   if (row.at("outcome") != "resolved") return row.at("outcome").get<std::string>();
   if (row.contains("substitute") && row["substitute"].is_string()) return row["substitute"].get<std::string>();
   return row.at("module").get<std::string>() + "/" + row.at("kernel").get<std::string>();
-}
-
-const nlohmann::json& rows_of(const nlohmann::json& document) {
-  return document.is_object() ? document.at("rows") : document;
 }
 
 // Site -> the facts a lock compares, from a validated lock or audit document.
@@ -87,6 +103,14 @@ std::vector<std::string> compare(const nlohmann::json& before, const nlohmann::j
   validate_resolutions(after, std::string(new_name) + " document");
   auto a = index_rows(before), b = index_rows(after);
   std::vector<std::string> lines;
+  // A site's tier first: a changed tier also changes the kernels the site looks up.
+  const auto tiers_b = index_tiers(after);
+  for (const auto& [location, tier] : index_tiers(before)) {
+    const auto it = tiers_b.find(location);
+    if (it != tiers_b.end() && it->second != tier) {
+      lines.push_back(location + ": tier " + tier + " in the " + old_name + ", " + it->second + " in the " + new_name);
+    }
+  }
   for (const auto& [site, facts] : a) {
     auto it = b.find(site);
     if (it == b.end()) {
@@ -116,6 +140,14 @@ void validate_resolutions(const nlohmann::json& document, std::string_view sourc
   for (size_t i = 0; i < rows.size(); ++i) validate_row(rows[i], source, base + "/" + std::to_string(i));
 }
 
+std::string tier_pin(std::string_view audit_tier) {
+  if (audit_tier.empty()) return std::string(kDefaultTierPin);
+  const size_t colon = audit_tier.find(": ");
+  const size_t act = audit_tier.find(" activations");
+  if (colon == std::string_view::npos || act == std::string_view::npos || act < colon) return std::string(audit_tier);
+  return std::string(audit_tier.substr(colon + 2, act - colon - 2)) + "/" + std::string(audit_tier.substr(0, colon));
+}
+
 nlohmann::json parse_lock(std::string_view text, std::string_view source) {
   nlohmann::json lock = parse_json(text, source);
   if (!lock.is_object()) malformed(source, "", "expected a lock (an object with lock_format and rows), found " + describe_json(lock));
@@ -125,6 +157,10 @@ nlohmann::json parse_lock(std::string_view text, std::string_view source) {
     malformed(source, "/lock_format",
               "expected the integer " + std::to_string(kLockFormatVersion) + " (the lock format this runtime reads)" +
                   (format == lock.end() ? std::string(", but it is missing") : ", found " + describe_json(*format)));
+  }
+  const auto minor = lock.find("lock_format_minor");
+  if (minor != lock.end() && !minor->is_number_unsigned()) {
+    malformed(source, "/lock_format_minor", "expected a non-negative integer (the compatible additions), found " + describe_json(*minor));
   }
   validate_resolutions(lock, source);
   return lock;

@@ -307,3 +307,60 @@ TEST_CASE("audit --lock, then METRALE_LOCK refuses a changed configuration and a
   CHECK(bad_diff.code == 1);
   CHECK(has(bad_diff.err, bad + ": /rows/0/site"));
 }
+
+TEST_CASE("audit --model takes run's tier flags; every row shows its site's tier") {
+  auto r = run("audit --model small-dense --json --weight-quantization int8 --activation-quantization int8 --group-size 64");
+  REQUIRE(r.code == 0);
+  const auto rows = nlohmann::json::parse(r.out)["rows"];
+  auto gemm = std::find_if(rows.begin(), rows.end(), [](const auto& row) { return row["kernel"] == "w8a8_gemm"; });
+  REQUIRE(gemm != rows.end());
+  CHECK((*gemm)["tier"] == "w8a8: int8 activations (--activation-quantization int8)");
+  auto table = run("audit --model small-dense --weight-quantization int4-zp");
+  REQUIRE(table.code == 0);
+  CHECK(has(table.out, "tier"));
+  CHECK(has(table.out, "w4a16_zp: bf16 activations (default)"));
+  // The same flags as run: an invalid tier is a refusal, an invalid group a usage error; the
+  // flags resolve an FFN, so they need --model.
+  auto bad = run("audit --model small-dense --activation-quantization int4");
+  CHECK(bad.code == 3);
+  CHECK(has(bad.err, "--activation-quantization int4 is not valid: expected bf16, int8 or fp8"));
+  CHECK(run("audit --model small-dense --group-size 48").code == 2);
+  CHECK(run("audit --weight-quantization int8").code == 2);
+  // fp8 activations need sm_89 kernels the CPU lacks: explicit, so refused naming flag, kernel, backend.
+  auto fp8 = run("audit --model small-dense --weight-quantization fp8 --activation-quantization fp8");
+  CHECK(fp8.code == 3);
+  CHECK(has(fp8.err, "--activation-quantization fp8 cannot be honoured for ffn: it needs "));
+  CHECK(has(fp8.err, "on backend 'cpu'"));
+}
+
+TEST_CASE("a lock pins each row's tier; enforcing it refuses a different tier naming site, locked and resolved tier") {
+  TempDir dir;
+  const std::string lock = (dir / "lock.json").string();
+  REQUIRE(run("audit --model small-dense --weight-quantization int4-zp --lock " + quote(lock)).code == 0);
+  const auto doc = nlohmann::json::parse(slurp(lock));
+  CHECK(doc["lock_format"] == 1);
+  CHECK(doc["lock_format_minor"] == 1);
+  auto gemm = std::find_if(doc["rows"].begin(), doc["rows"].end(), [](const auto& row) { return row["kernel"] == "w4a16_zp_gemm"; });
+  REQUIRE(gemm != doc["rows"].end());
+  CHECK((*gemm)["tier"] == "bf16/w4a16_zp");
+  CHECK(run("audit --model small-dense --weight-quantization int4-zp", {{"METRALE_LOCK", lock}}).code == 0);
+  // The same weights under int8 activations (the lever this time): refused, the tier named.
+  auto changed = run("audit --model small-dense --weight-quantization int4-zp",
+                     {{"METRALE_LOCK", lock}, {"METRALE_ACTIVATION_QUANTIZATION", "int8"}});
+  CHECK(changed.code == 3);
+  CHECK(has(changed.err, "layers/model/dense_ffn.cpp:"));
+  CHECK(has(changed.err, ": tier bf16/w4a16_zp in the lock, int8/w4a8 in the current configuration"));
+
+  // A lock of the format before tiers (no lock_format_minor, rows without "tier"): every row ran
+  // at bf16/w4a16, so it still holds for the default tier and refuses another.
+  REQUIRE(run("audit --model small-dense --lock " + quote(lock)).code == 0);
+  auto old = nlohmann::json::parse(slurp(lock));
+  old.erase("lock_format_minor");
+  for (auto& row : old["rows"]) row.erase("tier");
+  const std::string old_lock = (dir / "old.json").string();
+  write_file(old_lock, old.dump());
+  CHECK(run("audit --model small-dense", {{"METRALE_LOCK", old_lock}}).code == 0);
+  auto refused = run("audit --model small-dense --weight-quantization int8", {{"METRALE_LOCK", old_lock}});
+  CHECK(refused.code == 3);
+  CHECK(has(refused.err, ": tier bf16/w4a16 in the lock, bf16/w8a16 in the current configuration"));
+}

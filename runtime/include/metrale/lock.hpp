@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Locks and diffs of kernel resolutions. A lock records, per lookup (site + requested kernel),
-// what it resolved to: backend, target, kernel (or null), plugin version and library checksum.
-// With METRALE_LOCK=FILE the runtime refuses to start when any resolution differs from the lock.
+// what it resolved to: backend, target, kernel (or null), plugin version, library checksum and
+// the quantization tier the site runs under ("int8/w4a8": activations / kernel family).
+// With METRALE_LOCK=FILE the runtime refuses to start when any resolution or tier differs.
 // Reading a lock (lock_reader.cpp) needs no backend: documents are validated field by field
 // before anything compares them, and every error names the source and the JSON pointer.
 #pragma once
@@ -19,7 +20,12 @@
 
 namespace metrale {
 
+// lock_format is the major version: a reader refuses any other. lock_format_minor counts
+// compatible additions (1: rows carry "tier"); a lock without it is minor 0, and a row without a
+// tier ran at the default tier, kDefaultTierPin (docs/quantization.md, "Locks").
 inline constexpr int kLockFormatVersion = 1;
+inline constexpr int kLockFormatMinor = 1;
+inline constexpr std::string_view kDefaultTierPin = "bf16/w4a16";
 // A lock holds a few hundred rows; the cap keeps a wrong path from eating memory.
 inline constexpr std::size_t kMaxLockBytes = std::size_t{16} << 20;
 
@@ -28,6 +34,10 @@ inline constexpr std::size_t kMaxLockBytes = std::size_t{16} << 20;
 // and outcome strings, substitute a string or null. Throws Error(invalid_argument)
 // "<source>: <pointer>: expected ..., found ...".
 void validate_resolutions(const nlohmann::json& document, std::string_view source);
+// The tier a lock pins for an audit row's tier text: "" -> kDefaultTierPin; the layers' form
+// "<family module>: <activations> activations (...)" -> "<activations>/<family module>"; anything
+// else (already a pin) unchanged.
+std::string tier_pin(std::string_view audit_tier);
 // Parses a lock's text (bounded JSON, metrale/json_file.hpp), checks lock_format is exactly the
 // integer kLockFormatVersion and validates the rows. Throws Error naming `source` and the field.
 nlohmann::json parse_lock(std::string_view text, std::string_view source);

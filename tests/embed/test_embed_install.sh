@@ -14,6 +14,10 @@ trap 'rm -rf "$root"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 quiet() { local log=$1; shift; "$@" >"$log" 2>&1 || { cat "$log"; fail "$*"; }; }
 
+for tool in cmake pkg-config c++; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (.ci/setup installs it)"
+done
+
 meson install -C "$build" --no-rebuild --destdir "$root/dest" --quiet >/dev/null
 staged="$root/dest$prefix"
 lib="$staged/$libdir"

@@ -48,6 +48,8 @@ quiet "$root/cmake-setup.log" cmake -S "$root/example" -B "$root/build-cmake" -G
 quiet "$root/cmake-build.log" cmake --build "$root/build-cmake"
 
 export LD_LIBRARY_PATH="$lib" METRALE_PLUGIN_PATH="$lib/metrale/plugins"
+# The default selection, kept on the CPU backend on a GPU machine too (by priority CUDA would win).
+export METRALE_BACKENDS_DISABLE=cuda
 quiet "$root/write.log" "$python" "$source/tests/embed/write_checkpoints.py" "$root/ckpt"
 for case in "dense 1 5" "moe 0 3"; do
   read -r name layer m <<<"$case"

@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "tier_flags.hpp"
 
+#include <layers/checkpoint/checkpoint.hpp>
 #include <layers/model/config.hpp>
 #include <layers/model/ffn.hpp>
 #include <layers/selectors.hpp>
@@ -27,8 +28,27 @@ struct AuditOptions {
   std::string model;                 // preset or config.json: audit that model's FFN instead
   std::string lock;                  // write a lock of the resolutions here
   std::vector<std::string> diff;     // two audit or lock JSON files to compare
-  TierFlags tiers;                   // with --model: the tiers to resolve it under
+  std::string weights;                // a checkpoint: audit its layer's FFN in the formats it holds
+  std::optional<uint32_t> layer;      // with --weights: which decoder layer
+  TierFlags tiers;                   // with --model or --weights: the tiers to resolve it under
 };
+
+// The FFN of a model (synthetic formats from the tier flags) or of a checkpoint's layer (the
+// formats its weights load as, its declared activation tier as the default): the lookups
+// `metrale run` would make, without uploading or launching anything.
+void resolve_model_ffn(Backend& backend, const AuditOptions& options) {
+  if (options.weights.empty()) {
+    const layers::FfnBuildOptions build{{}, activation_tier(options.tiers)};
+    layers::build_ffn_for_audit(backend, layers::resolve_model(options.model), build, synthetic_formats(options.tiers));
+    return;
+  }
+  std::optional<layers::ModelConfig> config;
+  if (!options.model.empty()) config = layers::resolve_model(options.model);
+  const layers::LoadedCheckpoint c = layers::load_checkpoint(options.weights, options.layer, config);
+  const layers::FfnBuildOptions build{
+      {}, activation_tier(options.tiers, layers::declared_activation_tier(c.quant), c.quant.source)};
+  layers::build_ffn_for_audit(backend, c.config, build, layers::formats_of(c.weights));
+}
 
 // An audit or lock to compare: bounded, validated, every error naming the file and the field.
 nlohmann::json read_resolutions(const std::string& file) {
@@ -76,9 +96,8 @@ void run_audit(CliContext& ctx, const AuditOptions& options) {
   uint32_t min_k = layers::w4a16_k64_min_k();
   std::string error;
   try {
-    if (!options.model.empty()) {
-      const layers::FfnBuildOptions build{{}, activation_tier(options.tiers)};
-      layers::build_ffn_for_audit(*backend, layers::resolve_model(options.model), build, synthetic_formats(options.tiers));
+    if (!options.model.empty() || !options.weights.empty()) {
+      resolve_model_ffn(*backend, options);
     } else {
       layers::w4a16_v2_kernel(*backend);
       layers::w4a16_v3_kernel(*backend);
@@ -118,9 +137,13 @@ void register_audit(CLI::App& app, CliContext& ctx) {
                   "HF model_type; kimi_k3 and kimi_linear skip the tgemm lookup as their builders do");
   auto* model = cmd->add_option("--model", options->model,
                                 "Audit the FFN layers of this preset or config.json (no weights, no launches)");
+  auto* weights = cmd->add_option("--weights", options->weights,
+                                  "Audit the FFN of this checkpoint's layer in the formats its weights hold (no launches)");
+  cmd->add_option("--layer", options->layer, "With --weights: the decoder layer (default: the lowest with an FFN)")->needs(weights);
   add_tier_flags(*cmd, options->tiers);
-  for (const char* flag : {"--activation-quantization", "--weight-quantization", "--expert-quantization", "--group-size"}) {
-    cmd->get_option(flag)->needs(model);
+  cmd->get_option("--activation-quantization")->needs(model, weights);
+  for (const char* flag : {"--weight-quantization", "--expert-quantization", "--group-size"}) {
+    cmd->get_option(flag)->needs(model)->excludes(weights);
   }
   cmd->add_option("--lock", options->lock, "Write the resolved configuration to FILE (enforce it with METRALE_LOCK=FILE)");
   cmd->add_option("--diff", options->diff, "Compare two files from `metrale audit --json` or --lock; exit 1 if they differ")

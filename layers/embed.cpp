@@ -34,13 +34,7 @@ ActivationRequest checkpoint_activations(const LoadedCheckpoint& checkpoint, std
     }
     return ActivationRequest{*tier, true, "activations " + std::string(asked) + " (asked by the program)"};
   }
-  std::optional<ActivationQuant> declared;
-  switch (checkpoint.quant.activations) {
-    case DeclaredActivations::bf16: break;
-    case DeclaredActivations::int8_dynamic_token: declared = ActivationQuant::int8; break;
-    case DeclaredActivations::fp8_dynamic_token: declared = ActivationQuant::fp8; break;
-  }
-  return activation_request({}, declared, checkpoint.quant.source);
+  return activation_request({}, declared_activation_tier(checkpoint.quant), checkpoint.quant.source);
 }
 
 namespace {

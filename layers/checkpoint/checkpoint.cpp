@@ -151,4 +151,13 @@ FfnWeights load_ffn_weights(const fs::path& path, const ModelConfig& config, con
   return load_checkpoint(path, options.layer, config).weights;
 }
 
+std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept {
+  switch (quant.activations) {
+    case DeclaredActivations::bf16: return std::nullopt;
+    case DeclaredActivations::int8_dynamic_token: return ActivationQuant::int8;
+    case DeclaredActivations::fp8_dynamic_token: return ActivationQuant::fp8;
+  }
+  return std::nullopt;
+}
+
 }  // namespace metrale::layers

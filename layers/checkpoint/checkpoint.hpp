@@ -13,6 +13,7 @@
 #include "quant_config.hpp"
 
 #include <model/config.hpp>
+#include <model/tiers.hpp>
 #include <model/weights.hpp>
 
 #include <filesystem>
@@ -34,6 +35,10 @@ std::filesystem::path checkpoint_directory(const std::filesystem::path& path);
 // The quantization_config of config.json, else quantize_config.json beside it; nullopt when
 // neither declares one. Errors name the file.
 std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path& directory);
+
+// The activation tier the checkpoint declares (compressed-tensors' dynamic per-token int8 or
+// fp8 input activations); nullopt: bf16, nothing declared.
+std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept;
 
 // Loads layer `layer` (default: the lowest numbered one with FFN tensors) of the checkpoint at
 // `path`. `config` overrides the config.json beside the weights (the model's config, not the

@@ -170,6 +170,24 @@ void FfnWeights::validate(const ModelConfig& config) const {
   }
 }
 
+SyntheticFormats formats_of(const FfnWeights& weights) {
+  SyntheticFormats f;
+  const DenseFfnWeights* dense = weights.dense ? &*weights.dense : nullptr;
+  if (weights.moe) {
+    f.experts = weights.moe->gate_up.format;
+    f.group = weights.moe->gate_up.group;
+    f.act_order = !weights.moe->gate_up.perm.empty() || !weights.moe->down.perm.empty();
+    if (weights.moe->shared_expert) dense = &*weights.moe->shared_expert;
+    f.weights = dense ? dense->format() : *f.experts;
+  }
+  if (dense) {
+    f.weights = dense->format();
+    f.act_order = f.act_order || dense->act_order();
+    if (!weights.moe) f.group = dense->gate_up.group;
+  }
+  return f;
+}
+
 FfnWeights synthetic_ffn_weights(const ModelConfig& c, uint64_t seed, const SyntheticFormats& formats) {
   c.validate();
   FfnWeights w;

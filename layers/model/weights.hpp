@@ -61,6 +61,10 @@ struct SyntheticFormats {
   bool act_order = false;                      // every projection with a K permutation
 };
 
+// The formats `weights` are in, as SyntheticFormats says them: what resolving a layer's kernels
+// needs without the weights (metrale audit --weights). Dense: the dense (or shared expert's) format.
+SyntheticFormats formats_of(const FfnWeights& weights);
+
 // Deterministic weights for `config` from `seed`; each tensor has its own stream.
 FfnWeights synthetic_ffn_weights(const ModelConfig& config, uint64_t seed, const SyntheticFormats& formats = {});
 

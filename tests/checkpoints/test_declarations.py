@@ -7,7 +7,9 @@
 - a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
   desc_act: false, codes of other bits, other groups) and every unsupported value (bits 3, an
   unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, FP8 blocks other than
-  128x128) make `metrale run` exit 3 with one line naming the tensor or the field.
+  128x128) make `metrale run` exit 3 with one line naming the tensor or the field;
+- `metrale audit --weights` resolves a checkpoint's layer in the formats its weights hold and at
+  the activation tier it declares.
 
 Usage: test_declarations.py <path to metrale>. Exit 77 when the CPU backend is not loaded."""
 import json
@@ -77,6 +79,21 @@ def main():
             failures.append(f"sym=false with zeros 8: expected the w4a16_zp family, got exit {proc.returncode}, "
                             f"tiers {tiers!r}\n{proc.stderr[-800:]}")
         print(f"ok   sym=false, zeros all 8: {tiers}")
+
+        # `metrale audit --weights` resolves the layer as `metrale run` does, in the formats its
+        # weights hold and at the activation tier the checkpoint declares.
+        for family, part, want in (("gptq-asym", "v1-all-zeros-8", "w4a16_zp"), ("gptq-act-order", "v1-autogptq", "gather"),
+                                   ("ct-int8", "qwen3", "int8")):
+            directory, layer = checkpoint(root, family, part)
+            audit = subprocess.run([METRALE, "--json", "audit", "--weights", directory, "--layer", str(layer)],
+                                   capture_output=True, text=True)
+            rows = json.loads(audit.stdout)["rows"] if audit.returncode == 0 else []
+            seen = " ".join(f"{r.get('module')}/{r.get('kernel')} {r.get('tier', '')}" for r in rows)
+            if audit.returncode != 0 or want not in seen:
+                failures.append(f"audit --weights of {family}: expected '{want}' in the rows, got exit {audit.returncode}: "
+                                f"{seen[:600]}\n{audit.stderr[-800:]}")
+            else:
+                print(f"ok   audit --weights {family}: {len(rows)} rows, '{want}' among them")
 
         # Declaration vs tensors.
         expect_refusal("sym=true over asymmetric zeros", *checkpoint(root, "gptq-asym", "v2-qwen3", lambda q: q.update(sym=True)),

@@ -141,14 +141,19 @@ void register_audit(CLI::App& app, CliContext& ctx) {
                                   "Audit the FFN of this checkpoint's layer in the formats its weights hold (no launches)");
   cmd->add_option("--layer", options->layer, "With --weights: the decoder layer (default: the lowest with an FFN)")->needs(weights);
   add_tier_flags(*cmd, options->tiers);
-  cmd->get_option("--activation-quantization")->needs(model, weights);
   for (const char* flag : {"--weight-quantization", "--expert-quantization", "--group-size"}) {
     cmd->get_option(flag)->needs(model)->excludes(weights);
   }
   cmd->add_option("--lock", options->lock, "Write the resolved configuration to FILE (enforce it with METRALE_LOCK=FILE)");
   cmd->add_option("--diff", options->diff, "Compare two files from `metrale audit --json` or --lock; exit 1 if they differ")
       ->expected(2);
-  cmd->callback([&ctx, options] { run_audit(ctx, *options); });
+  cmd->callback([&ctx, options] {
+    // An activation tier resolves an FFN: of a model or of a checkpoint, either will do.
+    if (!options->tiers.activation_quantization.empty() && options->model.empty() && options->weights.empty()) {
+      throw CLI::RequiresError("--activation-quantization", "--model or --weights");
+    }
+    run_audit(ctx, *options);
+  });
 }
 
 }  // namespace metrale::cli

@@ -246,47 +246,78 @@ ReferenceRouting reference_topk_softmax(std::span<const double> logits, std::spa
   return out;
 }
 
-ReferenceOutput reference_moe(const MoeWeights& w, const ModelConfig& c, std::span<const uint16_t> x_bf16, uint32_t m,
-                              const ReferenceOptions& o) {
-  w.validate(c);
-  check_input(x_bf16, m, c.hidden_size, "MoE");
-  const uint32_t H = c.hidden_size;
-  const uint32_t E = c.num_experts;
-  const uint32_t K = c.num_experts_per_tok;
-  const std::vector<double> x = to_double(x_bf16);
+namespace {
 
-  // Router logits in double from the f32 router weights.
-  std::vector<double> logits(size_t{m} * E);
-  std::vector<double> logit_scale(size_t{m} * E);
+// Router logits in double from the f32 router weights, with each logit's sum of |terms| (what
+// its rounding error scales with).
+struct RouterLogits {
+  std::vector<double> logits;
+  std::vector<double> scale;
+};
+
+RouterLogits router_logits(const std::vector<double>& x, std::span<const float> router, uint32_t m, uint32_t H,
+                           uint32_t E) {
+  RouterLogits out{std::vector<double>(size_t{m} * E), std::vector<double>(size_t{m} * E)};
   for (uint32_t r = 0; r < m; ++r) {
     for (uint32_t e = 0; e < E; ++e) {
       double sum = 0;
       double magnitude = 0;
       for (uint32_t h = 0; h < H; ++h) {
-        const double term = x[size_t{r} * H + h] * static_cast<double>(w.router[size_t{e} * H + h]);
+        const double term = x[size_t{r} * H + h] * static_cast<double>(router[size_t{e} * H + h]);
         sum += term;
         magnitude += std::fabs(term);
       }
-      logits[size_t{r} * E + e] = sum;
-      logit_scale[size_t{r} * E + e] = magnitude;
+      out.logits[size_t{r} * E + e] = sum;
+      out.scale[size_t{r} * E + e] = magnitude;
     }
   }
-  ReferenceRouting routing = reference_topk_softmax(logits, logit_scale, m, E, K, c.norm_topk_prob);
+  return out;
+}
 
-  std::vector<double> value(size_t{m} * H, 0.0);
-  std::vector<double> bound(size_t{m} * H, 0.0);
-  std::vector<double> weighted_magnitude(size_t{m} * H, 0.0);
-  auto accumulate = [&](uint32_t r, double weight, const Stage& s, uint32_t row) {
-    for (uint32_t h = 0; h < H; ++h) {
-      const double e = round_bf16(s.value[size_t{row} * H + h]);  // expert outputs are stored bf16
-      const size_t i = size_t{r} * H + h;
-      value[i] += weight * e;
-      weighted_magnitude[i] += std::fabs(weight * e);
-      bound[i] += std::fabs(weight) * (2 * bf16_ulp(e) + s.slack[size_t{row} * H + h]);
+// The weighted sum of expert outputs per token row, with its error bound.
+class ExpertSum {
+ public:
+  ExpertSum(uint32_t m, uint32_t H)
+      : m_(m), H_(H), value_(size_t{m} * H, 0.0), bound_(size_t{m} * H, 0.0), weighted_magnitude_(size_t{m} * H, 0.0) {}
+
+  // Adds `weight` times row `row` of stage `s` to token row `r`.
+  void add(uint32_t r, double weight, const Stage& s, uint32_t row) {
+    for (uint32_t h = 0; h < H_; ++h) {
+      const double e = round_bf16(s.value[size_t{row} * H_ + h]);  // expert outputs are stored bf16
+      const size_t i = size_t{r} * H_ + h;
+      value_[i] += weight * e;
+      weighted_magnitude_[i] += std::fabs(weight * e);
+      bound_[i] += std::fabs(weight) * (2 * bf16_ulp(e) + s.slack[size_t{row} * H_ + h]);
     }
-  };
+  }
 
-  // Each expert runs on the rows routed to it, in token order (its own stage of the pipeline).
+  ReferenceOutput finish(std::vector<uint8_t> row_excluded) && {
+    ReferenceOutput out;
+    out.m = m_;
+    out.n = H_;
+    out.value = std::move(value_);
+    out.bound = std::move(bound_);
+    for (size_t i = 0; i < out.value.size(); ++i) {
+      out.bound[i] += kRefRelTolerance * std::fabs(out.value[i]) + kRefWeightTolerance * weighted_magnitude_[i];
+    }
+    out.row_excluded = std::move(row_excluded);
+    return out;
+  }
+
+ private:
+  uint32_t m_;
+  uint32_t H_;
+  std::vector<double> value_;
+  std::vector<double> bound_;
+  std::vector<double> weighted_magnitude_;
+};
+
+// Each expert runs on the rows routed to it, in token order (its own stage of the pipeline).
+void add_routed_experts(const MoeWeights& w, const ModelConfig& c, const std::vector<double>& x, uint32_t m,
+                        const ReferenceRouting& routing, const ReferenceOptions& o, ExpertSum& sum) {
+  const uint32_t H = c.hidden_size;
+  const uint32_t E = c.num_experts;
+  const uint32_t K = c.num_experts_per_tok;
   ReferenceOptions quiet = o;
   quiet.progress = nullptr;
   quiet.activations = o.expert_activations.value_or(o.activations);
@@ -305,34 +336,43 @@ ReferenceOutput reference_moe(const MoeWeights& w, const ModelConfig& c, std::sp
       }
       Stage s = dense_pipeline(w.gate_up.view(e), w.down.view(e), c.activation, xe, static_cast<uint32_t>(tokens.size()),
                                quiet, "ffn.experts." + std::to_string(e));
-      for (size_t t = 0; t < tokens.size(); ++t) accumulate(tokens[t].first, tokens[t].second, s, static_cast<uint32_t>(t));
+      for (size_t t = 0; t < tokens.size(); ++t) sum.add(tokens[t].first, tokens[t].second, s, static_cast<uint32_t>(t));
     }
     if (o.progress) o.progress("ffn.experts", static_cast<double>(e + 1) / E);
   }
-  if (w.shared_expert) {
-    Stage s = dense_pipeline(w.shared_expert->gate_up.view(), w.shared_expert->down.view(), c.activation, x, m, o,
-                             "ffn.shared_expert");
-    for (uint32_t r = 0; r < m; ++r) {
-      double gate = 1.0;
-      if (!w.shared_expert_gate.empty()) {
-        double logit = 0;
-        for (uint32_t h = 0; h < H; ++h) logit += x[size_t{r} * H + h] * static_cast<double>(w.shared_expert_gate[h]);
-        gate = 1.0 / (1.0 + std::exp(-logit));
-      }
-      accumulate(r, gate, s, r);
-    }
-  }
+}
 
-  ReferenceOutput out;
-  out.m = m;
-  out.n = H;
-  out.value = std::move(value);
-  out.bound = std::move(bound);
-  for (size_t i = 0; i < out.value.size(); ++i) {
-    out.bound[i] += kRefRelTolerance * std::fabs(out.value[i]) + kRefWeightTolerance * weighted_magnitude[i];
+// The shared expert runs on every row, scaled by its sigmoid gate when the model has one.
+void add_shared_expert(const MoeWeights& w, const ModelConfig& c, const std::vector<double>& x, uint32_t m,
+                       const ReferenceOptions& o, ExpertSum& sum) {
+  const uint32_t H = c.hidden_size;
+  Stage s = dense_pipeline(w.shared_expert->gate_up.view(), w.shared_expert->down.view(), c.activation, x, m, o,
+                           "ffn.shared_expert");
+  for (uint32_t r = 0; r < m; ++r) {
+    double gate = 1.0;
+    if (!w.shared_expert_gate.empty()) {
+      double logit = 0;
+      for (uint32_t h = 0; h < H; ++h) logit += x[size_t{r} * H + h] * static_cast<double>(w.shared_expert_gate[h]);
+      gate = 1.0 / (1.0 + std::exp(-logit));
+    }
+    sum.add(r, gate, s, r);
   }
-  out.row_excluded = std::move(routing.ambiguous);
-  return out;
+}
+
+}  // namespace
+
+ReferenceOutput reference_moe(const MoeWeights& w, const ModelConfig& c, std::span<const uint16_t> x_bf16, uint32_t m,
+                              const ReferenceOptions& o) {
+  w.validate(c);
+  check_input(x_bf16, m, c.hidden_size, "MoE");
+  const std::vector<double> x = to_double(x_bf16);
+  const RouterLogits router = router_logits(x, w.router, m, c.hidden_size, c.num_experts);
+  ReferenceRouting routing =
+      reference_topk_softmax(router.logits, router.scale, m, c.num_experts, c.num_experts_per_tok, c.norm_topk_prob);
+  ExpertSum sum(m, c.hidden_size);
+  add_routed_experts(w, c, x, m, routing, o, sum);
+  if (w.shared_expert) add_shared_expert(w, c, x, m, o, sum);
+  return std::move(sum).finish(std::move(routing.ambiguous));
 }
 
 ReferenceOutput reference_ffn(const FfnWeights& w, const ModelConfig& c, std::span<const uint16_t> x, uint32_t m,

@@ -432,6 +432,44 @@ std::string dims(const uint32_t (&d)[3]) {
   return out;
 }
 
+// Why the grid and block of `config` cannot be launched ("" when they can).
+std::string launch_shape_problem(const metrale_launch_config& config) {
+  const auto& grid = config.grid;
+  const auto& block = config.block;
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 ||
+      block[2] == 0)
+    return "grid " + dims(grid) + " and block " + dims(block) + " must be at least 1 in every dimension";
+  if (grid[0] > kMaxGridX || grid[1] > kMaxGridYZ || grid[2] > kMaxGridYZ)
+    return "grid " + dims(grid) + " exceeds the limits (2^31-1, 65535, 65535)";
+  if (block[0] > kMaxBlockXY || block[1] > kMaxBlockXY || block[2] > kMaxBlockZ ||
+      uint64_t{block[0]} * block[1] * block[2] > kMaxBlockThreads)
+    return "block " + dims(block) + " exceeds the limits (1024, 1024, 64; at most 1024 threads)";
+  if (grid[2] != 1) return "grid " + dims(grid) + ": the kernel's grid is two-dimensional (z = 1)";
+  return "";
+}
+
+// Copies the launch arguments into `values` (32-bit parameters widened); names a NULL one.
+std::string read_arguments(const KernelSpec& spec, void* const* args, KernelArgs& values) {
+  for (uint32_t i = 0; i < spec.param_count; ++i) {
+    if (args[i] == nullptr)
+      return "argument " + std::to_string(i) + " ('" + spec.param_names[i] + "') points to NULL";
+    switch (spec.param_types[i]) {
+      case METRALE_PARAM_U32:
+      case METRALE_PARAM_I32:
+      case METRALE_PARAM_F32: {
+        uint32_t value;
+        std::memcpy(&value, args[i], sizeof value);
+        values.v[i] = value;
+        break;
+      }
+      default:
+        std::memcpy(&values.v[i], args[i], sizeof values.v[i]);
+        break;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* config,
@@ -456,43 +494,11 @@ metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* co
   if (metrale_status s = check_stream("launch", config->stream); s != METRALE_STATUS_OK) return s;
 
   const auto& grid = config->grid;
-  const auto& block = config->block;
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 ||
-      block[2] == 0)
-    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "grid " + dims(grid) + " and block " +
-                                                     dims(block) + " must be at least 1 in every dimension");
-  if (grid[0] > kMaxGridX || grid[1] > kMaxGridYZ || grid[2] > kMaxGridYZ)
-    return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                who + "grid " + dims(grid) + " exceeds the limits (2^31-1, 65535, 65535)");
-  if (block[0] > kMaxBlockXY || block[1] > kMaxBlockXY || block[2] > kMaxBlockZ ||
-      uint64_t{block[0]} * block[1] * block[2] > kMaxBlockThreads)
-    return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                who + "block " + dims(block) +
-                    " exceeds the limits (1024, 1024, 64; at most 1024 threads)");
-  if (grid[2] != 1)
-    return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                who + "grid " + dims(grid) + ": the kernel's grid is two-dimensional (z = 1)");
-
+  if (std::string problem = launch_shape_problem(*config); !problem.empty())
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + problem);
   KernelArgs values{};
-  for (uint32_t i = 0; i < spec.param_count; ++i) {
-    if (args[i] == nullptr)
-      return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                  who + "argument " + std::to_string(i) + " ('" + spec.param_names[i] +
-                      "') points to NULL");
-    switch (spec.param_types[i]) {
-      case METRALE_PARAM_U32:
-      case METRALE_PARAM_I32:
-      case METRALE_PARAM_F32: {
-        uint32_t value;
-        std::memcpy(&value, args[i], sizeof value);
-        values.v[i] = value;
-        break;
-      }
-      default:
-        std::memcpy(&values.v[i], args[i], sizeof values.v[i]);
-        break;
-    }
-  }
+  if (std::string problem = read_arguments(spec, args, values); !problem.empty())
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + problem);
 
   BlockRange needed;
   std::string error;

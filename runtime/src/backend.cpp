@@ -148,7 +148,7 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
     return {};
   }
   std::lock_guard lock(mutex_);
-  resolved_.try_emplace(handle, Resolved{module_text, name_text, listed});
+  kernels_by_handle_.try_emplace(handle, HandleKernel{module_text, name_text, listed});
   reason = "provided";
   return KernelHandle{handle};
 }
@@ -282,8 +282,8 @@ KernelHandle Backend::try_kernel(std::string_view module, std::string_view name,
 
 const ManifestKernel& Backend::manifest_entry(KernelHandle handle) const {
   std::lock_guard lock(mutex_);
-  auto it = resolved_.find(handle.value);
-  if (it == resolved_.end()) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
+  auto it = kernels_by_handle_.find(handle.value);
+  if (it == kernels_by_handle_.end()) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
   return *it->second.listed;
 }
 
@@ -291,8 +291,8 @@ std::span<const KernelParam> Backend::params(KernelHandle handle) const { return
 
 std::string Backend::kernel_name(KernelHandle handle) const {
   std::lock_guard lock(mutex_);
-  auto it = resolved_.find(handle.value);
-  if (it == resolved_.end()) return "(unknown handle)";
+  auto it = kernels_by_handle_.find(handle.value);
+  if (it == kernels_by_handle_.end()) return "(unknown handle)";
   return key_of(it->second.module, it->second.name);
 }
 
@@ -382,8 +382,8 @@ void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::
   std::string label;
   {
     std::lock_guard lock(mutex_);
-    auto it = resolved_.find(kernel.value);
-    if (it == resolved_.end())
+    auto it = kernels_by_handle_.find(kernel.value);
+    if (it == kernels_by_handle_.end())
       throw Error(Status::invalid_argument, "backend " + name() + ": launch of a handle this backend did not return");
     params = &it->second.listed->params;
     label = key_of(it->second.module, it->second.name);

@@ -9,7 +9,6 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -193,10 +192,6 @@ inline std::vector<Record> read_records(const fs::path& file) {
     records.push_back(std::move(r));
   }
   return records;
-}
-
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace metrale::cuda_test

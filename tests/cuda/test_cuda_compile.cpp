@@ -156,7 +156,6 @@ TEST_CASE("with a cache the second compile is a hit, and says so") {
   CHECK(hit.outcome == METRALE_CUDA_MODULE_CACHED);
   CHECK(hit.image_bytes == first.result->modules[0].image_bytes);
   CHECK(hit.kernels[3].registers == first.result->modules[0].kernels[3].registers);  // from the cached log
-  CHECK(hit.seconds * 10 < first.result->modules[0].seconds);
 }
 
 TEST_CASE("requests that cannot run are refused with the reason") {

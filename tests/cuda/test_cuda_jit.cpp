@@ -269,20 +269,16 @@ TEST_CASE("module load and launch failures carry the CUDA error name; other modu
   CHECK(instance.t().launch(instance.backend, h, &config, args, 7) == METRALE_STATUS_OK);
 }
 
-TEST_CASE("compile cache: the second instance loads from disk, measurably faster") {
+TEST_CASE("compile cache: the second instance loads from disk") {
   TempDir cache;
-  double first = 0;
-  double second = 0;
   {
     Fake fake("8.0");
     CreateOptions options;
     options.cache_dir = cache.path().string();
     Instance instance(options);
     REQUIRE(instance.status == METRALE_STATUS_OK);
-    const auto start = std::chrono::steady_clock::now();
     uint64_t h = 0;
     REQUIRE_MESSAGE(instance.kernel("w4a16", "w4a16_gemv", h) == METRALE_STATUS_OK, instance.last_error());
-    first = seconds_since(start);
     CHECK_FALSE(instance.log.contains(METRALE_LOG_DEBUG, "cache hit"));
   }
   CHECK(cache_entries(cache.path()) == 1);
@@ -292,16 +288,12 @@ TEST_CASE("compile cache: the second instance loads from disk, measurably faster
     options.cache_dir = cache.path().string();
     Instance instance(options);
     REQUIRE(instance.status == METRALE_STATUS_OK);
-    const auto start = std::chrono::steady_clock::now();
     uint64_t h = 0;
     REQUIRE(instance.kernel("w4a16", "w4a16_gemv", h) == METRALE_STATUS_OK);
-    second = seconds_since(start);
     CHECK(instance.log.contains(METRALE_LOG_DEBUG, "cache hit"));
     CHECK(instance.log.contains(METRALE_LOG_INFO, "compile cache hit"));
     CHECK(fake.records("module_load").size() == 1);  // the cached CUBIN reaches the driver
   }
-  MESSAGE("compile " << first << " s, cache hit " << second << " s");
-  CHECK(second * 10 < first);
   SUBCASE("another target is another entry") {
     Fake fake("8.6");
     CreateOptions options;

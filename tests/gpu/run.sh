@@ -3,7 +3,8 @@
 #   1. configure (release) and build only what the check needs;
 #   2. `metrale list`: the CUDA backend must be loaded (else: exit 77 with the reason);
 #   3. the GPU suite (`meson test --suite gpu`): every CUDA kernel against the double-precision
-#      reference, then the W4A16 benchmark (GB/s of weights and ratio to the copy bandwidth);
+#      reference; then its benchmark (`meson test --benchmark --suite gpu`: GB/s of weights and
+#      ratio to the copy bandwidth);
 #   4. the layers' conformance cases on the CUDA backend alone;
 #   5. `metrale compile` for the device's own target (compile times, registers, spills).
 # Logs, the benchmark JSON and a summary go to $OUT (set by the device runner) or
@@ -55,12 +56,15 @@ if [ -z "$target" ]; then
 fi
 say "CUDA backend loaded, target $target"
 
-step "gpu suite (kernels vs reference, benchmark)" gpu-suite.log \
+step "gpu suite (kernels vs reference)" gpu-suite.log \
   meson test -C "$build" --no-rebuild --suite gpu --print-errorlogs --num-processes 1
 cp "$build/meson-logs/testlog.txt" "$out/gpu-testlog.txt" 2>/dev/null
+step "gpu benchmark" gpu-bench.log \
+  meson test -C "$build" --no-rebuild --benchmark --suite gpu --print-errorlogs
+cp "$build/meson-logs/benchmarklog.txt" "$out/gpu-benchmarklog.txt" 2>/dev/null
 cp "$build/gpu-bench.json" "$out/gpu-bench.json" 2>/dev/null
 # The benchmark table, readable in the summary.
-sed -n '/^kernel /,/^$/p' "$out/gpu-testlog.txt" 2>/dev/null | head -200 >>"$summary"
+sed -n '/^kernel /,/^$/p' "$out/gpu-benchmarklog.txt" 2>/dev/null | head -200 >>"$summary"
 if [ -x "$build/tests/conformance/conformance_tests" ]; then
   step "conformance cases on cuda" conformance.log env METRALE_BACKENDS_DISABLE=cpu "$build/tests/conformance/conformance_tests"
 else

@@ -146,6 +146,83 @@ size_t elf_image_size(const std::byte* image) noexcept {
   return static_cast<size_t>(end);
 }
 
+namespace {
+
+// The section header table; `shnum` entries of kShdrSize bytes from `shoff`.
+std::vector<Section> read_sections(const Bytes& bytes, uint64_t shoff, uint16_t shnum) {
+  std::vector<Section> sections(shnum);
+  for (size_t i = 0; i < shnum; ++i) {
+    const size_t at = shoff + i * kShdrSize;
+    auto& s = sections[i];
+    s.name = bytes.read<uint32_t>(at + 0, "section header");
+    s.type = bytes.read<uint32_t>(at + 4, "section header");
+    s.offset = bytes.read<uint64_t>(at + 24, "section header");
+    s.size = bytes.read<uint64_t>(at + 32, "section header");
+    s.link = bytes.read<uint32_t>(at + 40, "section header");
+    s.info = bytes.read<uint32_t>(at + 44, "section header");
+    s.entsize = bytes.read<uint64_t>(at + 56, "section header");
+  }
+  return sections;
+}
+
+// Kernels are the global FUNC symbols flagged as CUDA entries: appended to `kernels`, and
+// returned as symbol index -> kernels[] position.
+std::map<uint32_t, size_t> read_kernel_symbols(const Bytes& bytes, const std::vector<Section>& sections,
+                                               std::vector<CubinKernel>& kernels) {
+  std::map<uint32_t, size_t> kernel_by_symbol;
+  for (const auto& s : sections) {
+    if (s.type != kShtSymtab) continue;
+    if (s.entsize != kSymSize) throw CubinError("unexpected symbol entry size");
+    if (s.link >= sections.size()) throw CubinError("symbol string table index out of range");
+    const auto symtab = bytes.slice(s.offset, s.size, ".symtab");
+    const auto strtab = bytes.slice(sections[s.link].offset, sections[s.link].size, ".strtab");
+    Bytes syms(symtab);
+    for (size_t i = 0; i < symtab.size() / kSymSize; ++i) {
+      const size_t at = i * kSymSize;
+      const auto st_name = syms.read<uint32_t>(at, "symbol");
+      const auto st_info = syms.read<uint8_t>(at + 4, "symbol");
+      const auto st_other = syms.read<uint8_t>(at + 5, "symbol");
+      if ((st_info & 0xf) != kSttFunc || (st_info >> 4) != kStbGlobal) continue;
+      if ((st_other & kStoCudaEntry) == 0) continue;
+      kernel_by_symbol[static_cast<uint32_t>(i)] = kernels.size();
+      kernels.push_back({string_at(strtab, st_name, ".strtab"), std::nullopt, {}, std::nullopt});
+    }
+  }
+  return kernel_by_symbol;
+}
+
+// .nv.info: module-wide attributes keyed by symbol index, {u32 symbol, u32 value}.
+void apply_module_attributes(std::span<const std::byte> section, const std::string& name,
+                             const std::map<uint32_t, size_t>& kernel_by_symbol,
+                             std::vector<CubinKernel>& kernels) {
+  for (const auto& a : read_attributes(section, name)) {
+    if (a.attr != kAttrRegcount || a.value.size() < 8) continue;
+    const auto it = kernel_by_symbol.find(value_at<uint32_t>(a.value, 0));
+    if (it != kernel_by_symbol.end()) kernels[it->second].registers = value_at<uint32_t>(a.value, 4);
+  }
+}
+
+// .nv.info.<kernel>: the kernel's parameter layout and parameter bank size.
+void apply_kernel_attributes(std::span<const std::byte> section, const std::string& name, CubinKernel& kernel) {
+  for (const auto& a : read_attributes(section, name)) {
+    if (a.attr == kAttrKparamInfo) {
+      // {u32 index, u16 ordinal, u16 offset, u32 flags}; the size is flags bits 18..31.
+      if (a.value.size() < 12) throw CubinError("short KPARAM_INFO in " + name);
+      const auto flags = value_at<uint32_t>(a.value, 8);
+      kernel.params.push_back({value_at<uint16_t>(a.value, 4), value_at<uint16_t>(a.value, 6),
+                               (flags >> 18) & 0x3fffu});
+    } else if (a.attr == kAttrCbankParamSize) {
+      kernel.param_bytes = value_at<uint16_t>(a.value, 0);
+    } else if (a.attr == kAttrParamCbank && !kernel.param_bytes && a.value.size() >= 8) {
+      kernel.param_bytes = value_at<uint16_t>(a.value, 6);
+    }
+  }
+  std::sort(kernel.params.begin(), kernel.params.end(),
+            [](const CubinParam& a, const CubinParam& b) { return a.ordinal < b.ordinal; });
+}
+
+}  // namespace
+
 CubinInfo read_cubin(std::span<const std::byte> image) {
   if (!is_elf(image)) throw CubinError("not an ELF image (bad magic)");
   Bytes bytes(image);
@@ -164,73 +241,22 @@ CubinInfo read_cubin(std::span<const std::byte> image) {
   if (shentsize != kShdrSize) throw CubinError("unexpected section header size");
   if (shstrndx >= shnum) throw CubinError("section name table index out of range");
 
-  std::vector<Section> sections(shnum);
-  for (size_t i = 0; i < shnum; ++i) {
-    const size_t at = shoff + i * kShdrSize;
-    auto& s = sections[i];
-    s.name = bytes.read<uint32_t>(at + 0, "section header");
-    s.type = bytes.read<uint32_t>(at + 4, "section header");
-    s.offset = bytes.read<uint64_t>(at + 24, "section header");
-    s.size = bytes.read<uint64_t>(at + 32, "section header");
-    s.link = bytes.read<uint32_t>(at + 40, "section header");
-    s.info = bytes.read<uint32_t>(at + 44, "section header");
-    s.entsize = bytes.read<uint64_t>(at + 56, "section header");
-  }
+  const std::vector<Section> sections = read_sections(bytes, shoff, shnum);
   const auto section_data = [&](const Section& s, const char* what) {
     return bytes.slice(s.offset, s.size, what);
   };
   const auto shstrtab = section_data(sections[shstrndx], ".shstrtab");
-
-  // Kernels are the global FUNC symbols flagged as CUDA entries.
-  std::map<uint32_t, size_t> kernel_by_symbol;  // symbol index -> kernels[] position
-  for (const auto& s : sections) {
-    if (s.type != kShtSymtab) continue;
-    if (s.entsize != kSymSize) throw CubinError("unexpected symbol entry size");
-    if (s.link >= sections.size()) throw CubinError("symbol string table index out of range");
-    const auto symtab = section_data(s, ".symtab");
-    const auto strtab = section_data(sections[s.link], ".strtab");
-    Bytes syms(symtab);
-    for (size_t i = 0; i < symtab.size() / kSymSize; ++i) {
-      const size_t at = i * kSymSize;
-      const auto st_name = syms.read<uint32_t>(at, "symbol");
-      const auto st_info = syms.read<uint8_t>(at + 4, "symbol");
-      const auto st_other = syms.read<uint8_t>(at + 5, "symbol");
-      if ((st_info & 0xf) != kSttFunc || (st_info >> 4) != kStbGlobal) continue;
-      if ((st_other & kStoCudaEntry) == 0) continue;
-      kernel_by_symbol[static_cast<uint32_t>(i)] = info.kernels.size();
-      info.kernels.push_back({string_at(strtab, st_name, ".strtab"), std::nullopt, {}, std::nullopt});
-    }
-  }
+  const auto kernel_by_symbol = read_kernel_symbols(bytes, sections, info.kernels);
 
   for (const auto& s : sections) {
     const std::string name = string_at(shstrtab, s.name, ".shstrtab");
     if (name == ".nv.info") {
-      // Module-wide attributes keyed by symbol index: {u32 symbol, u32 value}.
-      for (const auto& a : read_attributes(section_data(s, ".nv.info"), name)) {
-        if (a.attr != kAttrRegcount || a.value.size() < 8) continue;
-        const auto it = kernel_by_symbol.find(value_at<uint32_t>(a.value, 0));
-        if (it != kernel_by_symbol.end()) info.kernels[it->second].registers = value_at<uint32_t>(a.value, 4);
-      }
+      apply_module_attributes(section_data(s, ".nv.info"), name, kernel_by_symbol, info.kernels);
     } else if (name.starts_with(".nv.info.")) {
       const std::string kernel_name = name.substr(std::string_view(".nv.info.").size());
       auto it = std::find_if(info.kernels.begin(), info.kernels.end(),
                              [&](const CubinKernel& k) { return k.name == kernel_name; });
-      if (it == info.kernels.end()) continue;
-      for (const auto& a : read_attributes(section_data(s, name.c_str()), name)) {
-        if (a.attr == kAttrKparamInfo) {
-          // {u32 index, u16 ordinal, u16 offset, u32 flags}; the size is flags bits 18..31.
-          if (a.value.size() < 12) throw CubinError("short KPARAM_INFO in " + name);
-          const auto flags = value_at<uint32_t>(a.value, 8);
-          it->params.push_back({value_at<uint16_t>(a.value, 4), value_at<uint16_t>(a.value, 6),
-                                (flags >> 18) & 0x3fffu});
-        } else if (a.attr == kAttrCbankParamSize) {
-          it->param_bytes = value_at<uint16_t>(a.value, 0);
-        } else if (a.attr == kAttrParamCbank && !it->param_bytes && a.value.size() >= 8) {
-          it->param_bytes = value_at<uint16_t>(a.value, 6);
-        }
-      }
-      std::sort(it->params.begin(), it->params.end(),
-                [](const CubinParam& a, const CubinParam& b) { return a.ordinal < b.ordinal; });
+      if (it != info.kernels.end()) apply_kernel_attributes(section_data(s, name.c_str()), name, *it);
     }
   }
   return info;

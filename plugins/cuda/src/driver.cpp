@@ -8,6 +8,8 @@
 
 namespace metrale::cuda {
 
+// One case per CUresult the driver headers declare.
+// code-shape: data table
 const char* cuda_error_name(CUresult result) noexcept {
   switch (result) {
 #define METRALE_CU_ERROR(name) \

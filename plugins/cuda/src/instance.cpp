@@ -28,11 +28,8 @@ std::string gib(uint64_t bytes) {
   return out.str();
 }
 
-}  // namespace
-
-Instance::Instance(const metrale_backend_create_info& info) : device_index_(info.device_index) {
-  if (info.host != nullptr) log_ = HostLog(info.host->log, info.host->user);
-
+// The "driver" option names the libcuda to load; other options are logged and ignored.
+std::string driver_path_from_options(const metrale_backend_create_info& info, const HostLog& log) {
   std::string driver_path = kDefaultDriver;
   for (uint32_t i = 0; i < info.option_count && info.options != nullptr; ++i) {
     const metrale_option& option = info.options[i];
@@ -43,38 +40,77 @@ Instance::Instance(const metrale_backend_create_info& info) : device_index_(info
     if (key == "driver") {
       if (*option.value != '\0') driver_path = option.value;
     } else {
-      log_.debug(std::string("ignoring unknown option ") + key + "=" + option.value);
+      log.debug(std::string("ignoring unknown option ") + key + "=" + option.value);
     }
   }
+  return driver_path;
+}
 
-  // The manifest first: a bad one is the caller's problem whatever the machine has.
-  std::string manifest_text;
-  const std::string origin = info.manifest_path ? info.manifest_path : "manifest";
-  if (info.manifest_json != nullptr) {
-    manifest_text = info.manifest_json;
-  } else if (info.manifest_path != nullptr) {
-    std::ifstream in(info.manifest_path, std::ios::binary);
-    if (!in) throw PluginError(METRALE_STATUS_INVALID_ARGUMENT, std::string("cannot read manifest ") + info.manifest_path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    manifest_text = text.str();
-  } else {
+std::string manifest_text_of(const metrale_backend_create_info& info) {
+  if (info.manifest_json != nullptr) return info.manifest_json;
+  if (info.manifest_path == nullptr) {
     throw PluginError(METRALE_STATUS_INVALID_ARGUMENT, "create_info has neither manifest_json nor manifest_path");
   }
-  catalog_ = Catalog::parse(manifest_text, origin);
+  std::ifstream in(info.manifest_path, std::ios::binary);
+  if (!in) throw PluginError(METRALE_STATUS_INVALID_ARGUMENT, std::string("cannot read manifest ") + info.manifest_path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Failures while opening the device are reported with the call and the error name. A device
+// that exists but cannot be opened (exclusive mode, a broken driver) makes the backend
+// unavailable here, which is what the runtime tells the user; out of memory stays that.
+void check_device_setup(CUresult result, const char* call) {
+  if (result == CUDA_SUCCESS) return;
+  metrale_status status = status_for(result);
+  if (status != METRALE_STATUS_OUT_OF_MEMORY) status = METRALE_STATUS_UNAVAILABLE;
+  throw PluginError(status, std::string(call) + " failed: " + cuda_error_name(result) + " (" +
+                                std::to_string(static_cast<int>(result)) + ")");
+}
+
+ModuleCompiler::Settings compiler_settings(const metrale_backend_create_info& info, const HostLog& log) {
+  ModuleCompiler::Settings settings;
+  for (uint32_t i = 0; i < info.kernel_source_dir_count && info.kernel_source_dirs != nullptr; ++i) {
+    if (info.kernel_source_dirs[i] != nullptr) settings.source_dirs.emplace_back(info.kernel_source_dirs[i]);
+  }
+  if (info.cache_dir != nullptr && *info.cache_dir != '\0') settings.cache_dir = fs::path(info.cache_dir);
+  settings.log = log;
+  return settings;
+}
+
+}  // namespace
+
+Instance::Instance(const metrale_backend_create_info& info) : device_index_(info.device_index) {
+  if (info.host != nullptr) log_ = HostLog(info.host->log, info.host->user);
+  const std::string driver_path = driver_path_from_options(info, log_);
+
+  // The manifest first: a bad one is the caller's problem whatever the machine has.
+  catalog_ = Catalog::parse(manifest_text_of(info), info.manifest_path ? info.manifest_path : "manifest");
 
   driver_ = Driver::load(driver_path);
+  open_device(driver_path);
+
+  compiler_ = std::make_unique<ModuleCompiler>(compiler_settings(info, log_));
+  for (const auto& module : catalog_.modules()) {
+    auto state = std::make_unique<ModuleState>();
+    state->spec = &module;
+    modules_.emplace(module.name, std::move(state));
+  }
+
   const Driver& d = *driver_;
-  // Failures while opening the device are reported with the call and the error name. A device
-  // that exists but cannot be opened (exclusive mode, a broken driver) makes the backend
-  // unavailable here, which is what the runtime tells the user; out of memory stays that.
-  const auto setup = [](CUresult result, const char* call) {
-    if (result == CUDA_SUCCESS) return;
-    metrale_status status = status_for(result);
-    if (status != METRALE_STATUS_OUT_OF_MEMORY) status = METRALE_STATUS_UNAVAILABLE;
-    throw PluginError(status, std::string(call) + " failed: " + cuda_error_name(result) + " (" +
-                                  std::to_string(static_cast<int>(result)) + ")");
-  };
+  std::string dirs;
+  for (const auto& dir : compiler_->source_dirs()) dirs += (dirs.empty() ? "" : ":") + dir.string();
+  log_.info("CUDA device " + std::to_string(device_index_) + ": " + device_name_ + " (" + target_text_ + ", " +
+            std::to_string(sm_count_) + " SMs, " + gib(memory_bytes_) + "), driver " + driver_path + " " +
+            std::to_string(d.version() / 1000) + "." + std::to_string(d.version() % 1000 / 10) +
+            ", kernel sources " + (dirs.empty() ? "(none)" : dirs) + ", compile cache " +
+            (info.cache_dir && *info.cache_dir ? info.cache_dir : "off"));
+}
+
+void Instance::open_device(const std::string& driver_path) {
+  const Driver& d = *driver_;
+  const auto setup = check_device_setup;
   int count = 0;
   setup(d.cuDeviceGetCount(&count), METRALE_CU_SYMBOL(cuDeviceGetCount));
   if (count <= 0) throw PluginError(METRALE_STATUS_UNAVAILABLE, "the CUDA driver (" + driver_path + ") reports no device");
@@ -105,27 +141,6 @@ Instance::Instance(const metrale_backend_create_info& info) : device_index_(info
     d.cuDevicePrimaryCtxRelease(device_);
     throw;
   }
-
-  ModuleCompiler::Settings settings;
-  for (uint32_t i = 0; i < info.kernel_source_dir_count && info.kernel_source_dirs != nullptr; ++i) {
-    if (info.kernel_source_dirs[i] != nullptr) settings.source_dirs.emplace_back(info.kernel_source_dirs[i]);
-  }
-  if (info.cache_dir != nullptr && *info.cache_dir != '\0') settings.cache_dir = fs::path(info.cache_dir);
-  settings.log = log_;
-  compiler_ = std::make_unique<ModuleCompiler>(std::move(settings));
-  for (const auto& module : catalog_.modules()) {
-    auto state = std::make_unique<ModuleState>();
-    state->spec = &module;
-    modules_.emplace(module.name, std::move(state));
-  }
-
-  std::string dirs;
-  for (const auto& dir : compiler_->source_dirs()) dirs += (dirs.empty() ? "" : ":") + dir.string();
-  log_.info("CUDA device " + std::to_string(device_index_) + ": " + device_name_ + " (" + target_text_ + ", " +
-            std::to_string(sm_count_) + " SMs, " + gib(memory_bytes_) + "), driver " + driver_path + " " +
-            std::to_string(d.version() / 1000) + "." + std::to_string(d.version() % 1000 / 10) +
-            ", kernel sources " + (dirs.empty() ? "(none)" : dirs) + ", compile cache " +
-            (info.cache_dir && *info.cache_dir ? info.cache_dir : "off"));
 }
 
 Instance::~Instance() {

@@ -72,6 +72,8 @@ class Instance {
     uint32_t dynamic_smem_allowed = 48 * 1024;  // what cuFuncSetAttribute has allowed so far
   };
 
+  // Finds the device, reads what device_info reports and makes its primary context current.
+  void open_device(const std::string& driver_path);
   void make_current() const;
   ModuleState& load_module(const CatalogModule& module);
   CUstream stream_of(uint64_t id) const;

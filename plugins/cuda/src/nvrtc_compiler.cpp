@@ -265,6 +265,85 @@ fs::path ModuleCompiler::cuda_include_dir() {
   return *found;
 }
 
+namespace {
+
+// Everything that can change the output: format, compiler, target, options, and the bytes of the
+// source and each project header (names included: they decide what #include finds).
+CacheKey module_cache_key(const CompiledModule& out, const ModuleSources& sources) {
+  CacheKeyBuilder key;
+  key.add("metrale-cuda-module").add(std::to_string(kCacheFormatVersion)).add(ModuleCompiler::nvrtc_version());
+  key.add(out.target);
+  for (const auto& option : out.options) key.add(option);
+  key.add(sources.main.include_name).add(sources.main.bytes);
+  for (const auto& h : sources.headers) key.add(h.include_name).add(h.bytes);
+  return key.finish();
+}
+
+std::string program_log(const Program& program) {
+  size_t log_size = 0;
+  Program::check(nvrtcGetProgramLogSize(program.get(), &log_size), "nvrtcGetProgramLogSize");
+  std::string log(log_size, '\0');
+  if (log_size > 0) Program::check(nvrtcGetProgramLog(program.get(), log.data()), "nvrtcGetProgramLog");
+  while (!log.empty() && log.back() == '\0') log.pop_back();
+  return log;
+}
+
+// Compiles `sources` with out.options into out.image (a CUBIN when `cubin`, else PTX) and out.log.
+void run_nvrtc(const ModuleSources& sources, bool cubin, CompiledModule& out) {
+  Program program(sources);
+  std::vector<const char*> argv;
+  for (const auto& option : out.options) argv.push_back(option.c_str());
+  const nvrtcResult result = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
+  std::string log = program_log(program);
+  if (result != NVRTC_SUCCESS) {
+    std::string message = "NVRTC could not compile module '" + out.module + "' (" + sources.main.path.string() +
+                          ") for " + out.target + ": " + nvrtcGetErrorString(result) +
+                          "\noptions: " + joined(out.options);
+    for (const auto& h : sources.headers) message += "\nheader " + h.include_name + " = " + h.path.string();
+    message += "\n" + log;
+    throw PluginError(METRALE_STATUS_INTERNAL, message);
+  }
+  size_t size = 0;
+  if (cubin) {
+    Program::check(nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize");
+    out.image.resize(size);
+    if (size > 0) Program::check(nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.image.data())), "nvrtcGetCUBIN");
+  } else {
+    Program::check(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize");
+    out.image.resize(size);
+    if (size > 0) Program::check(nvrtcGetPTX(program.get(), reinterpret_cast<char*>(out.image.data())), "nvrtcGetPTX");
+  }
+  out.is_cubin = cubin;
+  if (out.image.empty()) {
+    throw PluginError(METRALE_STATUS_INTERNAL, "NVRTC produced an empty image for module '" + out.module +
+                                                   "' with " + joined(out.options));
+  }
+  out.log = std::move(log);
+}
+
+// Resource usage: registers from the CUBIN itself, the rest from ptxas' report.
+void read_resource_usage(CompiledModule& out) {
+  if (out.is_cubin) {
+    try {
+      out.cubin = read_cubin(out.image);
+    } catch (const CubinError& e) {
+      throw PluginError(METRALE_STATUS_INTERNAL, "module '" + out.module + "': NVRTC output is not a valid CUBIN: " + e.what());
+    }
+  }
+  out.stats = parse_ptxas_log(out.log);
+  if (!out.cubin) return;
+  for (const auto& k : out.cubin->kernels) {
+    auto it = std::find_if(out.stats.begin(), out.stats.end(), [&](const KernelStats& s) { return s.name == k.name; });
+    if (it == out.stats.end()) {
+      out.stats.push_back({k.name, {}, {}, {}, {}, {}});
+      it = std::prev(out.stats.end());
+    }
+    if (k.registers) it->registers = k.registers;
+  }
+}
+
+}  // namespace
+
 CompiledModule ModuleCompiler::compile(const CatalogModule& module, const Target& target) const {
   const auto start = std::chrono::steady_clock::now();
   CompiledModule out;
@@ -279,15 +358,7 @@ CompiledModule ModuleCompiler::compile(const CatalogModule& module, const Target
   const ModuleSources sources = gather_sources(module, settings_.source_dirs);
   out.source_path = sources.main.path;
   out.options = {arch->first, "-std=c++17", "-I" + cuda_include_dir().string(), "-Xptxas=-v"};
-
-  // Everything that can change the output: format, compiler, target, options, and the bytes of
-  // the source and each project header (names included: they decide what #include finds).
-  CacheKeyBuilder key;
-  key.add("metrale-cuda-module").add(std::to_string(kCacheFormatVersion)).add(nvrtc_version()).add(out.target);
-  for (const auto& option : out.options) key.add(option);
-  key.add(sources.main.include_name).add(sources.main.bytes);
-  for (const auto& h : sources.headers) key.add(h.include_name).add(h.bytes);
-  const CacheKey cache_key = key.finish();
+  const CacheKey cache_key = module_cache_key(out, sources);
 
   std::optional<CompileCache> cache;
   if (settings_.cache_dir) cache.emplace(*settings_.cache_dir, settings_.log);
@@ -303,64 +374,12 @@ CompiledModule ModuleCompiler::compile(const CatalogModule& module, const Target
     settings_.log.debug("module '" + module.name + "' for " + out.target + ": cache hit " +
                         cache->entry_path(cache_key).string());
   } else {
-    Program program(sources);
-    std::vector<const char*> argv;
-    for (const auto& option : out.options) argv.push_back(option.c_str());
-    const nvrtcResult result = nvrtcCompileProgram(program.get(), static_cast<int>(argv.size()), argv.data());
-    size_t log_size = 0;
-    Program::check(nvrtcGetProgramLogSize(program.get(), &log_size), "nvrtcGetProgramLogSize");
-    std::string log(log_size, '\0');
-    if (log_size > 0) Program::check(nvrtcGetProgramLog(program.get(), log.data()), "nvrtcGetProgramLog");
-    while (!log.empty() && log.back() == '\0') log.pop_back();
-    if (result != NVRTC_SUCCESS) {
-      std::string message = "NVRTC could not compile module '" + module.name + "' (" +
-                            sources.main.path.string() + ") for " + out.target + ": " +
-                            nvrtcGetErrorString(result) + "\noptions: " + joined(out.options);
-      for (const auto& h : sources.headers) message += "\nheader " + h.include_name + " = " + h.path.string();
-      message += "\n" + log;
-      throw PluginError(METRALE_STATUS_INTERNAL, message);
-    }
-    size_t size = 0;
-    if (arch->second) {
-      Program::check(nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize");
-      out.image.resize(size);
-      if (size > 0) Program::check(nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.image.data())), "nvrtcGetCUBIN");
-      out.is_cubin = true;
-    } else {
-      Program::check(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize");
-      out.image.resize(size);
-      if (size > 0) Program::check(nvrtcGetPTX(program.get(), reinterpret_cast<char*>(out.image.data())), "nvrtcGetPTX");
-      out.is_cubin = false;
-    }
-    if (out.image.empty()) {
-      throw PluginError(METRALE_STATUS_INTERNAL, "NVRTC produced an empty image for module '" + module.name +
-                                                     "' with " + joined(out.options));
-    }
-    out.log = std::move(log);
+    run_nvrtc(sources, arch->second, out);
     if (cache) cache->store(cache_key, {out.image, out.is_cubin, out.log});
     settings_.log.debug("module '" + module.name + "' compiled for " + out.target + " (" +
                         std::to_string(out.image.size()) + " bytes)");
   }
-
-  if (out.is_cubin) {
-    try {
-      out.cubin = read_cubin(out.image);
-    } catch (const CubinError& e) {
-      throw PluginError(METRALE_STATUS_INTERNAL, "module '" + module.name + "': NVRTC output is not a valid CUBIN: " + e.what());
-    }
-  }
-  // Resource usage: registers from the CUBIN itself, the rest from ptxas' report.
-  out.stats = parse_ptxas_log(out.log);
-  if (out.cubin) {
-    for (const auto& k : out.cubin->kernels) {
-      auto it = std::find_if(out.stats.begin(), out.stats.end(), [&](const KernelStats& s) { return s.name == k.name; });
-      if (it == out.stats.end()) {
-        out.stats.push_back({k.name, {}, {}, {}, {}, {}});
-        it = std::prev(out.stats.end());
-      }
-      if (k.registers) it->registers = k.registers;
-    }
-  }
+  read_resource_usage(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

@@ -179,7 +179,8 @@ class Backend {
   metrale_backend* instance() const noexcept { return instance_.get(); }
 
  private:
-  struct Resolved {
+  // The kernel a handle this backend returned stands for.
+  struct HandleKernel {
     std::string module;
     std::string name;
     const ManifestKernel* listed = nullptr;  // into manifest_, which never changes after construction
@@ -227,7 +228,7 @@ class Backend {
   std::map<std::string, std::vector<metrale_param_type>, std::less<>> provided_params_;
   mutable std::mutex mutex_;
   mutable std::string library_checksum_;
-  std::map<uint64_t, Resolved> resolved_;  // plugin handle -> what it is
+  std::map<uint64_t, HandleKernel> kernels_by_handle_;  // plugin handle -> its kernel
   std::map<KernelKey, Resolution, KernelKeyLess> resolutions_;
 };
 

@@ -119,11 +119,12 @@ std::vector<Variant> select_variants(const std::vector<std::string>& names) {
   std::vector<Variant> out;
   for (const auto& v : all_variants())
     if (std::find(names.begin(), names.end(), v.name) != names.end()) out.push_back(v);
+  const auto known = variant_names();
   for (const auto& n : names) {
-    const auto known = variant_names();
-    if (std::find(known.begin(), known.end(), n) == known.end())
-      throw Error(Status::invalid_argument, "--variants: unknown variant '" + n + "' (known: w4a16, w4-zp, w4-zp-act, "
-                                            "w8a16, fp8, w4a8, w8a8)");
+    if (std::find(known.begin(), known.end(), n) != known.end()) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw Error(Status::invalid_argument, "--variants: unknown variant '" + n + "' (known: " + list + ")");
   }
   return out;
 }

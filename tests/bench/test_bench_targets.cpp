@@ -56,7 +56,9 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK_FALSE(v[4].covers(64, false));
   CHECK(v[5].activations == metrale::layers::ActivationQuant::int8);
   CHECK_FALSE(v[5].covers(1, false));
-  CHECK_THROWS_AS(select_variants({"w4a16", "w3a16"}), metrale::Error);
+  CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
+                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, w8a16, fp8, w4a8, w8a8)",
+                       metrale::Error);
 }
 
 TEST_CASE("int8-activation rows are held to the int8 dot peak") {

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The rows metrale-bench-layers measures: each preset's FFN, per weight tier (a variant: the
+// synthetic weights' format and the activations' tier) at each m the variant covers, timed on one
+// backend, with its figures against the denominators of that backend's thread count.
+#pragma once
+
+#include "bench_machine.hpp"
+
+#include "model/tiers.hpp"
+#include "model/weights.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace metrale::bench {
+
+// Which m of --m a variant is measured at.
+enum class VariantPaths { all, decode_and_prefill, decode, prefill };
+
+// One weight tier of the rows: synthetic weights in `formats`, activations entering the
+// projections as `activations`.
+struct Variant {
+  std::string name;  // "w4a16", "w4-zp", "w4-zp-act", "w8a16", "fp8", "w4a8", "w8a8"
+  layers::SyntheticFormats formats;
+  layers::ActivationQuant activations = layers::ActivationQuant::bf16;
+  VariantPaths paths = VariantPaths::all;
+  bool dense = true;  // measured on dense presets
+  bool moe = false;   // measured on MoE presets
+  bool covers(uint32_t m, bool moe_preset) const;
+};
+
+// Every variant the bench knows, in the order the rows are printed.
+const std::vector<Variant>& all_variants();
+// The variants named (comma list of all_variants() names); throws naming an unknown one.
+std::vector<Variant> select_variants(const std::vector<std::string>& names);
+std::vector<std::string> variant_names();
+
+struct Rate {
+  std::string preset;
+  std::string variant;  // Variant::name
+  std::string ffn;      // dense / moe
+  std::string path;     // decode / batched / prefill
+  uint32_t m = 0;
+  unsigned threads = 0;  // the backend's compute units (CPU: threads of its pool)
+  bool int8_dot = false; // int8 activations: the FLOP rate is held to the int8 dot peak
+  std::string kernels;
+  double median_s = 0;
+  double weight_bytes = 0;
+  double flops = 0;
+  double gb_per_s = 0;
+  double gflop_per_s = 0;
+  double of_bandwidth = 0;  // weight rate / read bandwidth on the backend's thread count
+  double of_bf16_peak = 0;  // FLOP rate / bf16 dot peak on the backend's thread count
+  double of_int8_peak = 0;  // FLOP rate / int8 dot peak (2 ops per multiply-add)
+  // Roofline on the same thread count: the shortest time the machine allows for the pass.
+  double memory_s = 0;    // weight_bytes / read bandwidth
+  double dot_s = 0;       // flops / the dot peak of its activations (0: none measured)
+  double roofline_s = 0;  // max(memory_s, dot_s)
+  double of_roofline = 0; // roofline_s / median_s
+  std::string bound;      // memory / dot: which term sets roofline_s
+};
+
+// The denominators of one thread count.
+struct Denominators {
+  double read_bw = 0;    // GB/s
+  double bf16_dot = 0;   // GFLOP/s; 0: no AVX512_BF16
+  double int8_dot = 0;   // GOP/s; 0: no AVX512_VNNI
+};
+
+std::string path_of(uint32_t m);
+void set_ratios(Rate& r, const Denominators& d);
+
+struct LaunchCost {
+  double runtime_ns = 0;
+  double raw_ns = 0;
+  double try_kernel_ns = 0;
+  uint32_t pool_blocks = 0;  // blocks of the hand-off launch: one per backend thread
+  double pool_ns = 0;        // that launch through the runtime: wakes the pool's workers and joins them
+};
+
+// One selection of the backend: the thread count asked for, the one it runs, the denominators
+// measured on that count, and what was measured on it.
+struct ThreadRun {
+  unsigned requested = 0;  // 0: not the cpu backend (METRALE_CPU_THREADS ignored), measured once
+  unsigned threads = 0;    // backend.compute_units()
+  Denominators d;          // on `threads`
+  std::vector<Rate> rates;
+  LaunchCost launch;
+};
+
+// Every preset x variant x m (the m the variant covers) on one backend.
+struct RateRequest {
+  std::vector<std::string> presets;
+  std::vector<Variant> variants;
+  std::vector<uint32_t> m_list;
+  uint32_t repeat = 3;
+};
+std::vector<Rate> measure_rates(Backend& b, const RateRequest& request, unsigned threads, const Denominators& d,
+                                CacheEvictor& evictor);
+
+}  // namespace metrale::bench

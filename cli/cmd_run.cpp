@@ -184,8 +184,7 @@ RunWeights obtain_weights(const RunOptions& o, ModelConfig& config, StderrProgre
       config = c.config;
       r.weights = std::move(c.weights);
       r.quantization = c.quant.summary() + " (" + c.quant.source + "), layer " + std::to_string(c.layer);
-      if (c.quant.activations == DeclaredActivations::int8_dynamic_token) r.declared_activations = ActivationQuant::int8;
-      if (c.quant.activations == DeclaredActivations::fp8_dynamic_token) r.declared_activations = ActivationQuant::fp8;
+      r.declared_activations = declared_activation_tier(c.quant);
       r.declared_source = c.quant.source;
     }
     progress.finish("loading " + o.weights);

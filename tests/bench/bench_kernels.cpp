@@ -263,6 +263,19 @@ void print_rows(const std::vector<Row>& rows, unsigned threads, double bw, doubl
 
 }  // namespace
 
+// The denominators of every ratio, per thread count: read bandwidth (both measurements) and peaks.
+template <typename Bandwidth, typename Peaks>
+void print_denominators(const Bandwidth& bandwidth, const Peaks& peaks) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : bandwidth)
+    rows.push_back({std::to_string(p.threads), fixed(p.at_start, 2), fixed(p.at_end, 2), fixed(p.gb_per_s, 2),
+                    fixed(at_threads(peaks, p.threads, [](const PeakPoint& q) { return q.bf16_dot_gflop_per_s; }), 1),
+                    fixed(at_threads(peaks, p.threads, [](const PeakPoint& q) { return q.int8_dot_gop_per_s; }), 1)});
+  std::cout << render_table({"threads", "read GB/s at start", "at end", "used (the better)", "bf16 dot GFLOP/s",
+                             "int8 dot GOP/s"},
+                            rows);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"metrale-bench-kernels: the quantized GEMM families against this machine's bandwidth and dot peaks"};
   std::string backend_name = "cpu";
@@ -321,15 +334,8 @@ int main(int argc, char** argv) {
     remeasure_read_bandwidth(bandwidth, bandwidth_mb << 20, 5, sink);
 
     std::cout << "backend " << backend_name << " (" << target << "); group " << kGroup << "; qwen3-32b gate_up (n 51200, k 5120) + down (n 5120, k 25600) per pass\n\n";
-    std::vector<std::vector<std::string>> denominators;
-    for (const auto& p : bandwidth)
-      denominators.push_back({std::to_string(p.threads), fixed(p.at_start, 2), fixed(p.at_end, 2), fixed(p.gb_per_s, 2),
-                              fixed(at_threads(peaks, p.threads, [](const PeakPoint& q) { return q.bf16_dot_gflop_per_s; }), 1),
-                              fixed(at_threads(peaks, p.threads, [](const PeakPoint& q) { return q.int8_dot_gop_per_s; }), 1)});
-    std::cout << render_table({"threads", "read GB/s at start", "at end", "used (the better)", "bf16 dot GFLOP/s",
-                               "int8 dot GOP/s"},
-                              denominators)
-              << (cpu_time ? "times: CPU time over the threads at work\n" : "times: wall clock\n")
+    print_denominators(bandwidth, peaks);
+    std::cout << (cpu_time ? "times: CPU time over the threads at work\n" : "times: wall clock\n")
               << "passes: decode " << (g_best ? "fastest" : "median") << " of " << 3 * repeat << ", prefill of " << repeat << ", caches evicted before each ("
               << evict_mb << " MB read; parity " << (sink + evictor.sink()) % 2 << ")\n";
     for (auto& [threads, rows] : runs) {

@@ -35,13 +35,6 @@ SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 TABLE_MARKER = "code-shape: data table"
 FILE_MARKER = re.compile(r"code-shape: single concept: *\S")
 
-# Temporary: long functions in paths other engineers are changing at the same time, as
-# "path:function". Remove an entry once its function is split; a stale entry fails the check.
-OWNED_ELSEWHERE = {
-    "tests/bench/bench_kernels.cpp:main",
-    "tests/bench/bench_layers.cpp:main",
-}
-
 
 def sources(root):
     return [p for p in list_files(root) if p.startswith(AREAS) and p.endswith(SOURCE_SUFFIXES)]
@@ -87,13 +80,10 @@ def check(root):
     for path in files:
         with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
             text[path] = f.read().splitlines()
-    problems, allowed = [], set()
+    problems = []
     for path, line, end, name in sorted(ctags_functions(root, files)):
         length = end - line + 1
         if length <= MAX_FUNCTION_LINES or marked_as_table(text[path], line):
-            continue
-        if f"{path}:{name}" in OWNED_ELSEWHERE:
-            allowed.add(f"{path}:{name}")
             continue
         problems.append(f"{path}:{line}: function {name} is {length} lines (at most {MAX_FUNCTION_LINES}): "
                         f"split it by concept, or mark a data table with '// {TABLE_MARKER}'")
@@ -102,8 +92,6 @@ def check(root):
         if len(lines) > MAX_FILE_LINES and not any(FILE_MARKER.search(x) for x in lines[:MARKER_HEAD_LINES]):
             problems.append(f"{path}: {len(lines)} lines (at most {MAX_FILE_LINES}): split it by concept, "
                             "or say why it is one with '// code-shape: single concept: <reason>'")
-    problems += [f"OWNED_ELSEWHERE entry {e} names no long function any more: remove it"
-                 for e in sorted(OWNED_ELSEWHERE - allowed) if os.path.exists(os.path.join(root, e.split(":")[0]))]
     return problems
 
 
@@ -133,7 +121,7 @@ def self_test():
             os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
             with open(os.path.join(root, path), "w", encoding="utf-8") as f:
                 f.write(content)
-        found = [p for p in check(root) if not p.startswith("OWNED_ELSEWHERE")]
+        found = check(root)
     missing = [e for e in expected if not any(p.startswith(e) for p in found)]
     extra = [p for p in found if not any(p.startswith(e) for e in expected)]
     return [f"self-test: not reported: {m}" for m in missing] + [f"self-test: reported wrongly: {x}" for x in extra]
@@ -152,7 +140,7 @@ def main():
         print(f"FAIL: {problem}")
     if not problems:
         print(f"code shape ok: no function over {MAX_FUNCTION_LINES} lines, no file over {MAX_FILE_LINES} lines "
-              f"outside the marked ones; still owned elsewhere: {len(OWNED_ELSEWHERE)}")
+              "outside the marked ones")
     return 1 if problems else 0
 
 

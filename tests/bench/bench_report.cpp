@@ -90,7 +90,7 @@ void print_rows(const Report& rep, const ThreadRun& run) {
 
 void print_denominators(const Report& rep) {
   std::cout << "backend " << rep.backend << " (" << rep.target << ", " << rep.device
-            << ")\n\nread bandwidth (sum of u64, best of 5, " << rep.bandwidth_mb << " MB):\n";
+            << ")\n\nread bandwidth (sum of u64: one stream or 8 prefetched streams, best of 5 each, " << rep.bandwidth_mb << " MB):\n";
   std::vector<std::vector<std::string>> bw;
   for (const auto& p : rep.bandwidth)
     bw.push_back({std::to_string(p.threads), f(p.at_start, 2), f(p.at_end, 2), f(p.gb_per_s, 2)});

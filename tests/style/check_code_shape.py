@@ -23,7 +23,8 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
+
+from self_test import self_test as run_self_test
 
 from check_layering import list_files
 
@@ -116,15 +117,7 @@ def self_test():
                 "tests/t/test_x.cpp:84: function TEST_CASE_FIXTURE(\"a long fixture case\") is 83 lines",
                 "kernel_src/k.cu:1: function kern is 87 lines",
                 "cli/big.cpp: 601 lines"]
-    with tempfile.TemporaryDirectory(prefix="metrale-code-shape-") as root:
-        for path, content in tree.items():
-            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
-            with open(os.path.join(root, path), "w", encoding="utf-8") as f:
-                f.write(content)
-        found = check(root)
-    missing = [e for e in expected if not any(p.startswith(e) for p in found)]
-    extra = [p for p in found if not any(p.startswith(e) for e in expected)]
-    return [f"self-test: not reported: {m}" for m in missing] + [f"self-test: reported wrongly: {x}" for x in extra]
+    return run_self_test(tree, expected, check, "metrale-code-shape-")
 
 
 def main():

@@ -20,7 +20,8 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
+
+from self_test import self_test as run_self_test
 
 EXTRA_BACKEND_WORDS = ["CUDA", "NVRTC", "libcuda"]
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cuh", ".cu")
@@ -210,15 +211,7 @@ def self_test():
                 "runtime/src/a.cpp:4: the runtime names 'xpu'",
                 "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
                 "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'"]
-    with tempfile.TemporaryDirectory(prefix="metrale-layering-") as root:
-        for path, text in tree.items():
-            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
-            with open(os.path.join(root, path), "w", encoding="utf-8") as f:
-                f.write(text)
-        found = check(root)
-    missing = [e for e in expected if not any(p.startswith(e) for p in found)]
-    extra = [p for p in found if not any(p.startswith(e) for e in expected)]
-    return [f"self-test: not reported: {m}" for m in missing] + [f"self-test: reported wrongly: {x}" for x in extra]
+    return run_self_test(tree, expected, check, "metrale-layering-")
 
 
 def main():

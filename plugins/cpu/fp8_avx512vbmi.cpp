@@ -4,15 +4,7 @@
 // AVX-512 VBMI; bf16_isa.hpp), the loop structure panel_kernels.hpp's. Compiled with
 // -mavx512vbmi in a unit of its own and chosen at create() only when the CPU has VBMI; without it
 // the tier runs the avx512 tier's FP8 bodies (f32 FMA on codes converted through f16).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "bf16_isa.hpp"
 

@@ -8,15 +8,7 @@
 // - 8-bit codes: a lane of a unit is the four bytes k .. k + 3 of a column, the operand as is;
 // - 4-bit codes: the panel lane's nibbles masked into bytes, (k0, k4, k1, k5) and, shifted,
 //   (k2, k6, k3, k7); the activations are prepared in that order per 8-wide block of K.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "avx512_panel_ops.hpp"
 #include "panel_kernels.hpp"

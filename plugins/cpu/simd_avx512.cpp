@@ -14,18 +14,7 @@
 //   16 halves narrowed out of the lanes and converted.
 // int8 activations (IsaI8): codes and activations widened to 16 bits, `vpmaddwd` pairs summed
 // into int32 lanes (exact; `vpmaddubsw` is avoided: its 16-bit sums of u8 x s8 pairs saturate).
-// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector, which
-// -Wuninitialized reports wherever they are inlined (GCC bug 105593); silence it for the
-// header's own lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "act_avx512.hpp"
 #include "avx512_panel_ops.hpp"

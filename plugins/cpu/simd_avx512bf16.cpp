@@ -6,18 +6,7 @@
 // fp8_avx512vbmi.cpp and the int8-activation families from int8_avx512vnni.cpp (or, on a CPU
 // without VBMI or VNNI, from the avx512 tier). Compiled with the matching -m flags; called only
 // after target detection.
-// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector, which
-// -Wuninitialized reports wherever they are inlined (GCC bug 105593); silence it for the
-// header's own lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "act_avx512.hpp"
 #include "bf16_isa.hpp"

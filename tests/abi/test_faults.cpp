@@ -16,7 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path plugin(const std::string& variant) { return fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"); }
 const fs::path kCpuManifest = fs::path(CPU_PLUGIN_DIR) / "cpu.json";
 
 nlohmann::json one_kernel_modules() {
@@ -88,7 +87,7 @@ TEST_CASE("fault plugins: one precise line each, CPU unaffected") {
   };
   for (const auto& c : cases) {
     CAPTURE(c.variant);
-    auto file = write_file(dir / (c.variant + ".json"), manifest_for(plugin(c.variant)).dump());
+    auto file = write_file(dir / (c.variant + ".json"), manifest_for(fault_plugin(c.variant)).dump());
     auto bad = check_with_cpu(file);
     CHECK(bad.state == c.state);
     for (const auto& word : c.words) CHECK_MESSAGE(bad.reason.find(word) != std::string::npos, bad.reason);
@@ -107,7 +106,7 @@ TEST_CASE("library problems: missing, not an ELF, checksum pin") {
   bad = check_with_cpu(not_elf);
   CHECK(bad.reason.find("not an ELF shared object") != std::string::npos);
 
-  auto pinned = manifest_for(plugin("good"));
+  auto pinned = manifest_for(fault_plugin("good"));
   pinned["library_checksum"] = "xxh3-64:0000000000000000";
   bad = check_with_cpu(write_file(dir / "pinned.json", pinned.dump()));
   CHECK(bad.reason.find("does not match the manifest's pin xxh3-64:0000000000000000") != std::string::npos);
@@ -115,7 +114,7 @@ TEST_CASE("library problems: missing, not an ELF, checksum pin") {
 
 TEST_CASE("bad manifests are invalid entries naming file and pointer; CPU unaffected") {
   TempDir dir;
-  auto no_backend = manifest_for(plugin("good"));
+  auto no_backend = manifest_for(fault_plugin("good"));
   no_backend.erase("backend");
   auto bad = check_with_cpu(write_file(dir / "nobackend.json", no_backend.dump()));
   CHECK(bad.state == EntryState::invalid);
@@ -126,12 +125,12 @@ TEST_CASE("bad manifests are invalid entries naming file and pointer; CPU unaffe
   CHECK(bad.state == EntryState::invalid);
   CHECK(bad.reason.find("broken.json") != std::string::npos);
 
-  auto future = manifest_for(plugin("good"));
+  auto future = manifest_for(fault_plugin("good"));
   future["format_version"] = "2.0";
   bad = check_with_cpu(write_file(dir / "future.json", future.dump()));
   CHECK(bad.state == EntryState::skipped);
 
-  auto escaping = manifest_for(plugin("good"));
+  auto escaping = manifest_for(fault_plugin("good"));
   escaping["library"] = "../../libfault_good.so";
   bad = check_with_cpu(write_file(dir / "escape.json", escaping.dump()));
   CHECK(bad.state == EntryState::invalid);

@@ -21,7 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path plugin(const std::string& variant) { return fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"); }
 
 nlohmann::json fill_kernel() {
   return {{"name", "fill"},
@@ -29,7 +28,7 @@ nlohmann::json fill_kernel() {
 }
 
 Registry discover_variant(const TempDir& dir, const std::string& variant) {
-  auto json = manifest_json("fault", plugin(variant), 1, {{"test", nlohmann::json::array({fill_kernel()})}});
+  auto json = manifest_json("fault", fault_plugin(variant), 1, {{"test", nlohmann::json::array({fill_kernel()})}});
   DiscoveryOptions options;
   options.manifests = std::vector<fs::path>{write_file(dir / (variant + ".json"), json.dump())};
   return Registry::discover(options);
@@ -52,7 +51,7 @@ Error error_of(const std::function<void()>& call) {
 // keeps the counter alive while registries and backends come and go.
 class DestroyCounter {
  public:
-  explicit DestroyCounter(const std::string& variant) : handle_(dlopen(plugin(variant).c_str(), RTLD_NOW | RTLD_LOCAL)) {
+  explicit DestroyCounter(const std::string& variant) : handle_(dlopen(fault_plugin(variant).c_str(), RTLD_NOW | RTLD_LOCAL)) {
     REQUIRE(handle_);
     auto entry = reinterpret_cast<metrale_plugin_entry_fn>(dlsym(handle_, METRALE_PLUGIN_ENTRY_SYMBOL));
     REQUIRE((entry != nullptr));
@@ -109,7 +108,7 @@ TEST_CASE("an exception thrown across the C ABI is a named Error, and the backen
     const Error e = error_of([&] { c.call(*backend); });
     const std::string message = e.what();
     CHECK(e.status() == Status::internal);
-    CHECK_MESSAGE(message.find("backend fault (plugin " + plugin(c.variant).string() + "): " + c.entry +
+    CHECK_MESSAGE(message.find("backend fault (plugin " + fault_plugin(c.variant).string() + "): " + c.entry +
                                " let an exception escape the C ABI") == 0, message);
     CHECK_MESSAGE(message.find("fault plugin: ") != std::string::npos, message);
     CHECK_MESSAGE(message.find("throws on purpose") != std::string::npos, message);
@@ -127,7 +126,7 @@ TEST_CASE("a failing call reports the plugin's own status and message") {
   const Error e = error_of([&] { backend->alloc(size_t{2} << 20); });
   CHECK(e.status() == Status::invalid_argument);  // not out-of-memory: the plugin said otherwise
   CHECK(std::string(e.what()) ==
-        "backend fault (plugin " + plugin("alloc_refuses").string() +
+        "backend fault (plugin " + fault_plugin("alloc_refuses").string() +
             "): mem_alloc(2097152) failed (invalid-argument): fault plugin: mem_alloc refuses more than 1 MiB "
             "(FAULT_ALLOC_REFUSES)");
   const Error freed = error_of([&] { backend->free(DevicePtr{12345}); });

@@ -156,7 +156,7 @@ TEST_CASE("METRALE_BACKEND naming a backend that is not loaded: exit 3 on every 
   CHECK(has(invalid.err, "unknown key \"priorty\""));
   // create() fails: its message. (Known only once the plugin is loaded: every command that
   // loads refuses.)
-  const fs::path failing = write_file(dir / "fault.json", manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_create_fails.so", 1, {}).dump());
+  const fs::path failing = write_file(dir / "fault.json", manifest_json("fault", fault_plugin("create_fails"), 1, {}).dump());
   auto failed = run("list", {{"METRALE_BACKEND", "fault"}, {"METRALE_MANIFESTS", failing.string() + ":" + CPU_MANIFEST}});
   CHECK(failed.code == 3);
   CHECK(has(failed.err, "backend 'fault' cannot be used (failed: create() failed (internal): fault plugin: create() fails on purpose"));

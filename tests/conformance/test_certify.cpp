@@ -41,7 +41,7 @@ struct Loaded {
 
 Loaded load(const testing::TempDir& dir, const std::string& variant, const std::map<std::string, nlohmann::json>& modules,
             const std::string& target = "test-target") {
-  auto json = testing::manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"), 1, modules);
+  auto json = testing::manifest_json("fault", testing::fault_plugin(variant), 1, modules);
   json["targets"] = {target};
   DiscoveryOptions options;
   options.manifests = std::vector<fs::path>{testing::write_file(dir / (variant + target + ".json"), json.dump())};

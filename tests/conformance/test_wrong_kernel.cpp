@@ -35,7 +35,7 @@ bool ran_gemv(const CaseResult& r) {
 
 TEST_CASE("a correct w4a16_gemv passes the cases that use it") {
   testing::TempDir dir;
-  auto json = testing::manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1,
+  auto json = testing::manifest_json("fault", testing::fault_plugin("good"), 1,
                                      {{"w4a16", nlohmann::json::array({testing::w4a16_kernel("w4a16_gemv")})}});
   auto results = run_all(testing::write_file(dir / "good.json", json.dump()), "fault");
   auto summary = summarize(results);

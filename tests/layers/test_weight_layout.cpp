@@ -25,7 +25,6 @@ namespace {
 
 constexpr uint32_t kFaultXorPattern = 0x9abcdef1u;  // kXorLayout of tests/abi/fault_plugin.cpp
 
-fs::path plugin(const std::string& variant) { return fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"); }
 
 // A w4a16-family kernel that reads `layout` (nullopt: no weight_layout, the canonical layout).
 nlohmann::json w4a16_kernel_reading(const std::string& name, const std::optional<std::string>& layout) {
@@ -72,7 +71,7 @@ Comparison gemv_against_reference(Backend& b, KernelHandle gemv, const DeviceQua
 
 TEST_CASE("the layers load weights through the backend's repack: a dense FFN on the fault-xor layout is right") {
   testing::TempDir dir;
-  auto registry = testing::discover_manifest(dir, dense_manifest("xor", plugin("xor_layout"), "fault-xor", "fault-xor"));
+  auto registry = testing::discover_manifest(dir, dense_manifest("xor", testing::fault_plugin("xor_layout"), "fault-xor", "fault-xor"));
   auto b = registry.find("xor");
   REQUIRE(b);
   const ModelConfig c = *preset_config("small-dense");
@@ -105,7 +104,7 @@ TEST_CASE("the layers load weights through the backend's repack: a dense FFN on 
 
 TEST_CASE("weights that skipped the repack are wrong on that layout, and the layers refuse them before a launch") {
   testing::TempDir dir;
-  auto registry = testing::discover_manifest(dir, dense_manifest("xor", plugin("xor_layout"), "fault-xor", "fault-xor"));
+  auto registry = testing::discover_manifest(dir, dense_manifest("xor", testing::fault_plugin("xor_layout"), "fault-xor", "fault-xor"));
   auto b = registry.find("xor");
   REQUIRE(b);
   const QuantMatrix w = synthetic_w4a16("ffn.gate_up", 77, 256, 5);
@@ -159,7 +158,7 @@ TEST_CASE("kernels reading a layout the weights will not be in: the build fails 
   for (const Case& k : cases) {
     CAPTURE(k.what);
     testing::TempDir dir;
-    auto registry = testing::discover_manifest(dir, dense_manifest(k.backend, plugin(k.variant), k.kernel_layout, k.repack_layout));
+    auto registry = testing::discover_manifest(dir, dense_manifest(k.backend, testing::fault_plugin(k.variant), k.kernel_layout, k.repack_layout));
     auto b = registry.find(k.backend);
     REQUIRE(b);
     auto check_error = [&](const Error& e) {

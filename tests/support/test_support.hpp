@@ -104,4 +104,11 @@ inline Registry discover_manifest(const TempDir& dir, const nlohmann::json& mani
   return Registry::discover(options);
 }
 
+#ifdef FAULT_PLUGIN_DIR
+// The library of one fault-plugin variant (tests/abi/meson.build builds one per misbehaviour).
+inline std::filesystem::path fault_plugin(const std::string& variant) {
+  return std::filesystem::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so");
+}
+#endif
+
 }  // namespace metrale::testing

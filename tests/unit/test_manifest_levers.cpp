@@ -16,7 +16,6 @@ using Json = nlohmann::json;
 
 namespace {
 
-fs::path plugin(const std::string& variant) { return fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"); }
 
 Json fill_module() {
   return Json::array({{{"name", "fill"},
@@ -32,7 +31,7 @@ Json lever(const std::string& name, const std::string& option, const std::string
 // A manifest of the fault plugin `variant` (whose backend name it must carry) with `levers`.
 fs::path write_manifest(const TempDir& dir, const std::string& backend, const std::string& variant, Json levers,
                         const std::string& file = "") {
-  Json json = manifest_json(backend, plugin(variant), 1, {{"test", fill_module()}});
+  Json json = manifest_json(backend, fault_plugin(variant), 1, {{"test", fill_module()}});
   if (!levers.empty()) json["levers"] = std::move(levers);
   return write_file(dir / (file.empty() ? backend + ".json" : file), json.dump(2));
 }
@@ -139,7 +138,7 @@ TEST_CASE("target_tiers gate min_target and cpu_features by the manifest's ladde
     kernel[key] = std::move(value);
     return kernel;
   };
-  Json json = manifest_json("fault", plugin("good"), 1,
+  Json json = manifest_json("fault", fault_plugin("good"), 1,
                             {{"w4a16", Json::array({needs("on_avx2", "min_target", "x86-avx2"),
                                                     needs("on_avx512", "min_target", "x86-avx512"),
                                                     needs("with_fma", "cpu_features", Json::array({"sse2", "fma"})),
@@ -176,7 +175,7 @@ TEST_CASE("extensions: offered by loaded and unavailable backends, precise error
       CHECK(answer.manifest.backend == backend);
     }
     CHECK(registry.entries()[1].state == EntryState::unavailable);
-    const std::string unknown = "extension 'no_such_thing' of backend 'alt': plugin " + plugin("alt").string();
+    const std::string unknown = "extension 'no_such_thing' of backend 'alt': plugin " + fault_plugin("alt").string();
     CHECK_THROWS_WITH_AS(registry.extension("alt", "no_such_thing"), doctest::Contains(unknown.c_str()), Error);
     CHECK_THROWS_WITH_AS(registry.extension("nosuch", "fault_answer"),
                          doctest::Contains("no manifest names the backend. Backends: alt (loaded)"), Refusal);

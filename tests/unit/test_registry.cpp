@@ -15,7 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path plugin(const std::string& variant) { return fs::path(FAULT_PLUGIN_DIR) / ("libfault_" + variant + ".so"); }
 
 nlohmann::json fill_module() {
   return nlohmann::json::array({{{"name", "fill"},
@@ -25,7 +24,7 @@ nlohmann::json fill_module() {
 }
 
 fs::path write_manifest(const fs::path& file, const std::string& backend, const std::string& variant, int priority) {
-  return write_file(file, manifest_json(backend, plugin(variant), priority, {{"test", fill_module()}}).dump(2));
+  return write_file(file, manifest_json(backend, fault_plugin(variant), priority, {{"test", fill_module()}}).dump(2));
 }
 
 // No lever from the developer's shell may leak into these tests.
@@ -179,7 +178,7 @@ TEST_CASE("lookups: gating by target, signature check, not-provided reason, type
   auto hopper_only = w4a16_kernel("w4a16_gemm_t_p3");
   hopper_only["min_target"] = "sm_90";
   auto make = [&](const std::string& target, const std::string& variant) {
-    auto json = manifest_json("fault", plugin(variant), 1,
+    auto json = manifest_json("fault", fault_plugin(variant), 1,
                               {{"test", fill_module()}, {"w4a16", nlohmann::json::array({hopper_only, w4a16_kernel("w4a16_gemm_t")})}});
     json["targets"] = {target};
     DiscoveryOptions options;

@@ -23,7 +23,7 @@ struct Shaped {
     std::map<std::string, nlohmann::json> modules{{"w4a16", w4a16_kernels(w4a16)}};
     if (!v2.empty()) modules["w4a16_v2"] = w4a16_kernels(v2);
     if (!v3.empty()) modules["w4a16_v3"] = w4a16_kernels(v3);
-    registry = discover_manifest(dir, manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1, modules));
+    registry = discover_manifest(dir, manifest_json("fault", fault_plugin("good"), 1, modules));
     backend = registry.find("fault");
     REQUIRE(backend);
   }

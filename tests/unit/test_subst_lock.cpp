@@ -22,7 +22,7 @@ struct Vendor {
   std::shared_ptr<Backend> backend;
   explicit Vendor(std::vector<std::string> w4a16 = {"w4a16_gemm_t", "w4a16_gemm_t_k64"}) {
     auto odd = nlohmann::json::array({{{"name", "odd_gemm"}, {"params", {{{"name", "x"}, {"type", "ptr"}}}}}});
-    registry = discover_manifest(dir, manifest_json("fault", fs::path(FAULT_PLUGIN_DIR) / "libfault_good.so", 1,
+    registry = discover_manifest(dir, manifest_json("fault", fault_plugin("good"), 1,
                                                     {{"w4a16", w4a16_kernels(w4a16)},
                                                      {"vendor", w4a16_kernels({"fast_gemm"})},
                                                      {"odd", odd}}));

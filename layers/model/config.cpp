@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "config.hpp"
+#include "config_json.hpp"
 
 #include "checked.hpp"
 #include "safetensors_header.hpp"  // display_name
@@ -28,6 +29,29 @@ const char* ffn_kind_name(FfnKind kind) noexcept {
   return "none";
 }
 
+namespace config_json {
+
+void error(const std::string& source, const std::string& what) { throw Error(Status::invalid_argument, source + ": " + what); }
+
+std::optional<uint32_t> u32(const nlohmann::json& doc, const std::string& source, const char* key) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  const auto value = json_unsigned(*it);
+  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
+    error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
+  }
+  return static_cast<uint32_t>(*value);
+}
+
+std::optional<std::string> string(const nlohmann::json& doc, const std::string& source, const char* key) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) error(source, std::string("'") + key + "' must be a string, got " + describe_json(*it));
+  return it->get<std::string>();
+}
+
+}  // namespace config_json
+
 FfnKind ModelConfig::ffn_kind() const noexcept {
   if (num_experts > 0) return FfnKind::moe;
   if (intermediate_size > 0) return FfnKind::dense;
@@ -36,25 +60,14 @@ FfnKind ModelConfig::ffn_kind() const noexcept {
 
 namespace {
 
-[[noreturn]] void config_error(const std::string& source, const std::string& what) {
-  throw Error(Status::invalid_argument, source + ": " + what);
-}
+[[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
+constexpr auto get_u32 = config_json::u32;
 
 void need_multiple(const std::string& source, std::string_view key, uint32_t value, std::string_view why) {
   if (value % kW4a16GroupSize != 0) {
     config_error(source, std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
                              std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
   }
-}
-
-std::optional<uint32_t> get_u32(const nlohmann::json& doc, const std::string& source, const char* key) {
-  auto it = doc.find(key);
-  if (it == doc.end() || it->is_null()) return std::nullopt;
-  const auto value = json_unsigned(*it);
-  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
-    config_error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
-  }
-  return static_cast<uint32_t>(*value);
 }
 
 void need_at_most(const std::string& source, std::string_view key, uint32_t value, uint32_t max) {

@@ -3,6 +3,7 @@
 // the routing (which metrale implements for softmax scoring and greedy top-k), and which decoder
 // layers are dense in a MoE model (docs/checkpoint-formats.md, "Tensor names by architecture").
 #include "config.hpp"
+#include "config_json.hpp"
 
 #include <metrale/json_file.hpp>
 #include <metrale/status.hpp>
@@ -17,26 +18,9 @@ namespace metrale::layers {
 
 namespace {
 
-[[noreturn]] void config_error(const std::string& source, const std::string& what) {
-  throw Error(Status::invalid_argument, source + ": " + what);
-}
-
-std::optional<uint32_t> u32_key(const nlohmann::json& doc, const std::string& source, const char* key) {
-  auto it = doc.find(key);
-  if (it == doc.end() || it->is_null()) return std::nullopt;
-  const auto value = json_unsigned(*it);
-  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
-    config_error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
-  }
-  return static_cast<uint32_t>(*value);
-}
-
-std::optional<std::string> string_key(const nlohmann::json& doc, const std::string& source, const char* key) {
-  auto it = doc.find(key);
-  if (it == doc.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) config_error(source, std::string("'") + key + "' must be a string, got " + describe_json(*it));
-  return it->get<std::string>();
-}
+[[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
+constexpr auto u32_key = config_json::u32;
+constexpr auto string_key = config_json::string;
 
 // Only softmax scoring and a plain top-k route as moe/topk_softmax does.
 void check_routing(const nlohmann::json& doc, const std::string& source) {

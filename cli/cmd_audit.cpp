@@ -6,10 +6,10 @@
 #include "commands.hpp"
 #include "tier_flags.hpp"
 
-#include <layers/checkpoint/checkpoint.hpp>
-#include <layers/model/config.hpp>
-#include <layers/model/ffn.hpp>
-#include <layers/selectors.hpp>
+#include <layers/io/checkpoint.hpp>
+#include <layers/io/config.hpp>
+#include <layers/ffn/ffn.hpp>
+#include <layers/linear/selectors.hpp>
 #include <metrale/json_file.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/lock.hpp>

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // `metrale bench GLOB`: verify and time every GEMV/GEMM variant of a documented family (w4a16 and
 // the quantized families of docs/kernels.md) of one or more backends whose name matches GLOB, on
-// a model preset's projection shapes or an explicit --m/--n/--k (layers/bench/bench.hpp). One row
+// a model preset's projection shapes or an explicit --m/--n/--k (tools/bench/bench.hpp). One row
 // per variant and shape with its tier, its disposition and the command that reruns just that row.
 // Exit 1 when nothing matched, or a variant was incorrect or failed to launch.
 //
 // The work is done once into a BenchReport; the text, JSON and CSV renderers only print it.
 #include "commands.hpp"
 
-#include <layers/bench/bench.hpp>
-#include <layers/model/progress.hpp>
-#include <layers/model/reference.hpp>
+#include <tools/bench/bench.hpp>
+#include <cli/progress.hpp>
+#include <layers/reference/reference.hpp>
 #include <metrale/text_table.hpp>
 
 #include <nlohmann/json.hpp>
@@ -75,7 +75,7 @@ std::string csv_field(const std::string& s) {
 
 const std::string kBudget =
     "|y - r| <= 2^-7 |r| + 2^-12 sum|x*w| against the double-precision reference of the variant's tier "
-    "(layers/model/reference.hpp; int8/fp8 inputs quantized as the tier defines, docs/quantization.md)";
+    "(layers/reference/reference.hpp; int8/fp8 inputs quantized as the tier defines, docs/quantization.md)";
 
 // Everything `metrale bench` prints, computed before anything is printed.
 struct BenchReport {

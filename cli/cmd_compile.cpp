@@ -5,7 +5,7 @@
 //
 // The metrale binary does not link NVRTC, nor load anything itself: the registry discovers the
 // cuda backend (handshake, checksum pin, METRALE_BACKENDS_DISABLE, as for any use of a backend)
-// and hands out the plugin's compile extension (plugins/cuda/include/metrale/cuda_compile.h),
+// and hands out the plugin's compile extension (runtime/abi/metrale/cuda_compile.h),
 // which works without a device. Kernel source and cache directories are the runtime's. Progress
 // goes to stderr, one line as each module starts and ends; the table (or --json) to stdout.
 #include "commands.hpp"

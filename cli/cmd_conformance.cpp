@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// `metrale conformance`: certify one backend (layers/conformance/certify.hpp) so a vendor can check
+// `metrale conformance`: certify one backend (tools/conformance/certify.hpp) so a vendor can check
 // a drop-in plugin before shipping it: manifest against plugin and docs/kernels.md, the layer
 // paths it claims, then the conformance cases against the reference, reported per case, and the
 // table of paths it serves. Exit 1 on any failure, and when the backend lists documented kernels
@@ -8,8 +8,8 @@
 
 #include <metrale/names.hpp>
 
-#include <layers/conformance/certify.hpp>
-#include <layers/model/progress.hpp>
+#include <tools/conformance/certify.hpp>
+#include <cli/progress.hpp>
 
 #include <nlohmann/json.hpp>
 

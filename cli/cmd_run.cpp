@@ -9,14 +9,14 @@
 #include "commands.hpp"
 #include "tier_flags.hpp"
 
-#include <layers/checkpoint/checkpoint.hpp>
-#include <layers/model/activation_io.hpp>
-#include <layers/model/ffn.hpp>
-#include <layers/model/progress.hpp>
-#include <layers/model/quant_synthetic.hpp>
-#include <layers/model/reference.hpp>
-#include <layers/model/tensor_source.hpp>
-#include <layers/selectors.hpp>
+#include <layers/io/checkpoint.hpp>
+#include <layers/io/activation_io.hpp>
+#include <layers/ffn/ffn.hpp>
+#include <cli/progress.hpp>
+#include <layers/core/quant_synthetic.hpp>
+#include <layers/reference/reference.hpp>
+#include <layers/io/tensor_source.hpp>
+#include <layers/linear/selectors.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 #include <metrale/text_table.hpp>

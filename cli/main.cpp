@@ -5,7 +5,7 @@
 #include "commands.hpp"
 #include "metrale_config.h"
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 

@@ -4,8 +4,8 @@
 // registered once here and turned into the layers' requests the same way for both commands.
 #pragma once
 
-#include <layers/model/tier_request.hpp>
-#include <layers/model/weights.hpp>
+#include <layers/core/tier_request.hpp>
+#include <layers/io/weights.hpp>
 
 #include <CLI/CLI.hpp>
 

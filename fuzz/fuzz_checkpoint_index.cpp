@@ -3,7 +3,7 @@
 // empty temporary directory).
 #include <metrale/status.hpp>
 
-#include <model/tensor_source.hpp>
+#include <io/tensor_source.hpp>
 
 #include <cstddef>
 #include <cstdint>

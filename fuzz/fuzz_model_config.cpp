@@ -4,7 +4,7 @@
 #include <metrale/log.hpp>
 #include <metrale/status.hpp>
 
-#include <model/config.hpp>
+#include <io/config.hpp>
 
 #include <cstddef>
 #include <cstdint>

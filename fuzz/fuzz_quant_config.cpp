@@ -5,7 +5,7 @@
 #include <metrale/json_file.hpp>
 #include <metrale/status.hpp>
 
-#include <checkpoint/quant_config.hpp>
+#include <io/quant_config.hpp>
 
 #include <cstddef>
 #include <cstdint>

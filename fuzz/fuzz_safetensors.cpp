@@ -3,7 +3,7 @@
 // opened by path through SafetensorsReader; every tensor it accepts is then read back.
 #include <metrale/status.hpp>
 
-#include <model/safetensors.hpp>
+#include <io/safetensors.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>

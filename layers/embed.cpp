@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "embed.hpp"
 
-#include "levers.hpp"
+#include "core/levers.hpp"
 
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>

@@ -5,12 +5,12 @@
 // the caller's device buffers. Each is a thin composition of the public API beside it.
 #pragma once
 
-#include "checkpoint/checkpoint.hpp"
-#include "model/config.hpp"
-#include "model/device_buffer.hpp"
-#include "model/ffn.hpp"
-#include "model/tier_request.hpp"
-#include "model/weights.hpp"
+#include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "core/device_buffer.hpp"
+#include "ffn/ffn.hpp"
+#include "core/tier_request.hpp"
+#include "io/weights.hpp"
 
 #include <metrale/backend.hpp>
 #include <metrale/registry.hpp>

@@ -13,9 +13,9 @@
 #include "bench_report.hpp"
 #include "bench_rows.hpp"
 #include "bench_targets.hpp"
-#include "model/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 
 #include <metrale/log.hpp>
 #include <metrale/registry.hpp>

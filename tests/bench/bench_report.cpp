@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "bench_report.hpp"
 
-#include "selectors.hpp"
+#include "linear/selectors.hpp"
 
 #include <metrale/text_table.hpp>
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "bench_rows.hpp"
 
-#include "model/ffn.hpp"
-#include "model/reference.hpp"
+#include "ffn/ffn.hpp"
+#include "reference/reference.hpp"
 
 #include <metrale/status.hpp>
 

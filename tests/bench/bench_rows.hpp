@@ -6,8 +6,8 @@
 
 #include "bench_machine.hpp"
 
-#include "model/tiers.hpp"
-#include "model/weights.hpp"
+#include "core/tiers.hpp"
+#include "io/weights.hpp"
 
 #include <cstdint>
 #include <string>

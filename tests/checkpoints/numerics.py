@@ -46,7 +46,7 @@ def f32_to_bf16_bits(x) -> np.ndarray:
 
 
 def bf16_ulp(x) -> np.ndarray:
-    """One unit in the last place of a bf16 of this magnitude (as layers/model/numeric.cpp)."""
+    """One unit in the last place of a bf16 of this magnitude (as layers/core/numeric.cpp)."""
     a = np.abs(np.asarray(x, dtype=np.float64))
     _, e = np.frexp(np.where(a > 0, a, 1.0))
     return np.where(a < 2.0 ** -126, 2.0 ** -133, np.ldexp(1.0, e - 1 - 7))

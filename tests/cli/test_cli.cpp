@@ -79,7 +79,7 @@ TEST_CASE("metrale list shows the CPU backend with its target and kernel count")
 TEST_CASE("metrale audit: a row per lookup with its site, and the visible p3 fallback") {
   auto r = run("audit");
   CHECK(r.code == 0);
-  CHECK(has(r.out, "layers/selectors.cpp") == false);  // the site is the caller, not the selector
+  CHECK(has(r.out, "layers/linear/selectors.cpp") == false);  // the site is the caller, not the selector
   CHECK(has(r.out, "cli/cmd_audit.cpp:"));
   auto j = run("audit --json");
   REQUIRE(j.code == 0);
@@ -348,7 +348,7 @@ TEST_CASE("a lock pins each row's tier; enforcing it refuses a different tier na
   auto changed = run("audit --model small-dense --weight-quantization int4-zp",
                      {{"METRALE_LOCK", lock}, {"METRALE_ACTIVATION_QUANTIZATION", "int8"}});
   CHECK(changed.code == 3);
-  CHECK(has(changed.err, "layers/model/dense_ffn.cpp:"));
+  CHECK(has(changed.err, "layers/ffn/dense_ffn.cpp:"));
   CHECK(has(changed.err, ": tier bf16/w4a16_zp in the lock, int8/w4a8 in the current configuration"));
 
   // A lock of the format before tiers (no lock_format_minor, rows without "tier"): every row ran

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "conformance/conformance.hpp"
-#include "selectors.hpp"
+#include "linear/selectors.hpp"
 
 #include <algorithm>
 #include <set>

@@ -10,7 +10,7 @@
 
 #include "conformance/certify.hpp"
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 #include <metrale/registry.hpp>
 
 #include "test_support.hpp"

@@ -8,7 +8,7 @@
 
 #include "conformance/certify.hpp"
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 
 #include <metrale/names.hpp>
 #include <metrale/registry.hpp>

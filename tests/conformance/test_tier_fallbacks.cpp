@@ -7,9 +7,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <layers/levers.hpp>
-#include <layers/model/dense_ffn.hpp>
-#include <layers/model/moe.hpp>
+#include <layers/core/levers.hpp>
+#include <layers/ffn/dense_ffn.hpp>
+#include <layers/ffn/moe.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
 

@@ -9,7 +9,7 @@
 #include "test_support.hpp"
 
 #include <layers/embed.hpp>
-#include <layers/model/reference.hpp>
+#include <layers/reference/reference.hpp>
 
 #include <metrale/status.hpp>
 

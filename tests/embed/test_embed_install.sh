@@ -24,7 +24,7 @@ lib="$staged/$libdir"
 inc="$staged/$includedir"
 for f in "$lib/libmetrale-layers.so" "$lib/libmetrale.so" "$lib/pkgconfig/metrale-layers.pc" "$lib/pkgconfig/metrale.pc" \
          "$lib/cmake/metrale/metraleConfig.cmake" "$lib/cmake/metrale/metraleConfigVersion.cmake" \
-         "$inc/metrale/layers/embed.hpp" "$inc/metrale/layers/checkpoint/checkpoint.hpp" "$inc/metrale/registry.hpp"; do
+         "$inc/metrale/layers/embed.hpp" "$inc/metrale/layers/io/checkpoint.hpp" "$inc/metrale/registry.hpp"; do
   [ -e "$f" ] || fail "not installed: ${f#"$root/dest"}"
 done
 

@@ -5,7 +5,7 @@
 
 #include "backend_support.hpp"
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 
 #include <cstdio>
 

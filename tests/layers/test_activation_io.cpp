@@ -3,9 +3,9 @@
 // rounding of F32/F16 inputs to bf16, and the messages for a wrong tensor, dtype or shape.
 #include <doctest/doctest.h>
 
-#include "model/activation_io.hpp"
-#include "model/numeric.hpp"
-#include "model/safetensors.hpp"
+#include "io/activation_io.hpp"
+#include "core/numeric.hpp"
+#include "io/safetensors.hpp"
 #include "test_support.hpp"
 
 #include <cstring>

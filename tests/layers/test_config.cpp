@@ -2,7 +2,7 @@
 // config.json parsing, presets and their errors.
 #include <doctest/doctest.h>
 
-#include "model/config.hpp"
+#include "io/config.hpp"
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>

@@ -4,9 +4,9 @@
 // break a parser. Every case must end in a metrale::Error naming the file (and tensor or key).
 #include <doctest/doctest.h>
 
-#include "model/config.hpp"
-#include "model/safetensors.hpp"
-#include "model/weights.hpp"
+#include "io/config.hpp"
+#include "io/safetensors.hpp"
+#include "io/weights.hpp"
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>

@@ -6,10 +6,10 @@
 #include <doctest/doctest.h>
 
 #include "backend_support.hpp"
-#include "model/ffn.hpp"
-#include "model/numeric.hpp"
-#include "model/reference.hpp"
-#include "selectors.hpp"
+#include "ffn/ffn.hpp"
+#include "core/numeric.hpp"
+#include "reference/reference.hpp"
+#include "linear/selectors.hpp"
 #include "test_support.hpp"
 
 #include <metrale/levers.hpp>

@@ -2,7 +2,7 @@
 // bf16 / fp16 conversions: round to nearest even, specials, and every fp16 value round-trips.
 #include <doctest/doctest.h>
 
-#include "model/numeric.hpp"
+#include "core/numeric.hpp"
 
 #include <bit>
 #include <cmath>

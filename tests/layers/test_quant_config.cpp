@@ -3,7 +3,7 @@
 // (naming the field, its value and what is supported) for everything metrale does not run.
 #include <doctest/doctest.h>
 
-#include <checkpoint/quant_config.hpp>
+#include <io/quant_config.hpp>
 #include <metrale/status.hpp>
 
 #include <nlohmann/json.hpp>

@@ -2,8 +2,8 @@
 // The reference itself, checked on cases small enough to work out by hand, and the comparison.
 #include <doctest/doctest.h>
 
-#include "model/numeric.hpp"
-#include "model/reference.hpp"
+#include "core/numeric.hpp"
+#include "reference/reference.hpp"
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>

@@ -2,9 +2,9 @@
 // Safetensors reader and writer, the project's FFN tensor names and GPTQ checkpoints.
 #include <doctest/doctest.h>
 
-#include "model/numeric.hpp"
-#include "model/safetensors.hpp"
-#include "model/weights.hpp"
+#include "core/numeric.hpp"
+#include "io/safetensors.hpp"
+#include "io/weights.hpp"
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>

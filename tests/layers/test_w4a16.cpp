@@ -2,9 +2,9 @@
 // W4A16 packing, quantization, dequantization, shape errors and synthetic weights.
 #include <doctest/doctest.h>
 
-#include "model/numeric.hpp"
-#include "model/rng.hpp"
-#include "model/w4a16.hpp"
+#include "core/numeric.hpp"
+#include "core/rng.hpp"
+#include "core/w4a16.hpp"
 
 #include <metrale/status.hpp>
 

@@ -7,8 +7,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include "model/ffn.hpp"
-#include "model/reference.hpp"
+#include "ffn/ffn.hpp"
+#include "reference/reference.hpp"
 #include "test_support.hpp"  // the layer tests' helpers, with tests/support's
 
 #include <metrale/status.hpp>

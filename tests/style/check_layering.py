@@ -4,10 +4,15 @@
 
 1. nothing under runtime/ includes a header of layers/ or plugins/;
 2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
-3. runtime/ code, comments stripped, names no backend and no lever it does not declare: backend
+3. inside layers/, each concern includes only the ones below it (LAYER_DEPENDS): core/ nothing
+   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io; the
+   layers' own files include nothing of tools/ (conformance, bench) or cli/;
+4. nothing under cli/ includes a header of plugins/ (the CLI reaches a plugin through the registry
+   and the ABI's extension headers);
+5. runtime/ code (its extension headers in runtime/abi/ aside), comments stripped, names no backend and no lever it does not declare: backend
    names are the "backend" of every manifest under manifests/ and plugins/ (plus the technology
    words in EXTRA_BACKEND_WORDS), lever names those declared in a manifest's "levers" and in
-   layers/levers.cpp.
+   layers/core/levers.cpp.
 
 Before the tree it checks a small generated tree with one violation of each kind and fails unless
 every one is reported, so a rule that stops working fails too.
@@ -122,12 +127,60 @@ def include_target(files, path, include, areas):
     return None
 
 
+# Which concerns of layers/ each may include ("" is the top: embed.hpp and the composition).
+LAYER_DEPENDS = {
+    "core": {"core"},
+    "io": {"core", "io"},
+    "linear": {"core", "linear"},
+    "ffn": {"core", "io", "linear", "reference", "ffn"},
+    "reference": {"core", "io", "reference"},
+    "": {"core", "io", "linear", "ffn", "reference", ""},
+}
+
+
+def layer_concern(path):
+    """The concern of a file under layers/ ("" for the top), or None outside layers/."""
+    parts = path.split("/")
+    if parts[0] != "layers":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def check_layer_includes(root, files, path, text):
+    problems = []
+    concern = layer_concern(path)
+    for match in INCLUDE.finditer(text):
+        include = match.group(1)
+        where = f"{path}:{line_of(text, match.start())}"
+        target = include_target(files, path, include, ["layers", "tools", "cli"])
+        if not target:
+            continue
+        if target.startswith(("tools/", "cli/")):
+            problems.append(f"{where}: the layers include {include} ({target}); tools and the CLI sit above them")
+            continue
+        if target.startswith("layers/") and layer_concern(target) not in LAYER_DEPENDS.get(concern, set()):
+            problems.append(f"{where}: layers/{concern or '(top)'} includes {include} ({target}); it may include "
+                            f"only {', '.join(sorted(c or '(top)' for c in LAYER_DEPENDS[concern]))}")
+    return problems
+
+
 def check_includes(root, files):
     problems = []
     for path in files:
         if not path.endswith(SOURCE_SUFFIXES):
             continue
         top = path.split("/")[0]
+        if top == "layers":
+            problems += check_layer_includes(root, files, path, code_of(path, read(root, path)))
+            continue
+        if top == "cli":
+            text = code_of(path, read(root, path))
+            for match in INCLUDE.finditer(text):
+                target = include_target(files, path, match.group(1), ["plugins"])
+                if target:
+                    problems.append(f"{path}:{line_of(text, match.start())}: the CLI includes {match.group(1)} "
+                                    f"({target}); it reaches plugins through the registry and runtime/abi")
+            continue
         if top not in ("runtime", "plugins"):
             continue
         text = code_of(path, read(root, path))
@@ -154,7 +207,7 @@ def check_includes(root, files):
 
 
 def declared_names(root, files):
-    """Backend names and non-runtime lever names, from the manifests and layers/levers.cpp."""
+    """Backend names and non-runtime lever names, from the manifests and layers/core/levers.cpp."""
     backends, levers = set(EXTRA_BACKEND_WORDS), set()
     for path in files:
         if path.endswith(".json") and path.startswith(("manifests/", "plugins/")):
@@ -165,9 +218,16 @@ def declared_names(root, files):
             if isinstance(doc, dict) and isinstance(doc.get("backend"), str):
                 backends.add(doc["backend"])
                 levers.update(l["name"] for l in doc.get("levers", []) if isinstance(l, dict) and "name" in l)
-    if "layers/levers.cpp" in files:
-        levers.update(re.findall(r'"(METRALE_[A-Z0-9_]+)"', read(root, "layers/levers.cpp")))
+    if "layers/core/levers.cpp" in files:
+        levers.update(re.findall(r'"(METRALE_[A-Z0-9_]+)"', read(root, "layers/core/levers.cpp")))
     return backends, levers
+
+
+def is_extension_header(path):
+    """A backend's extension header beside the ABI (runtime/abi/metrale/, other than the ABI itself
+    and its glue): its types belong to that backend, which it may name."""
+    return (path.startswith("runtime/abi/metrale/") and path.endswith(".h")
+            and os.path.basename(path) not in ("plugin_abi.h", "plugin_glue.h"))
 
 
 def check_names(root, files):
@@ -177,7 +237,7 @@ def check_names(root, files):
     words = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(backends | levers)) + r")\b", re.I)
     problems = []
     for path in files:
-        if not path.startswith("runtime/"):
+        if not path.startswith("runtime/") or is_extension_header(path):
             continue
         text = code_of(path, read(root, path))
         for match in words.finditer(text):
@@ -195,18 +255,27 @@ def self_test():
     """A tree with one violation of each kind: each must be reported."""
     tree = {
         "manifests/x.json": json.dumps({"backend": "xpu", "levers": [{"name": "METRALE_XPU_DEVICE"}]}),
-        "layers/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
-        "layers/selectors.hpp": "",
+        "layers/core/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
+        "layers/linear/selectors.hpp": "",
         "plugins/xpu/src/own.hpp": "",
         "plugins/xpu/src/plugin.cpp": '#include "own.hpp"\n#include <metrale/plugin_abi.h>\n'
                                       '#include <metrale/levers.hpp>\n',
         "runtime/abi/metrale/plugin_abi.h": "",
+        "layers/io/config.hpp": '#include "ffn/ffn.hpp"\n#include "core/numeric.hpp"\n',
+        "layers/ffn/ffn.hpp": '#include "bench/bench.hpp"\n',
+        "layers/core/numeric.hpp": "",
+        "tools/bench/bench.hpp": "",
+        "plugins/xpu/include/metrale/xpu_ext.h": "",
+        "cli/cmd.cpp": '#include <metrale/xpu_ext.h>\n',
         "runtime/include/metrale/levers.hpp": "",
-        "runtime/src/a.cpp": '#include <metrale/levers.hpp>\n#include <layers/selectors.hpp>\n'
+        "runtime/src/a.cpp": '#include <metrale/levers.hpp>\n#include <layers/linear/selectors.hpp>\n'
                              '// xpu in a comment is fine\nauto b = "xpu"; auto l = "METRALE_LAYER_SWITCH";\n'
                              'auto d = "METRALE_XPU_DEVICE";\n',
     }
-    expected = ["runtime/src/a.cpp:2: the runtime includes layers/selectors.hpp",
+    expected = ["runtime/src/a.cpp:2: the runtime includes layers/linear/selectors.hpp",
+                "layers/io/config.hpp:1: layers/io includes ffn/ffn.hpp",
+                "layers/ffn/ffn.hpp:1: the layers include bench/bench.hpp",
+                "cli/cmd.cpp:1: the CLI includes metrale/xpu_ext.h",
                 "plugins/xpu/src/plugin.cpp:3: a plugin includes metrale/levers.hpp",
                 "runtime/src/a.cpp:4: the runtime names 'xpu'",
                 "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
@@ -222,7 +291,8 @@ def main():
     for problem in problems:
         print(f"FAIL: {problem}")
     if not problems:
-        print("layering ok: runtime/ knows no layer, plugin, backend or non-runtime lever; plugins see only runtime/abi")
+        print("layering ok: runtime/ knows no layer, plugin, backend or non-runtime lever; plugins see only runtime/abi; "
+              "the layers' concerns include downwards only; cli/ includes nothing of plugins/")
     return 1 if problems else 0
 
 

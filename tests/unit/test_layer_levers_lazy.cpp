@@ -4,7 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <layers/selectors.hpp>
+#include <layers/linear/selectors.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 

@@ -2,7 +2,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <layers/levers.hpp>
+#include <layers/core/levers.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 

@@ -2,7 +2,7 @@
 // Every branch of the section-7 selectors, against test backends shaped by their manifests.
 #include <doctest/doctest.h>
 
-#include <layers/selectors.hpp>
+#include <layers/linear/selectors.hpp>
 #include <metrale/registry.hpp>
 
 #include "test_support.hpp"

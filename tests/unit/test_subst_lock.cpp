@@ -2,7 +2,7 @@
 // METRALE_KERNEL_SUBST, locks and audit diffs.
 #include <doctest/doctest.h>
 
-#include <layers/selectors.hpp>
+#include <layers/linear/selectors.hpp>
 #include <metrale/lock.hpp>
 #include <metrale/registry.hpp>
 

@@ -10,8 +10,8 @@
 // OUT_DIR/y.safetensors (tensor "y"), the files `metrale run --input / --output` reads and writes.
 // Exit codes as the CLI's: 0 ok, 1 error, 2 usage, 3 refusal.
 #include <metrale/layers/embed.hpp>
-#include <metrale/layers/model/activation_io.hpp>
-#include <metrale/layers/model/numeric.hpp>
+#include <metrale/layers/io/activation_io.hpp>
+#include <metrale/layers/core/numeric.hpp>
 #include <metrale/audit.hpp>
 #include <metrale/status.hpp>
 

@@ -29,7 +29,7 @@ struct Site {
   uint32_t line = 0;
   std::string function;
   static Site from(const std::source_location& location);
-  std::string to_string() const;  // "layers/selectors.cpp:42 tgemm_kernel"
+  std::string to_string() const;  // "layers/linear/selectors.cpp:42 tgemm_kernel"
 };
 
 struct AuditRow {

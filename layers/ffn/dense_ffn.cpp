@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "ffn/dense_ffn.hpp"
+
+#include <metrale/status.hpp>
+
+#include <array>
+
+namespace metrale::layers {
+
+namespace {
+constexpr std::array<metrale_param_type, 4> kActSignature{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
+                                                          METRALE_PARAM_U32};
+constexpr size_t kBf16 = 2;
+}  // namespace
+
+KernelHandle resolve_act(Backend& backend, Activation activation, std::source_location site) {
+  Backend::LookupRequest request{.kind = LookupKind::require, .expected = kActSignature, .lever = {}, .refuse_because = {}};
+  return backend.lookup("act", activation == Activation::silu ? "silu_mul" : "gelu_mul", request, site);
+}
+
+void launch_act(Backend& backend, KernelHandle act, DevicePtr gate_up, DevicePtr out, uint32_t m, uint32_t intermediate,
+                uint64_t stream) {
+  LaunchShape shape;
+  shape.grid = {(intermediate + 1023) / 1024, m, 1};
+  shape.block = {256, 1, 1};
+  shape.stream = stream;
+  backend.launch(act, shape, gate_up, out, m, intermediate);
+}
+
+DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
+                                       Activation activation, std::string_view model_type, const DenseFfnTier& tier) {
+  check_w4a16_shape(name + ".gate_up", 2 * uint64_t{intermediate}, hidden);
+  check_w4a16_shape(name + ".down", hidden, intermediate);
+  ProjectionSetRequest request;
+  request.name = name;
+  request.format = tier.format;
+  request.act_order = tier.act_order;
+  request.shapes = {ProjectionShape{name + ".gate_up", 2 * intermediate, hidden},
+                    ProjectionShape{name + ".down", hidden, intermediate}};
+  request.model_type = std::string(model_type);
+  request.activations = tier.activations;
+  DenseFfnKernels k;
+  k.projections = resolve_projection_set(backend, request);
+  k.act = resolve_act(backend, activation, std::source_location::current());
+  return k;
+}
+
+DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, const DenseFfnWeights& weights,
+                                   Activation activation, std::string_view model_type, const ActivationRequest& activations) {
+  weights.validate(weights.hidden(), weights.intermediate());
+  DenseFfnLayer layer;
+  layer.backend_ = &backend;
+  layer.name_ = name;
+  layer.hidden_ = weights.hidden();
+  layer.intermediate_ = weights.intermediate();
+  layer.activation_ = activation;
+  const DenseFfnTier tier{weights.format(), weights.act_order(), activations};
+  layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type, tier);
+  layer.gate_up_ = layer.kernels_.projections.upload(backend, weights.gate_up);
+  layer.down_ = layer.kernels_.projections.upload(backend, weights.down);
+  // Uploads may be asynchronous; the caller may free the host weights once build returns.
+  backend.synchronize();
+  return layer;
+}
+
+DenseFfnLayer DenseFfnLayer::build(Backend& backend, const ModelConfig& config, const DenseFfnWeights& weights,
+                                   const ActivationRequest& activations) {
+  weights.validate(config.hidden_size, config.intermediate_size);
+  return build(backend, "ffn", weights, config.activation, config.model_type, activations);
+}
+
+void DenseFfnLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream) {
+  if (m == 0) throw Error(Status::invalid_argument, name_ + ": forward needs m >= 1 rows");
+  Backend& b = *backend_;
+  gate_up_out_.ensure(b, size_t{m} * 2 * intermediate_ * kBf16);
+  act_out_.ensure(b, size_t{m} * intermediate_ * kBf16);
+  run_projection(b, kernels_.projections, gate_up_, 0, x, gate_up_out_.ptr(), m, scratch_, stream);
+  launch_act(b, kernels_.act, gate_up_out_.ptr(), act_out_.ptr(), m, intermediate_, stream);
+  run_projection(b, kernels_.projections, down_, 0, act_out_.ptr(), out, m, scratch_, stream);
+}
+
+DevicePtr DenseFfnLayer::forward(DevicePtr x, uint32_t m, uint64_t stream) {
+  out_.ensure(*backend_, size_t{m} * hidden_ * kBf16);
+  forward_into(x, m, out_.ptr(), stream);
+  return out_.ptr();
+}
+
+DevicePtr DenseFfnLayer::forward_decode(DevicePtr x, uint64_t stream) { return forward(x, 1, stream); }
+
+DevicePtr DenseFfnLayer::forward_batched(DevicePtr x, uint32_t m, uint64_t stream) {
+  if (m == 0 || m > 8) {
+    throw Error(Status::invalid_argument, name_ + ": batched decode takes 1..8 rows, got " + std::to_string(m));
+  }
+  return forward(x, m, stream);
+}
+
+DevicePtr DenseFfnLayer::forward_prefill(DevicePtr x, uint32_t m, uint64_t stream) { return forward(x, m, stream); }
+
+std::vector<PlanStep> DenseFfnLayer::plan(uint32_t m) const {
+  Backend& b = *backend_;
+  std::vector<PlanStep> steps;
+  steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".gate_up", m, 2 * intermediate_, hidden_));
+  steps.push_back(PlanStep{name_ + ".act", b.kernel_name(kernels_.act), activation_name(activation_),
+                           {(intermediate_ + 1023) / 1024, m, 1}});
+  steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".down", m, hidden_, intermediate_));
+  return steps;
+}
+
+size_t DenseFfnLayer::weight_bytes() const noexcept { return gate_up_.bytes_per_matrix() + down_.bytes_per_matrix(); }
+
+}  // namespace metrale::layers

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "io/checkpoint.hpp"
+
+#include "io/ffn_names.hpp"
+#include "io/linear_reader.hpp"
+
+#include "io/tensor_source.hpp"
+
+#include <metrale/json_file.hpp>
+#include <metrale/status.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace metrale::layers {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// gate and up fused; down's act-order permutation folded into the fused rows' order, so the
+// activation comes out in the column order down reads and down keeps no permutation.
+struct FfnProjections {
+  QuantMatrix gate_up;
+  QuantMatrix down;
+};
+
+FfnProjections read_ffn(const TensorSource& src, const std::string& prefix, const FfnNames& names, uint32_t hidden,
+                        uint32_t inter, const CheckpointQuant& q) {
+  QuantMatrix gate = read_linear(src, prefix + names.gate, inter, hidden, q);
+  QuantMatrix up = read_linear(src, prefix + names.up, inter, hidden, q);
+  QuantMatrix down = read_linear(src, prefix + names.down, hidden, inter, q);
+  // A W4A16 projection beside a zero-point one (scales of different dtypes, say): one format.
+  for (QuantMatrix* m : {&gate, &up, &down}) {
+    if (m->format == WeightFormat::w4a16 && (gate.format == WeightFormat::w4_zp || up.format == WeightFormat::w4_zp ||
+                                             down.format == WeightFormat::w4_zp)) {
+      *m = to_w4_zp(*m);
+    }
+  }
+  if (!down.perm.empty()) {
+    for (QuantMatrix* m : {&gate, &up}) {
+      if (m->format == WeightFormat::w4a16) *m = to_w4_zp(*m);  // a permuted set runs the zero-point family
+      reorder_rows(*m, down.perm);
+    }
+    down.perm.clear();
+  }
+  return FfnProjections{concat_rows(prefix + names.gate + "+" + names.up, gate, up), std::move(down)};
+}
+
+DenseFfnWeights dense_weights(FfnProjections&& p) { return DenseFfnWeights{std::move(p.gate_up), std::move(p.down)}; }
+
+// The experts' combine weights scaled by routed_scaling_factor equal their down projections
+// scaled: fold it into the down scales (f32; W4A16's fp16 scales are widened first, exactly).
+// The experts' projections share one format: gate_up is widened with down.
+void fold_routed_scale(QuantMatrix& gate_up, QuantMatrix& down, double factor) {
+  if (factor == 1.0) return;
+  if (down.format == WeightFormat::w4a16) {
+    gate_up = to_w4_zp(gate_up);
+    down = to_w4_zp(down);
+  }
+  for (auto& s : down.scales32) s = static_cast<float>(static_cast<double>(s) * factor);
+}
+
+MoeWeights moe_weights(const TensorSource& src, const FfnNames& names, const ModelConfig& c, const CheckpointQuant& q) {
+  MoeWeights m;
+  m.experts = c.num_experts;
+  m.hidden = c.hidden_size;
+  m.router = read_float_linear(src, names.router, c.num_experts, c.hidden_size, q);
+  std::vector<QuantMatrix> gate_up, down;
+  for (uint32_t e = 0; e < c.num_experts; ++e) {
+    FfnProjections p = read_ffn(src, names.expert(e), names, c.hidden_size, c.moe_intermediate_size, q);
+    gate_up.push_back(std::move(p.gate_up));
+    down.push_back(std::move(p.down));
+  }
+  m.gate_up = stack_matrices(names.block + "experts.*." + names.gate + "+" + names.up, std::move(gate_up));
+  m.down = stack_matrices(names.block + "experts.*." + names.down, std::move(down));
+  fold_routed_scale(m.gate_up, m.down, c.routed_scaling_factor);
+  if (!names.shared.empty()) {
+    m.shared_expert = dense_weights(read_ffn(src, names.shared, FfnNames{}, c.hidden_size, c.shared_expert_intermediate_size, q));
+    if (src.contains(names.shared_gate + ".weight") || src.contains(names.shared_gate + ".qweight")) {
+      m.shared_expert_gate = read_float_linear(src, names.shared_gate, 1, c.hidden_size, q);
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+fs::path checkpoint_directory(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return path;
+  return path.has_parent_path() ? path.parent_path() : fs::path(".");
+}
+
+std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) {
+  const fs::path config = directory / "config.json";
+  std::error_code ec;
+  if (fs::exists(config, ec)) {
+    const nlohmann::json doc = read_json_file(config, "model config", kMaxConfigBytes);
+    if (auto it = doc.find("quantization_config"); it != doc.end() && !it->is_null()) {
+      return parse_quant_config(*it, config.string());
+    }
+  }
+  // Older GPTQ tools write the settings only beside the weights.
+  const fs::path sidecar = directory / "quantize_config.json";
+  if (fs::exists(sidecar, ec)) {
+    nlohmann::json doc = read_json_file(sidecar, "GPTQ quantize config", kMaxConfigBytes);
+    if (doc.is_object() && !doc.contains("quant_method")) doc["quant_method"] = "gptq";
+    return parse_quant_config(doc, sidecar.string());
+  }
+  return std::nullopt;
+}
+
+LoadedCheckpoint load_checkpoint(const fs::path& path, std::optional<uint32_t> layer, const std::optional<ModelConfig>& config) {
+  const fs::path dir = checkpoint_directory(path);
+  TensorSource src(path);
+  LoadedCheckpoint out;
+  out.description = src.description();
+  const std::vector<uint32_t> layers = ffn_layers(src);
+  const auto quant = read_checkpoint_quant(dir);
+  if (!quant) {
+    throw Refusal(src.description() + ": the checkpoint declares no quantization (no quantization_config in " +
+                  (dir / "config.json").string() + ", no quantize_config.json): metrale reads what a checkpoint declares "
+                  "and never guesses a format from its tensors");
+  }
+  out.quant = *quant;
+  out.layer = layer.value_or(layers.front());
+  const ModelConfig model = config ? *config : load_model_config(dir / "config.json");
+  out.config = model.for_layer(out.layer);
+  const FfnNames names = ffn_names(src, out.config, out.layer);
+  out.weights.kind = out.config.ffn_kind();
+  if (out.weights.kind == FfnKind::dense) {
+    out.weights.dense = dense_weights(
+        read_ffn(src, names.block, names, out.config.hidden_size, out.config.intermediate_size, out.quant));
+  } else if (out.weights.kind == FfnKind::moe) {
+    out.weights.moe = moe_weights(src, names, out.config, out.quant);
+    out.config.routed_scaling_factor = 1.0;  // folded into the experts' down projections
+  }
+  out.weights.validate(out.config);
+  return out;
+}
+
+FfnWeights load_ffn_weights(const fs::path& path, const ModelConfig& config, const WeightLoadOptions& options) {
+  config.validate();
+  {
+    TensorSource src(path);
+    if (has_project_names(src)) return load_project_weights(src, config);
+  }
+  return load_checkpoint(path, options.layer, config).weights;
+}
+
+std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept {
+  switch (quant.activations) {
+    case DeclaredActivations::bf16: return std::nullopt;
+    case DeclaredActivations::int8_dynamic_token: return ActivationQuant::int8;
+    case DeclaredActivations::fp8_dynamic_token: return ActivationQuant::fp8;
+  }
+  return std::nullopt;
+}
+
+}  // namespace metrale::layers

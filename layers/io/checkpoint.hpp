@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Loading one decoder layer's FFN from a real checkpoint directory (docs/checkpoint-formats.md):
+// config.json says the model (and, per layer, whether its FFN is dense or a MoE),
+// quantization_config (or quantize_config.json beside it) says the format; each projection is
+// read by its tool's layout and converted exactly into the canonical layouts of docs/kernels.md.
+//
+// Assembly: gate and up are fused into one [2I, H] projection (gate rows first); an act-order
+// down projection's permutation is folded into the gate/up row order (so the activation output
+// comes out in the order down reads, and only gate/up's input needs a gather at run time); MoE
+// experts are stacked; a DeepSeek routed_scaling_factor is folded into the experts' down scales.
+#pragma once
+
+#include "io/quant_config.hpp"
+
+#include "io/config.hpp"
+#include "core/tiers.hpp"
+#include "io/weights.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace metrale::layers {
+
+struct LoadedCheckpoint {
+  ModelConfig config;     // the chosen layer's FFN (routed_scaling_factor folded into the weights: 1)
+  FfnWeights weights;
+  CheckpointQuant quant;  // what the checkpoint declares
+  uint32_t layer = 0;
+  std::string description;  // the file, index or directory
+};
+
+// The directory holding a checkpoint given as a directory, a .safetensors file or an index.
+std::filesystem::path checkpoint_directory(const std::filesystem::path& path);
+// The quantization_config of config.json, else quantize_config.json beside it; nullopt when
+// neither declares one. Errors name the file.
+std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path& directory);
+
+// The activation tier the checkpoint declares (compressed-tensors' dynamic per-token int8 or
+// fp8 input activations); nullopt: bf16, nothing declared.
+std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept;
+
+// Loads layer `layer` (default: the lowest numbered one with FFN tensors) of the checkpoint at
+// `path`. `config` overrides the config.json beside the weights (the model's config, not the
+// layer's: for_layer() is applied here).
+LoadedCheckpoint load_checkpoint(const std::filesystem::path& path, std::optional<uint32_t> layer = std::nullopt,
+                                 const std::optional<ModelConfig>& config = std::nullopt);
+
+}  // namespace metrale::layers

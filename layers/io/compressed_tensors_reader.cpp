@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// compressed-tensors as llm-compressor writes it (docs/checkpoint-formats.md): pack-quantized
+// integers (weight_packed I32 [N, K*b/32] of code + 2^(b-1) packed along K, weight_scale,
+// optional weight_zero_point, weight_shape), int-quantized int8 (weight I8 [N, K]) and
+// float-quantized FP8 (weight F8_E4M3 [N, K]), with per-group, per-channel, per-tensor or block
+// scales.
+#include "io/linear_reader.hpp"
+
+#include <metrale/status.hpp>
+
+#include <cstring>
+
+namespace metrale::layers {
+
+namespace {
+
+void check_weight_shape(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k) {
+  const std::string name = prefix + ".weight_shape";
+  if (!src.contains(name)) return;
+  const auto raw = src.at(name).read_raw(name, {Dtype::i64, Dtype::i32}, std::nullopt);
+  const bool wide = src.at(name).info(name).dtype == Dtype::i64;
+  std::vector<int64_t> dims(raw.size() / (wide ? 8 : 4));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (wide) {
+      std::memcpy(&dims[i], raw.data() + 8 * i, 8);
+    } else {
+      int32_t v = 0;
+      std::memcpy(&v, raw.data() + 4 * i, 4);
+      dims[i] = v;
+    }
+  }
+  if (dims != std::vector<int64_t>{n, k}) {
+    std::string text;
+    for (auto d : dims) text += (text.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(Status::invalid_argument, src.at(name).where(name) + "says the weight is [" + text + "], expected [" +
+                                              std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+}
+
+// Zero points of an asymmetric pack-quantized layer as the true zero z (value (u - z) * s, u the
+// stored unsigned code): packed I32 [ceil(N/per_word), G] along N holding zp + 2^(b-1)
+// (compressed-tensors 0.9.4 on), or unpacked signed I8 [N, G] holding zp (earlier versions).
+std::function<uint32_t(uint32_t, uint32_t)> zero_points(const TensorSource& src, const std::string& prefix, uint32_t n,
+                                                       uint32_t groups, const CheckpointQuant& q) {
+  const uint32_t middle = 1u << (q.bits - 1);
+  if (q.sym) return [middle](uint32_t, uint32_t) { return middle; };
+  const std::string name = prefix + ".weight_zero_point";
+  SafetensorsReader& r = src.at(name);
+  if (r.info(name).dtype == Dtype::i8) {
+    auto raw = std::make_shared<std::vector<std::byte>>(r.read_raw(name, {Dtype::i8}, std::vector<uint64_t>{n, groups}));
+    return [raw, groups, middle](uint32_t row, uint32_t g) {
+      return static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>((*raw)[size_t{row} * groups + g])) + static_cast<int32_t>(middle));
+    };
+  }
+  const uint32_t per_word = 32 / q.bits, mask = (1u << q.bits) - 1;
+  auto words = std::make_shared<std::vector<uint32_t>>(
+      r.read_u32(name, {Dtype::i32, Dtype::u32}, {(n + uint64_t{per_word} - 1) / per_word, groups}));
+  return [words, groups, per_word, mask, bits = q.bits](uint32_t row, uint32_t g) {
+    return ((*words)[size_t{row / per_word} * groups + g] >> (bits * (row % per_word))) & mask;
+  };
+}
+
+QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
+  check_weight_shape(src, prefix, n, k);
+  const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
+  const uint32_t groups = k / g.checkpoint, per_word = 32 / q.bits, mask = (1u << q.bits) - 1;
+  const std::string wname = prefix + ".weight_packed", sname = prefix + ".weight_scale";
+  SafetensorsReader& r = src.at(wname);
+  const auto& wshape = r.info(wname).shape;
+  if (wshape.size() == 2 && wshape[0] == n && wshape[1] != k / per_word) {
+    contradiction(r.where(wname), "num_bits", std::to_string(q.bits),
+                  "its shape " + shape_string(wshape) + " packs " + std::to_string(wshape[1] * 32 % k == 0 ? wshape[1] * 32 / k : 0) +
+                      "-bit codes");
+  }
+  const auto packed = r.read_u32(wname, {Dtype::i32, Dtype::u32}, {n, k / per_word});
+  const auto& sshape = src.at(sname).info(sname).shape;
+  if (sshape.size() == 2 && sshape[0] == n && sshape[1] != groups) {
+    contradiction(src.at(sname).where(sname), "group_size", std::to_string(q.group_size), "it holds " + std::to_string(sshape[1]) + " groups");
+  }
+  const auto scales = src.at(sname).read_f32(sname, {n, groups});
+  const auto zero = zero_points(src, prefix, n, groups, q);
+  return build_zero_point_matrix(
+      prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, {},
+      [&](uint32_t row, uint32_t col) { return (packed[size_t{row} * (k / per_word) + col / per_word] >> (q.bits * (col % per_word))) & mask; },
+      [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
+}
+
+QuantMatrix read_int8(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
+  const std::string wname = prefix + ".weight";
+  const auto raw = src.at(wname).read_raw(wname, {Dtype::i8}, std::vector<uint64_t>{n, k});
+  const ScaleGrid grid = read_scale_grid(src, prefix + ".weight_scale", n, k, q.strategy);
+  // Signed codes w become unsigned q = w + 128 with zero point 128: (q - 128) * s = w * s.
+  return build_zero_point_matrix(
+      prefix, WeightFormat::w8_zp, n, k, kernel_groups(prefix, -1, k), {},
+      [&](uint32_t row, uint32_t col) { return static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(raw[size_t{row} * k + col])) + 128); },
+      [&](uint32_t row, uint32_t) { return grid.at(row, 0); }, [](uint32_t, uint32_t) { return 128u; });
+}
+
+QuantMatrix read_fp8(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
+  const std::string wname = prefix + ".weight";
+  const auto codes = src.at(wname).read_raw(wname, {Dtype::f8_e4m3}, std::vector<uint64_t>{n, k});
+  const ScaleGrid grid = read_scale_grid(src, prefix + ".weight_scale", n, k, q.strategy);
+  return build_fp8_matrix(prefix, n, k, codes, [&](uint32_t row, uint32_t g) { return grid.at(row, g); });
+}
+
+}  // namespace
+
+QuantMatrix read_compressed_tensors_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
+                                           const CheckpointQuant& q) {
+  switch (q.scheme) {
+    case WeightScheme::ct_pack_int: return read_packed(src, prefix, n, k, q);
+    case WeightScheme::ct_int8: return read_int8(src, prefix, n, k, q);
+    case WeightScheme::ct_fp8: return read_fp8(src, prefix, n, k, q);
+    default: break;
+  }
+  throw Error(Status::internal, prefix + ": not a compressed-tensors scheme");
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "io/config.hpp"
+#include "io/config_json.hpp"
+
+#include "core/checked.hpp"
+#include "io/safetensors_header.hpp"  // display_name
+#include "core/w4a16.hpp"
+
+#include <metrale/json_file.hpp>
+#include <metrale/log.hpp>
+#include <metrale/status.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <limits>
+#include <system_error>
+
+namespace metrale::layers {
+
+const char* activation_name(Activation act) noexcept { return act == Activation::silu ? "silu" : "gelu_tanh"; }
+
+const char* ffn_kind_name(FfnKind kind) noexcept {
+  switch (kind) {
+    case FfnKind::none: return "none";
+    case FfnKind::dense: return "dense";
+    case FfnKind::moe: return "moe";
+  }
+  return "none";
+}
+
+namespace config_json {
+
+void error(const std::string& source, const std::string& what) { throw Error(Status::invalid_argument, source + ": " + what); }
+
+std::optional<uint32_t> u32(const nlohmann::json& doc, const std::string& source, const char* key) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  const auto value = json_unsigned(*it);
+  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
+    error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
+  }
+  return static_cast<uint32_t>(*value);
+}
+
+std::optional<std::string> string(const nlohmann::json& doc, const std::string& source, const char* key) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) error(source, std::string("'") + key + "' must be a string, got " + describe_json(*it));
+  return it->get<std::string>();
+}
+
+}  // namespace config_json
+
+FfnKind ModelConfig::ffn_kind() const noexcept {
+  if (num_experts > 0) return FfnKind::moe;
+  if (intermediate_size > 0) return FfnKind::dense;
+  return FfnKind::none;
+}
+
+namespace {
+
+[[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
+constexpr auto get_u32 = config_json::u32;
+
+void need_multiple(const std::string& source, std::string_view key, uint32_t value, std::string_view why) {
+  if (value % kW4a16GroupSize != 0) {
+    config_error(source, std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
+                             std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
+  }
+}
+
+void need_at_most(const std::string& source, std::string_view key, uint32_t value, uint32_t max) {
+  if (value > max) {
+    config_error(source, std::string(key) + " = " + std::to_string(value) + " is too large: at most " +
+                             std::to_string(max) + " (docs/layers.md, \"Limits\")");
+  }
+}
+
+uint64_t saturating_mul(uint64_t a, uint64_t b) noexcept { return checked_mul(a, b).value_or(UINT64_MAX); }
+uint64_t saturating_add(uint64_t a, uint64_t b) noexcept { return checked_add(a, b).value_or(UINT64_MAX); }
+
+// One W4A16 matrix [n, k]: 4-bit codes and one fp16 scale per 128 values.
+uint64_t w4a16_bytes(uint64_t n, uint64_t k) noexcept {
+  return saturating_add(saturating_mul(n, k / 2), saturating_mul(saturating_mul(n, k / kW4a16GroupSize), 2));
+}
+
+uint64_t dense_ffn_bytes(uint64_t hidden, uint64_t inter) noexcept {
+  return saturating_add(w4a16_bytes(2 * inter, hidden), w4a16_bytes(hidden, inter));
+}
+
+std::string gib_text(uint64_t bytes) {
+  if (bytes == UINT64_MAX) return "more than 2^64 bytes";
+  const double gib = static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30);
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f GiB", gib);
+  return text;
+}
+
+Activation parse_activation(const std::string& source, const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::silu;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast") return Activation::gelu_tanh;
+  if (name == "gelu") {
+    // The act kernels implement the tanh form only; it differs from erf-GELU by < 1e-3.
+    logger()->warn("{}: hidden_act 'gelu' (erf) is computed with the tanh approximation", source);
+    return Activation::gelu_tanh;
+  }
+  config_error(source, "hidden_act '" + display_name(name) + "' is not supported (silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)");
+}
+
+}  // namespace
+
+uint32_t gate_up_rows(uint32_t intermediate) {
+  const auto rows = checked_mul<uint32_t>(intermediate, 2);
+  if (!rows) {
+    throw Error(Status::invalid_argument, "gate+up projection of intermediate size " + std::to_string(intermediate) +
+                                              ": 2 x " + std::to_string(intermediate) + " rows do not fit in 32 bits");
+  }
+  return *rows;
+}
+
+uint64_t ModelConfig::ffn_weight_bytes() const noexcept {
+  switch (ffn_kind()) {
+    case FfnKind::none: return 0;
+    case FfnKind::dense: return dense_ffn_bytes(hidden_size, intermediate_size);
+    case FfnKind::moe: {
+      uint64_t total = saturating_mul(num_experts, dense_ffn_bytes(hidden_size, moe_intermediate_size));
+      total = saturating_add(total, saturating_mul(saturating_mul(num_experts, hidden_size), 4));  // f32 router
+      if (shared_expert_intermediate_size > 0) {
+        total = saturating_add(total, dense_ffn_bytes(hidden_size, shared_expert_intermediate_size));
+        total = saturating_add(total, uint64_t{hidden_size} * 4);  // f32 shared expert gate
+      }
+      return total;
+    }
+  }
+  return 0;
+}
+
+void ModelConfig::validate() const {
+  if (hidden_size == 0) config_error(source, "hidden_size must be set and positive");
+  need_at_most(source, "hidden_size", hidden_size, kMaxHiddenSize);
+  need_at_most(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "shared_expert_intermediate_size", shared_expert_intermediate_size, kMaxIntermediateSize);
+  need_at_most(source, "num_experts", num_experts, kMaxExperts);
+  need_multiple(source, "hidden_size", hidden_size, "every gate/up projection");
+  switch (ffn_kind()) {
+    case FfnKind::none: break;
+    case FfnKind::dense: need_multiple(source, "intermediate_size", intermediate_size, "the down projection"); break;
+    case FfnKind::moe:
+      if (num_experts_per_tok == 0 || num_experts_per_tok > num_experts) {
+        config_error(source, "num_experts_per_tok = " + std::to_string(num_experts_per_tok) + " must be in 1.." +
+                                 std::to_string(num_experts) + " (num_experts)");
+      }
+      if (moe_intermediate_size == 0) config_error(source, "a MoE (num_experts > 0) needs moe_intermediate_size");
+      need_multiple(source, "moe_intermediate_size", moe_intermediate_size, "each expert's down projection");
+      if (shared_expert_intermediate_size != 0) {
+        need_multiple(source, "shared_expert_intermediate_size", shared_expert_intermediate_size,
+                      "the shared expert's down projection");
+      }
+      break;
+  }
+  if (const uint64_t bytes = ffn_weight_bytes(); bytes > kMaxFfnWeightBytes) {
+    config_error(source, "the FFN's weights (W4A16 codes and scales, router) would take " + gib_text(bytes) +
+                             ", more than the " + gib_text(kMaxFfnWeightBytes) +
+                             " allowed: check hidden_size, the *intermediate_size keys and num_experts");
+  }
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  nlohmann::json j{{"source", source},
+                   {"model_type", model_type},
+                   {"ffn", ffn_kind_name(ffn_kind())},
+                   {"hidden_size", hidden_size},
+                   {"hidden_act", hidden_act}};
+  if (ffn_kind() == FfnKind::dense) j["intermediate_size"] = intermediate_size;
+  if (ffn_kind() == FfnKind::moe) {
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
+    if (routed_scaling_factor != 1.0) j["routed_scaling_factor"] = routed_scaling_factor;
+  }
+  return j;
+}
+
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
+  if (!doc.is_object()) config_error(source, "a model config must be a JSON object");
+  ModelConfig c;
+  c.source = source;
+  if (auto it = doc.find("model_type"); it != doc.end()) {
+    if (!it->is_string()) config_error(source, "'model_type' must be a string, got " + describe_json(*it));
+    c.model_type = it->get<std::string>();
+  }
+  auto hidden = get_u32(doc, source, "hidden_size");
+  if (!hidden) config_error(source, "missing 'hidden_size'");
+  c.hidden_size = *hidden;
+  c.intermediate_size = get_u32(doc, source, "intermediate_size").value_or(0);
+  if (auto it = doc.find("hidden_act"); it != doc.end()) {
+    if (!it->is_string()) config_error(source, "'hidden_act' must be a string, got " + describe_json(*it));
+    c.hidden_act = it->get<std::string>();
+  }
+  c.activation = parse_activation(source, c.hidden_act);
+  auto experts = get_u32(doc, source, "num_experts");
+  if (!experts) experts = get_u32(doc, source, "num_local_experts");  // Mixtral's name
+  c.num_experts = experts.value_or(0);
+  c.num_experts_per_tok = get_u32(doc, source, "num_experts_per_tok").value_or(0);
+  c.moe_intermediate_size = get_u32(doc, source, "moe_intermediate_size").value_or(0);
+  if (c.num_experts > 0 && c.moe_intermediate_size == 0 && doc.contains("num_local_experts")) {
+    c.moe_intermediate_size = c.intermediate_size;  // Mixtral sizes its experts with intermediate_size
+  }
+  if (auto it = doc.find("norm_topk_prob"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) config_error(source, "'norm_topk_prob' must be true or false, got " + describe_json(*it));
+    c.norm_topk_prob = it->get<bool>();
+  } else if (doc.contains("num_local_experts")) {
+    c.norm_topk_prob = true;  // Mixtral renormalises its top-k weights
+  }
+  c.shared_expert_intermediate_size = get_u32(doc, source, "shared_expert_intermediate_size").value_or(0);
+  parse_moe_structure(doc, c);
+  c.validate();
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  std::filesystem::path file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  return parse_model_config(read_json_file(file, "model config", kMaxConfigBytes), file.string());
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> kPresets{
+      {"small-dense", "hidden 256, intermediate 512, silu: a fast dense FFN for tests"},
+      {"small-dense-gelu", "hidden 384, intermediate 640, gelu (tanh): the GELU path, small"},
+      {"small-moe", "hidden 256, 8 experts, 2 active, expert intermediate 256, renormalised, shared expert 384"},
+      {"qwen3-32b", "Qwen3-32B's dense FFN: hidden 5120, intermediate 25600, silu"},
+      {"qwen3-30b-a3b", "Qwen3-30B-A3B's MoE: hidden 2048, 128 experts, 8 active, expert intermediate 768"},
+  };
+  return kPresets;
+}
+
+std::optional<ModelConfig> preset_config(std::string_view name) {
+  nlohmann::json doc;
+  if (name == "small-dense") {
+    doc = {{"model_type", "metrale_small"}, {"hidden_size", 256}, {"intermediate_size", 512}, {"hidden_act", "silu"}};
+  } else if (name == "small-dense-gelu") {
+    doc = {{"model_type", "metrale_small"}, {"hidden_size", 384}, {"intermediate_size", 640},
+           {"hidden_act", "gelu_pytorch_tanh"}};
+  } else if (name == "small-moe") {
+    doc = {{"model_type", "metrale_small_moe"}, {"hidden_size", 256}, {"hidden_act", "silu"},
+           {"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256},
+           {"norm_topk_prob", true}, {"shared_expert_intermediate_size", 384}};
+  } else if (name == "qwen3-32b") {
+    doc = {{"model_type", "qwen3"}, {"hidden_size", 5120}, {"intermediate_size", 25600}, {"hidden_act", "silu"}};
+  } else if (name == "qwen3-30b-a3b") {
+    doc = {{"model_type", "qwen3_moe"}, {"hidden_size", 2048}, {"intermediate_size", 6144}, {"hidden_act", "silu"},
+           {"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768},
+           {"norm_topk_prob", true}};
+  } else {
+    return std::nullopt;
+  }
+  return parse_model_config(doc, "preset " + std::string(name));
+}
+
+ModelConfig resolve_model(std::string_view preset_or_path) {
+  if (auto preset = preset_config(preset_or_path)) return *preset;
+  std::filesystem::path path(preset_or_path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    std::string names;
+    for (const auto& p : presets()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+    throw Error(Status::not_found, "model '" + std::string(preset_or_path) +
+                                       "' is neither a preset (" + names + ") nor an existing config.json path");
+  }
+  return load_model_config(path);
+}
+
+}  // namespace metrale::layers

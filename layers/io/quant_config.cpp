@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "io/quant_config.hpp"
+
+#include <metrale/status.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+namespace metrale::layers {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads fields of one JSON object, naming source and field path in every message.
+class Fields {
+ public:
+  Fields(const Json& object, std::string source, std::string path)
+      : object_(object), source_(std::move(source)), path_(std::move(path)) {
+    if (!object_.is_object()) malformed("", "an object", object_);
+  }
+
+  const Json* find(const char* key) const {
+    auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::string where(std::string_view key) const { return source_ + ": " + path_ + (key.empty() ? "" : "." + std::string(key)); }
+
+  [[noreturn]] void malformed(std::string_view key, std::string_view expected, const Json& found) const {
+    throw Error(Status::invalid_argument, where(key) + ": expected " + std::string(expected) + ", found " + found.dump());
+  }
+  [[noreturn]] void unsupported(std::string_view key, const Json& found, std::string_view supported) const {
+    throw Refusal(where(key) + " = " + found.dump() + " is not supported: " + std::string(supported));
+  }
+
+  std::optional<int64_t> integer(const char* key) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) malformed(key, "an integer", *v);
+    return v->get<int64_t>();
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) malformed(key, "true or false", *v);
+    return v->get<bool>();
+  }
+  // Strings compare case-insensitively where tools differ in case ("GEMM" / "gemm").
+  std::optional<std::string> lower_string(const char* key) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) malformed(key, "a string", *v);
+    std::string s = v->get<std::string>();
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  }
+  std::vector<std::string> strings(const char* key) const {
+    std::vector<std::string> out;
+    const Json* v = find(key);
+    if (!v) return out;
+    if (!v->is_array()) malformed(key, "an array of strings", *v);
+    for (const auto& item : *v) {
+      if (!item.is_string()) malformed(key, "an array of strings", *v);
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  }
+  Fields child(const char* key) const { return Fields(*find(key), source_, path_ + "." + key); }
+  const Json& json() const { return object_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  const Json& object_;
+  std::string source_;
+  std::string path_;
+};
+
+// Group sizes the zero-point kernels run: 32, 64, 128, and multiples of 128 or -1 (stored by
+// repeating each scale over the 128-wide groups it covers).
+bool runnable_group(int64_t g) { return g == -1 || g == 32 || g == 64 || (g > 0 && g % 128 == 0); }
+constexpr std::string_view kGroupSizes = "-1 (one group over K), 32, 64, 128 or a multiple of 128";
+
+void read_group_size(const Fields& f, CheckpointQuant& q, const char* key) {
+  const auto g = f.integer(key);
+  if (!g) return;
+  if (!runnable_group(*g)) f.unsupported(key, Json(*g), kGroupSizes);
+  q.group_size = static_cast<int32_t>(*g);
+  q.strategy = *g == -1 ? ScaleStrategy::channel : ScaleStrategy::group;
+}
+
+void parse_gptq(const Fields& f, CheckpointQuant& q) {
+  q.scheme = WeightScheme::gptq;
+  const auto bits = f.integer("bits");
+  if (!bits) f.malformed("bits", "an integer (4 or 8)", Json(nullptr));
+  if (*bits != 4 && *bits != 8) f.unsupported("bits", Json(*bits), "GPTQ with 4 or 8 bits");
+  q.bits = static_cast<uint32_t>(*bits);
+  read_group_size(f, q, "group_size");
+  q.sym = f.boolean("sym").value_or(true);
+  q.desc_act = f.boolean("desc_act").value_or(false);
+  q.static_groups = f.boolean("static_groups").value_or(false);
+  // AutoGPTQ and GPTQModel write "checkpoint_format"; some GPTQModel versions write "format".
+  const auto checkpoint_format = f.lower_string("checkpoint_format");
+  const auto other = f.lower_string("format");
+  if (checkpoint_format && other && *checkpoint_format != *other) {
+    throw Error(Status::invalid_argument, f.where("format") + " = \"" + *other + "\" contradicts checkpoint_format = \"" +
+                                              *checkpoint_format + "\"");
+  }
+  const auto format = checkpoint_format ? checkpoint_format : other;
+  if (format && *format != "gptq" && *format != "gptq_v2") {
+    f.unsupported(checkpoint_format ? "checkpoint_format" : "format", Json(*format),
+                  "\"gptq\" (v1 zeros, stored zero - 1) or \"gptq_v2\" (true zeros)");
+  }
+  q.gptq_v2 = format && *format == "gptq_v2";
+  if (const Json* dynamic = f.find("dynamic"); dynamic && !dynamic->empty()) {
+    f.unsupported("dynamic", *dynamic, "one quantization for every module (no per-module overrides)");
+  }
+}
+
+void parse_awq(const Fields& f, CheckpointQuant& q) {
+  q.scheme = WeightScheme::awq_gemm;
+  const auto version = f.lower_string("version").value_or("gemm");
+  if (version != "gemm") f.unsupported("version", Json(version), "\"gemm\" (AWQ's GEMM packing)");
+  const auto bits = f.integer("bits").value_or(4);
+  if (bits != 4) f.unsupported("bits", Json(bits), "AWQ with 4 bits");
+  q.bits = 4;
+  read_group_size(f, q, "group_size");
+  q.awq_zero_point = f.boolean("zero_point").value_or(true);
+  if (!q.awq_zero_point) f.unsupported("zero_point", Json(false), "AWQ with zero points (zero_point: true)");
+  q.sym = false;
+  q.ignore = f.strings("modules_to_not_convert");
+}
+
+void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuant& q) {
+  const auto bits = w.integer("num_bits");
+  const auto type = w.lower_string("type").value_or("int");
+  const auto strategy = w.lower_string("strategy").value_or("tensor");
+  if (!bits) w.malformed("num_bits", "an integer", Json(nullptr));
+  q.bits = static_cast<uint32_t>(*bits);
+  q.sym = w.boolean("symmetric").value_or(true);
+  if (const Json* order = w.find("actorder"); order && !(order->is_boolean() && !order->get<bool>())) {
+    w.unsupported("actorder", *order, "null (compressed-tensors act-order checkpoints are not supported)");
+  }
+  if (w.boolean("dynamic").value_or(false)) w.unsupported("dynamic", Json(true), "static (stored) weight scales");
+  if (strategy == "group") {
+    q.strategy = ScaleStrategy::group;
+    read_group_size(w, q, "group_size");
+  } else if (strategy == "channel") {
+    q.strategy = ScaleStrategy::channel;
+    q.group_size = -1;
+  } else if (strategy == "tensor" && type == "float") {
+    q.strategy = ScaleStrategy::tensor;
+    q.group_size = -1;
+  } else if (strategy == "block" && type == "float") {
+    q.strategy = ScaleStrategy::block;
+    const Json* block = w.find("block_structure");
+    if (!block || *block != Json::array({128, 128})) w.unsupported("block_structure", block ? *block : Json(nullptr), "[128, 128]");
+    q.block_size = {128, 128};
+  } else {
+    w.unsupported("strategy", Json(strategy), type == "float" ? "group, channel, tensor or block" : "group or channel");
+  }
+  if (format == "pack-quantized" && type == "int" && (q.bits == 4 || q.bits == 8)) {
+    q.scheme = WeightScheme::ct_pack_int;
+  } else if (format == "int-quantized" && type == "int" && q.bits == 8) {
+    q.scheme = WeightScheme::ct_int8;
+  } else if (format == "float-quantized" && type == "float" && q.bits == 8) {
+    q.scheme = WeightScheme::ct_fp8;
+  } else {
+    throw Refusal(w.where("") + ": " + std::to_string(q.bits) + "-bit " + type + " weights in format \"" + format +
+                  "\" are not supported: pack-quantized int (4 or 8 bits), int-quantized int (8 bits) or "
+                  "float-quantized float (8 bits, E4M3)");
+  }
+}
+
+DeclaredActivations parse_ct_activations(const Fields& a) {
+  const auto bits = a.integer("num_bits").value_or(8);
+  const auto type = a.lower_string("type").value_or("int");
+  const auto strategy = a.lower_string("strategy").value_or("tensor");
+  if (!a.boolean("dynamic").value_or(false)) {
+    a.unsupported("dynamic", Json(false), "dynamic activation scales (metrale quantizes activations per token as it runs)");
+  }
+  if (bits != 8) a.unsupported("num_bits", Json(bits), "8-bit activations");
+  if (strategy != "token") a.unsupported("strategy", Json(strategy), "\"token\" (one scale per row)");
+  if (type == "int") {
+    if (!a.boolean("symmetric").value_or(true)) a.unsupported("symmetric", Json(false), "symmetric int8 activations");
+    return DeclaredActivations::int8_dynamic_token;
+  }
+  if (type == "float") return DeclaredActivations::fp8_dynamic_token;
+  a.unsupported("type", Json(type), "\"int\" or \"float\"");
+}
+
+void parse_compressed_tensors(const Fields& f, CheckpointQuant& q) {
+  const auto status = f.lower_string("quantization_status").value_or("compressed");
+  if (status != "compressed") f.unsupported("quantization_status", Json(status), "\"compressed\" (saved compressed)");
+  if (const Json* sparsity = f.find("sparsity_config"); sparsity && !sparsity->empty()) {
+    f.unsupported("sparsity_config", *sparsity, "no sparsity");
+  }
+  const Json* groups = f.find("config_groups");
+  if (!groups || !groups->is_object() || groups->empty()) {
+    f.malformed("config_groups", "an object with at least one quantization scheme", groups ? *groups : Json(nullptr));
+  }
+  const std::string top_format = f.lower_string("format").value_or("");
+  const Fields all = f.child("config_groups");
+  std::string first_name;
+  for (const auto& [name, scheme] : groups->items()) {
+    if (first_name.empty()) {
+      first_name = name;
+    } else if (scheme.value("weights", Json()) != (*groups)[first_name].value("weights", Json()) ||
+               scheme.value("input_activations", Json()) != (*groups)[first_name].value("input_activations", Json())) {
+      throw Refusal(all.where(name) + " differs from " + all.where(first_name) +
+                    ": metrale runs one quantization scheme for every FFN projection");
+    }
+  }
+  const Fields group = all.child(first_name.c_str());
+  const std::string format = group.lower_string("format").value_or(top_format);
+  if (format.empty()) f.malformed("format", "a compressed-tensors format name", Json(nullptr));
+  if (!group.find("weights")) group.malformed("weights", "an object (the weight scheme)", Json(nullptr));
+  parse_ct_weights(group.child("weights"), format, q);
+  if (group.find("input_activations")) q.activations = parse_ct_activations(group.child("input_activations"));
+  q.ignore = f.strings("ignore");
+}
+
+void parse_fp8(const Fields& f, CheckpointQuant& q) {
+  q.scheme = WeightScheme::fp8_block;
+  q.bits = 8;
+  const auto fmt = f.lower_string("fmt").value_or("e4m3");
+  if (fmt != "e4m3") f.unsupported("fmt", Json(fmt), "\"e4m3\"");
+  const Json* block = f.find("weight_block_size");
+  if (!block || *block != Json::array({128, 128})) {
+    f.unsupported("weight_block_size", block ? *block : Json(nullptr), "[128, 128] (block-scaled FP8)");
+  }
+  q.block_size = {128, 128};
+  q.strategy = ScaleStrategy::block;
+  const auto scheme = f.lower_string("activation_scheme").value_or("dynamic");
+  if (scheme != "dynamic") f.unsupported("activation_scheme", Json(scheme), "\"dynamic\"");
+  q.activations = DeclaredActivations::fp8_dynamic_token;
+  q.ignore = f.strings("modules_to_not_convert");
+}
+
+}  // namespace
+
+const char* quant_method_name(QuantMethod method) noexcept {
+  switch (method) {
+    case QuantMethod::none: return "none";
+    case QuantMethod::gptq: return "gptq";
+    case QuantMethod::awq: return "awq";
+    case QuantMethod::compressed_tensors: return "compressed-tensors";
+    case QuantMethod::fp8: return "fp8";
+  }
+  return "?";
+}
+
+const char* declared_activations_name(DeclaredActivations a) noexcept {
+  switch (a) {
+    case DeclaredActivations::bf16: return "bf16";
+    case DeclaredActivations::int8_dynamic_token: return "int8 (dynamic, per token)";
+    case DeclaredActivations::fp8_dynamic_token: return "fp8 (dynamic, per token)";
+  }
+  return "?";
+}
+
+std::string CheckpointQuant::summary() const {
+  std::string s = quant_method_name(method);
+  if (scheme == WeightScheme::gptq) s += gptq_v2 ? " v2" : " v1";
+  if (scheme == WeightScheme::awq_gemm) s += " gemm";
+  if (scheme == WeightScheme::ct_fp8 || scheme == WeightScheme::fp8_block) {
+    s += ", fp8 e4m3";
+  } else {
+    s += ", " + std::to_string(bits) + "-bit int";
+  }
+  switch (strategy) {
+    case ScaleStrategy::group: s += ", group " + std::to_string(group_size); break;
+    case ScaleStrategy::channel: s += ", per channel"; break;
+    case ScaleStrategy::tensor: s += ", per tensor"; break;
+    case ScaleStrategy::block: s += ", 128x128 blocks"; break;
+  }
+  if (scheme != WeightScheme::ct_fp8 && scheme != WeightScheme::fp8_block) s += sym ? ", symmetric" : ", asymmetric";
+  if (desc_act && !static_groups) s += ", act-order";
+  if (activations != DeclaredActivations::bf16) s += std::string(", activations ") + declared_activations_name(activations);
+  return s;
+}
+
+CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source) {
+  const Fields f(doc, source, "quantization_config");
+  CheckpointQuant q;
+  q.source = source;
+  const auto method = f.lower_string("quant_method");
+  if (!method) f.malformed("quant_method", "a string (gptq, awq, compressed-tensors or fp8)", Json(nullptr));
+  if (*method == "gptq") {
+    q.method = QuantMethod::gptq;
+    parse_gptq(f, q);
+  } else if (*method == "awq") {
+    q.method = QuantMethod::awq;
+    parse_awq(f, q);
+  } else if (*method == "compressed-tensors") {
+    q.method = QuantMethod::compressed_tensors;
+    parse_compressed_tensors(f, q);
+  } else if (*method == "fp8") {
+    q.method = QuantMethod::fp8;
+    parse_fp8(f, q);
+  } else {
+    f.unsupported("quant_method", Json(*method), "gptq, awq, compressed-tensors or fp8");
+  }
+  return q;
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "linear/family.hpp"
+
+#include <metrale/status.hpp>
+
+#include <array>
+
+namespace metrale::layers {
+
+namespace {
+
+using P = metrale_param_type;
+
+// A parameter list of `ptrs` pointers followed by `u32s` 32-bit counts: every kernel of the
+// quantized families has this shape (docs/kernels.md).
+template <size_t Ptrs, size_t U32s>
+constexpr std::array<P, Ptrs + U32s> signature() {
+  std::array<P, Ptrs + U32s> s{};
+  for (size_t i = 0; i < s.size(); ++i) s[i] = i < Ptrs ? METRALE_PARAM_PTR : METRALE_PARAM_U32;
+  return s;
+}
+
+constexpr auto kZpGemm = signature<5, 4>();      // (x, qweight, scales, zeros, y, m, n, k, group)
+constexpr auto kZpGrouped = signature<6, 4>();   // (x, qweight, scales, zeros, offsets, y, n, k, group, experts)
+constexpr auto kZpRepack = signature<6, 4>();    // (q/s/z in, q/s/z out, n, k, group, count)
+constexpr auto kA8Gemm = signature<6, 4>();      // (xq, xscale, qweight, scales, zeros, y, m, n, k, group)
+constexpr auto kA8Grouped = signature<7, 4>();   // (xq, xscale, qweight, scales, zeros, offsets, y, n, k, group, experts)
+constexpr auto kFp8Gemm = signature<4, 3>();     // (x, weight, scales, y, m, n, k)
+constexpr auto kFp8Grouped = signature<5, 3>();  // (x, weight, scales, offsets, y, n, k, experts)
+constexpr auto kFp8Repack = signature<4, 3>();   // (weight/scales in, weight/scales out, n, k, count)
+constexpr auto kFp8GroupedGemv = signature<6, 3>();  // (x, weight, scales, offsets, active, y, n, k, slots)
+constexpr auto kFp8A8Gemm = signature<5, 3>();       // (xq, xscale, weight, scales, y, m, n, k)
+constexpr auto kFp8A8Grouped = signature<6, 3>();    // (xq, xscale, weight, scales, offsets, y, n, k, experts)
+constexpr auto kQuantize = signature<3, 2>();        // (x, xq, xscale, m, k)
+constexpr auto kGather = signature<4, 2>();          // (x, perm, offsets, out, k, groups)
+
+constexpr std::array<FamilyInfo, 7> kFamilies{{
+    {KernelFamily::w4a16, "w4a16", "w4a16", WeightFormat::w4a16, ActivationQuant::bf16},
+    {KernelFamily::w4a16_zp, "w4a16_zp", "w4a16_zp", WeightFormat::w4_zp, ActivationQuant::bf16},
+    {KernelFamily::w8a16, "w8a16", "w8a16", WeightFormat::w8_zp, ActivationQuant::bf16},
+    {KernelFamily::fp8, "fp8", "fp8", WeightFormat::fp8, ActivationQuant::bf16},
+    {KernelFamily::w4a8, "w4a8", "w4a8", WeightFormat::w4_zp, ActivationQuant::int8},
+    {KernelFamily::w8a8, "w8a8", "w8a8", WeightFormat::w8_zp, ActivationQuant::int8},
+    {KernelFamily::fp8_a8, "fp8", "fp8", WeightFormat::fp8, ActivationQuant::fp8},
+}};
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+LaunchShape shape(std::array<uint32_t, 3> grid, uint64_t stream, uint32_t block = 128) {
+  LaunchShape s;
+  s.grid = grid;
+  s.block = {block, 1, 1};
+  s.stream = stream;
+  return s;
+}
+
+struct Lookup {
+  Backend& backend;
+  const FamilyRequest& request;
+  std::source_location site;
+  std::string& missing;
+
+  KernelHandle get(std::string_view module, const std::string& name, std::span<const P> signature) const {
+    return backend.lookup(module, name,
+                          Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = signature,
+                                                 .lever = request.lever, .refuse_because = {}},
+                          site);
+  }
+  // A kernel the family cannot run without: notes the first one missing.
+  KernelHandle need(std::string_view module, const std::string& name, std::span<const P> signature) const {
+    KernelHandle h = get(module, name, signature);
+    if (!h && missing.empty()) missing = std::string(module) + "/" + name;
+    return h;
+  }
+};
+
+void resolve_zp(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
+  const bool a8 = f.activations != ActivationQuant::bf16;
+  const std::string p(f.prefix);
+  k.gemv = l.get(f.module, p + "_gemv", a8 ? std::span<const P>(kA8Gemm) : std::span<const P>(kZpGemm));
+  k.gemm = l.need(f.module, p + "_gemm", a8 ? std::span<const P>(kA8Gemm) : std::span<const P>(kZpGemm));
+  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm", a8 ? std::span<const P>(kA8Grouped) : std::span<const P>(kZpGrouped));
+  k.repack = l.get(f.module, p + "_repack", kZpRepack);
+}
+
+void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
+  if (f.activations == ActivationQuant::fp8) {
+    k.gemm = l.need(f.module, "fp8_gemm_a8", kFp8A8Gemm);
+    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8", kFp8A8Grouped);
+  } else {
+    k.gemv = l.get(f.module, "fp8_gemv", kFp8Gemm);
+    k.gemm = l.need(f.module, "fp8_gemm", kFp8Gemm);
+    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm", kFp8Grouped);
+    if (l.request.grouped_decode) k.grouped_gemv = l.get(f.module, "fp8_grouped_gemv", kFp8GroupedGemv);
+  }
+  k.repack = l.get(f.module, "fp8_repack", kFp8Repack);
+}
+
+}  // namespace
+
+const FamilyInfo& family_info(KernelFamily family) noexcept { return kFamilies[static_cast<size_t>(family)]; }
+
+std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant activations) noexcept {
+  switch (activations) {
+    case ActivationQuant::bf16:
+      switch (format) {
+        case WeightFormat::w4a16: return KernelFamily::w4a16;
+        case WeightFormat::w4_zp: return KernelFamily::w4a16_zp;
+        case WeightFormat::w8_zp: return KernelFamily::w8a16;
+        case WeightFormat::fp8: return KernelFamily::fp8;
+      }
+      break;
+    case ActivationQuant::int8:
+      if (format == WeightFormat::w4a16 || format == WeightFormat::w4_zp) return KernelFamily::w4a8;
+      if (format == WeightFormat::w8_zp) return KernelFamily::w8a8;
+      break;
+    case ActivationQuant::fp8:
+      if (format == WeightFormat::fp8) return KernelFamily::fp8_a8;
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, std::string& missing,
+                                            std::source_location site) {
+  const FamilyInfo& f = family_info(request.family);
+  if (request.family == KernelFamily::w4a16) {
+    throw Error(Status::internal, "resolve_family: the W4A16 family resolves through resolve_projection_kernels");
+  }
+  missing.clear();
+  const Lookup l{backend, request, site, missing};
+  FamilyKernels k;
+  k.family = request.family;
+  if (f.weights == WeightFormat::fp8) {
+    resolve_fp8(l, f, k);
+  } else {
+    resolve_zp(l, f, k);
+  }
+  if (f.activations != ActivationQuant::bf16) {
+    k.quantize = l.need("quant", f.activations == ActivationQuant::int8 ? "quantize_int8" : "quantize_fp8", kQuantize);
+  }
+  if (request.act_order) k.gather = l.need("quant", "gather_k", kGather);
+  if (!missing.empty()) return std::nullopt;
+  const std::string canonical = weight_format_name(f.weights);
+  const std::string repack_name = std::string(f.module) + "/" + std::string(f.prefix) + "_repack";
+  k.layout = weight_layout_of(backend, k.repack, canonical);
+  for (KernelHandle h : {k.gemv, k.gemm, k.grouped, k.grouped_gemv}) {
+    require_weight_layout(backend, h, k.layout, canonical, repack_name);
+  }
+  return k;
+}
+
+void launch_family_projection(Backend& backend, const FamilyKernels& k, const DeviceQuantMatrix& w, uint32_t index,
+                              DevicePtr x, DevicePtr xscale, DevicePtr y, uint32_t m, uint64_t stream) {
+  const bool small = m <= 8 && k.gemv;
+  const KernelHandle kernel = small ? k.gemv : k.gemm;
+  const LaunchShape s = small ? shape({ceil_div(w.n, 64), 1, 1}, stream) : shape({ceil_div(w.n, 128), ceil_div(m, 64), 1}, stream);
+  const FamilyInfo& f = family_info(k.family);
+  const DevicePtr q = w.qweight_of(index), sc = w.scales_of(index);
+  if (f.weights == WeightFormat::fp8) {
+    if (f.activations == ActivationQuant::fp8) {
+      backend.launch(kernel, s, x, xscale, q, sc, y, m, w.n, w.k);
+    } else {
+      backend.launch(kernel, s, x, q, sc, y, m, w.n, w.k);
+    }
+  } else if (f.activations == ActivationQuant::int8) {
+    backend.launch(kernel, s, x, xscale, q, sc, w.zeros_of(index), y, m, w.n, w.k, w.group);
+  } else {
+    backend.launch(kernel, s, x, q, sc, w.zeros_of(index), y, m, w.n, w.k, w.group);
+  }
+}
+
+void launch_family_grouped(Backend& backend, const FamilyKernels& k, const DeviceQuantMatrix& w, DevicePtr x,
+                           DevicePtr xscale, DevicePtr offsets, DevicePtr y, uint64_t stream) {
+  const LaunchShape s = shape({ceil_div(w.n, 128), w.batch, 1}, stream);
+  const FamilyInfo& f = family_info(k.family);
+  const DevicePtr q = w.qweight.ptr(), sc = w.scales.ptr();
+  if (f.weights == WeightFormat::fp8) {
+    if (f.activations == ActivationQuant::fp8) {
+      backend.launch(k.grouped, s, x, xscale, q, sc, offsets, y, w.n, w.k, w.batch);
+    } else {
+      backend.launch(k.grouped, s, x, q, sc, offsets, y, w.n, w.k, w.batch);
+    }
+  } else if (f.activations == ActivationQuant::int8) {
+    backend.launch(k.grouped, s, x, xscale, q, sc, w.zeros.ptr(), offsets, y, w.n, w.k, w.group, w.batch);
+  } else {
+    backend.launch(k.grouped, s, x, q, sc, w.zeros.ptr(), offsets, y, w.n, w.k, w.group, w.batch);
+  }
+}
+
+void launch_family_grouped_decode(Backend& backend, const FamilyKernels& k, const DeviceQuantMatrix& w, DevicePtr x,
+                                  DevicePtr offsets, DevicePtr active, DevicePtr y, uint32_t slots, uint64_t stream) {
+  backend.launch(k.grouped_gemv, shape({ceil_div(w.n, 64), slots, 1}, stream), x, w.qweight.ptr(), w.scales.ptr(), offsets,
+                 active, y, w.n, w.k, slots);
+}
+
+void launch_quantize(Backend& backend, const FamilyKernels& k, DevicePtr x, DevicePtr xq, DevicePtr xscale, uint32_t m,
+                     uint32_t width, uint64_t stream) {
+  backend.launch(k.quantize, shape({m, 1, 1}, stream, 256), x, xq, xscale, m, width);
+}
+
+void launch_gather(Backend& backend, const FamilyKernels& k, DevicePtr x, DevicePtr perm, DevicePtr offsets, DevicePtr out,
+                   uint32_t rows, uint32_t width, uint32_t groups, uint64_t stream) {
+  backend.launch(k.gather, shape({rows, 1, 1}, stream), x, perm, offsets, out, width, groups);
+}
+
+PlanStep describe_family_projection(Backend& backend, const FamilyKernels& k, const std::string& step, uint32_t m,
+                                    uint32_t n, uint32_t width) {
+  const bool small = m <= 8 && k.gemv;
+  PlanStep p;
+  p.step = step;
+  p.kernel = backend.kernel_name(small ? k.gemv : k.gemm);
+  p.grid = small ? std::array<uint32_t, 3>{ceil_div(n, 64), 1, 1} : std::array<uint32_t, 3>{ceil_div(n, 128), ceil_div(m, 64), 1};
+  const std::string mk = "m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", K=" + std::to_string(width);
+  p.why = mk + (small ? ": <= 8 rows, GEMV" : m <= 8 ? ": no GEMV, tile GEMM" : ": tile GEMM");
+  const FamilyInfo& f = family_info(k.family);
+  if (f.activations != ActivationQuant::bf16) p.why += std::string(", ") + activation_quant_name(f.activations) + " activations";
+  if (k.gather) p.why += ", act-order gather first";
+  return p;
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "linear/projection.hpp"
+
+#include <metrale/levers.hpp>
+#include <metrale/status.hpp>
+
+#include <algorithm>
+
+namespace metrale::layers {
+
+namespace {
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+Backend::LookupRequest try_w4a16() {
+  return Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {}, .refuse_because = {}};
+}
+
+}  // namespace
+
+const char* projection_tier_name(ProjectionTier tier) noexcept {
+  switch (tier) {
+    case ProjectionTier::gemv: return "gemv";
+    case ProjectionTier::gemv_b8: return "gemv_b8";
+    case ProjectionTier::m128: return "m128";
+    case ProjectionTier::tgemm: return "tgemm";
+    case ProjectionTier::k64: return "k64";
+    case ProjectionTier::k64_n64: return "k64_n64";
+  }
+  return "?";
+}
+
+ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const ProjectionShape> shapes,
+                                             std::string_view model_type, std::source_location site) {
+  const uint32_t min_k = w4a16_k64_min_k();
+  bool need_tgemm = false;
+  bool need_k64 = false;
+  for (const auto& s : shapes) (s.k >= min_k ? need_k64 : need_tgemm) = true;
+
+  // The lever that placed the k64 switch, noted on the tile-GEMM rows so the audit shows why.
+  std::string switch_lever = lever_note("METRALE_W4A16_K64_MIN_K");
+  if (switch_lever.empty()) switch_lever = lever_note("METRALE_NO_W4A16_K64");
+  uint64_t before = 0;
+  for (const auto& row : backend.audit().snapshot()) before = std::max(before, row.sequence);
+
+  ProjectionKernels k;
+  k.gemv = backend.lookup("w4a16", "w4a16_gemv", try_w4a16(), site);
+  k.gemv_b8 = backend.lookup("w4a16", "w4a16_gemv_b8", try_w4a16(), site);
+  if (need_tgemm) {
+    // v3 first: under METRALE_W4A16_VARIANT=v3 both resolve and v3 serves.
+    k.m128 = w4a16_v3_kernel(backend, site);
+    if (KernelHandle v2 = w4a16_v2_kernel(backend, site); !k.m128) k.m128 = v2;
+    if (tgemm_probe_ok(model_type)) k.tile.tgemm = tgemm_kernel(backend, site);
+    if (!k.tile.tgemm && !k.m128) need_k64 = true;  // the deep-K kernel is the last tile GEMM left
+  }
+  if (need_k64) {
+    try {
+      k.tile.k64 = k64_kernel(backend, site);
+    } catch (const Error& e) {
+      std::string who;
+      for (const auto& s : shapes) who += (who.empty() ? "" : ", ") + s.name + " [" + std::to_string(s.n) + ", " + std::to_string(s.k) + "]";
+      const bool tgemm_missing = need_tgemm && !k.tile.tgemm && !k.m128;
+      throw Error(e.status(), "no tile GEMM for " + who + " on backend '" + backend.name() + "': " +
+                                  (tgemm_missing ? "the tgemm kernel is null and " : "K reaches w4a16_k64_min_k() = " +
+                                                                                          std::to_string(min_k) + " and ") +
+                                  "the deep-K kernel is missing: " + e.what());
+    }
+    k.tile.k64_n64 = k64_n64_kernel(backend, site);
+  }
+  if (!switch_lever.empty()) {
+    for (const auto& row : backend.audit().snapshot()) {
+      if (row.sequence > before && row.backend == backend.name() && row.kernel.starts_with("w4a16_gemm_t")) {
+        backend.audit().note_lever(row.sequence, switch_lever);
+      }
+    }
+  }
+  return k;
+}
+
+void require_weight_layout(const Backend& backend, const ProjectionKernels& kernels, std::string_view layout) {
+  for (KernelHandle kernel : {kernels.gemv, kernels.gemv_b8, kernels.m128, kernels.tile.tgemm, kernels.tile.k64,
+                              kernels.tile.k64_n64})
+    require_weight_layout(backend, kernel, layout);
+}
+
+ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, uint32_t n, uint32_t k) {
+  ProjectionLaunch launch;
+  launch.shape.block = {128, 1, 1};
+  if (m == 1 && kernels.gemv) {
+    launch.kernel = kernels.gemv;
+    launch.tier = ProjectionTier::gemv;
+    launch.shape.grid = {ceil_div(n, 64), 1, 1};
+    return launch;
+  }
+  if (m <= 8 && kernels.gemv_b8) {
+    launch.kernel = kernels.gemv_b8;
+    launch.tier = ProjectionTier::gemv_b8;
+    launch.shape.grid = {ceil_div(n, 64), 1, 1};
+    return launch;
+  }
+  const bool deep = k >= w4a16_k64_min_k();
+  if (!deep && kernels.m128) {
+    launch.kernel = kernels.m128;
+    launch.tier = ProjectionTier::m128;
+    launch.shape.grid = {ceil_div(n, 128), ceil_div(m, 128), 1};
+    launch.shape.block = {256, 1, 1};
+    return launch;
+  }
+  KernelHandle chosen = choose_tile_gemm(kernels.tile, m, n, k);
+  if (!chosen && !deep) chosen = kernels.tile.k64;  // tgemm null: the deep-K kernel serves any K
+  if (!chosen) {
+    throw Error(Status::unavailable, "no W4A16 kernel serves m=" + std::to_string(m) + ", n=" + std::to_string(n) +
+                                         ", k=" + std::to_string(k) + " (GEMV tiers and tile GEMMs all null)");
+  }
+  launch.kernel = chosen;
+  if (chosen == kernels.tile.k64_n64) {
+    launch.tier = ProjectionTier::k64_n64;
+    launch.shape.grid = {ceil_div(n, 64), ceil_div(m, 64), 1};
+  } else {
+    launch.tier = chosen == kernels.tile.tgemm ? ProjectionTier::tgemm : ProjectionTier::k64;
+    launch.shape.grid = {ceil_div(n, 128), ceil_div(m, 64), 1};
+  }
+  return launch;
+}
+
+void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceQuantMatrix& weights, uint32_t index,
+                       DevicePtr x, DevicePtr y, uint32_t m, uint64_t stream) {
+  ProjectionLaunch launch = plan_projection(kernels, m, weights.n, weights.k);
+  launch.shape.stream = stream;
+  backend.launch(launch.kernel, launch.shape, x, weights.qweight_of(index), weights.scales_of(index), y, m, weights.n,
+                 weights.k);
+}
+
+PlanStep describe_projection(Backend& backend, const ProjectionKernels& kernels, const std::string& step, uint32_t m,
+                             uint32_t n, uint32_t k) {
+  ProjectionLaunch launch = plan_projection(kernels, m, n, k);
+  PlanStep p;
+  p.step = step;
+  p.kernel = backend.kernel_name(launch.kernel);
+  p.grid = launch.shape.grid;
+  const std::string mk = "m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", K=" + std::to_string(k);
+  const std::string min_k = std::to_string(w4a16_k64_min_k());
+  switch (launch.tier) {
+    case ProjectionTier::gemv: p.why = mk + ": one row, GEMV tier"; break;
+    case ProjectionTier::gemv_b8:
+      p.why = mk + (m == 1 ? ": one row, no w4a16_gemv, batched GEMV tier" : ": <= 8 rows, batched GEMV tier");
+      break;
+    case ProjectionTier::m128: p.why = mk + ": K < " + min_k + ", m128 variant (METRALE_W4A16_VARIANT)"; break;
+    case ProjectionTier::tgemm: p.why = mk + ": K < " + min_k + ", N128xM64 tile GEMM"; break;
+    case ProjectionTier::k64:
+      p.why = mk + (k >= w4a16_k64_min_k() ? ": K >= " + min_k + ", deep-K tile GEMM" : ": tgemm null, deep-K tile GEMM");
+      break;
+    case ProjectionTier::k64_n64: p.why = mk + ": K >= " + min_k + ", N64 deep-K twin (small grid)"; break;
+  }
+  if (m <= 8 && launch.tier != ProjectionTier::gemv && launch.tier != ProjectionTier::gemv_b8) {
+    p.why += " (GEMV tiers null)";
+  }
+  return p;
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The conformance suite: one list of cases that every backend runs against the double-precision
+// reference (layers/reference/reference.hpp, whose tolerance applies). A library so that both the
+// test program here and `metrale conformance` can run it, on any Backend — including a fault
+// plugin with a deliberately wrong kernel, which the cases must catch.
+//
+// Cases:
+//   kernel/<name>/m<M>_n<N>_k<K>  one w4a16-family kernel launched directly (only kernels the
+//                                 backend's manifest lists; GEMV tiers only for the rows they take)
+//   dispatch/m<M>_n<N>_k<K>       a projection through the layers' fallback chain, with K below
+//                                 and at the k64 threshold w4a16_k64_min_k()
+//   dense/<act>/...               DenseFfnLayer end to end
+//   moe/...                       MoeLayer: tokens routed unevenly, experts with no tokens, with and
+//                                 without renormalisation, a gated shared expert, per-expert launches
+//   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
+// A backend skips a case only when its manifest does not list, for this device, what the case
+// needs (not listed, or gated by the device's target: the reason says which kernel and why), or
+// when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
+// does not provide it, its signature differs) and a refusal are failures, not skips. Manifest
+// checks and layer-path coverage: certify.hpp.
+#pragma once
+
+#include "io/config.hpp"
+#include "ffn/moe.hpp"
+#include "reference/reference.hpp"
+
+#include <metrale/backend.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace metrale::conformance {
+
+enum class CaseKind { kernel, dispatch, dense, moe, topk_ties };
+enum class Routing { synthetic, uneven };
+
+struct Case {
+  std::string name;
+  CaseKind kind = CaseKind::dispatch;
+  std::string module;  // kernel cases
+  std::string kernel;  // kernel cases
+  uint32_t m = 1;
+  uint32_t n = 0;
+  uint32_t k = 0;
+  layers::ModelConfig config;  // dense and MoE cases
+  layers::MoeBuildOptions moe_options;
+  layers::SyntheticFormats formats;  // dense and MoE cases: the weights' format (default W4A16)
+  layers::ActivationQuant activations = layers::ActivationQuant::bf16;  // asked for explicitly when not bf16
+  Routing routing = Routing::synthetic;
+  uint64_t seed = 1;
+};
+
+enum class Outcome { passed, failed, skipped };
+const char* outcome_name(Outcome outcome) noexcept;
+
+struct CaseResult {
+  std::string name;
+  Outcome outcome = Outcome::failed;
+  std::string detail;  // the comparison summary, the error, or the skip reason
+  std::vector<std::string> kernels;  // "module/name" the case ran
+  std::optional<layers::Comparison> comparison;
+};
+
+// Every case, built for this process's w4a16_k64_min_k() (read once per process).
+std::vector<Case> cases();
+// The quantized-format layer cases (quant_cases.cpp): every format x group size x symmetry x
+// act-order, under each activation tier that runs it, dense and MoE; part of cases().
+std::vector<Case> quant_layer_cases();
+// Why a quantized-format case cannot run on `backend` (the family's module is not listed), or nullopt.
+std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c);
+
+// A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
+struct DeclaredSkip {
+  std::string backend;
+  std::string cases;
+  std::string reason;
+};
+const std::vector<DeclaredSkip>& declared_skips();
+
+// Why `backend` skips `c`, or nullopt when it runs it.
+std::optional<std::string> skip_reason(Backend& backend, const Case& c);
+
+// Runs one case (skips as above). Never throws for a backend's failure: errors become `failed`.
+CaseResult run_case(Backend& backend, const Case& c);
+
+struct SuiteSummary {
+  size_t passed = 0;
+  size_t failed = 0;
+  size_t skipped = 0;
+};
+SuiteSummary summarize(const std::vector<CaseResult>& results);
+// One line per result: "PASS kernel/w4a16_gemv/m1_n77_k256  [w4a16/w4a16_gemv] <detail>".
+std::string render_results(const std::vector<CaseResult>& results);
+
+}  // namespace metrale::conformance

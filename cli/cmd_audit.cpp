@@ -6,9 +6,7 @@
 #include "commands.hpp"
 #include "tier_flags.hpp"
 
-#include <layers/io/checkpoint.hpp>
-#include <layers/io/config.hpp>
-#include <layers/ffn/ffn.hpp>
+#include <layers/compose.hpp>
 #include <layers/linear/selectors.hpp>
 #include <metrale/json_file.hpp>
 #include <metrale/levers.hpp>
@@ -35,19 +33,14 @@ struct AuditOptions {
 
 // The FFN of a model (synthetic formats from the tier flags) or of a checkpoint's layer (the
 // formats its weights load as, its declared activation tier as the default): the lookups
-// `metrale run` would make, without uploading or launching anything.
+// `metrale run` would make, without uploading or launching anything; METRALE_LOCK enforced.
 void resolve_model_ffn(Backend& backend, const AuditOptions& options) {
-  if (options.weights.empty()) {
-    const layers::FfnBuildOptions build{{}, activation_tier(options.tiers)};
-    layers::build_ffn_for_audit(backend, layers::resolve_model(options.model), build, synthetic_formats(options.tiers));
-    return;
-  }
-  std::optional<layers::ModelConfig> config;
-  if (!options.model.empty()) config = layers::resolve_model(options.model);
-  const layers::LoadedCheckpoint c = layers::load_checkpoint(options.weights, options.layer, config);
-  const layers::FfnBuildOptions build{
-      {}, activation_tier(options.tiers, layers::declared_activation_tier(c.quant), c.quant.source)};
-  layers::build_ffn_for_audit(backend, c.config, build, layers::formats_of(c.weights));
+  layers::LayerRequest request;
+  request.model = options.model;
+  request.weights = options.weights;
+  request.layer = options.layer;
+  apply_tier_flags(options.tiers, request);
+  layers::resolve_layer(backend, request);
 }
 
 // An audit or lock to compare: bounded, validated, every error naming the file and the field.
@@ -119,7 +112,7 @@ void run_audit(CliContext& ctx, const AuditOptions& options) {
     throw;
   }
   auto rows = backend->audit().snapshot();
-  enforce_lock(*backend, rows);
+  if (options.model.empty() && options.weights.empty()) enforce_lock(*backend, rows);  // resolve_layer enforced its own
   print_rows(ctx, *backend, min_k, error);
   if (!options.lock.empty()) {
     write_lock(options.lock, *backend, rows);

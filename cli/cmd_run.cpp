@@ -9,13 +9,11 @@
 #include "commands.hpp"
 #include "tier_flags.hpp"
 
-#include <layers/io/checkpoint.hpp>
+#include "progress.hpp"
+
+#include <layers/compose.hpp>
 #include <layers/io/activation_io.hpp>
-#include <layers/ffn/ffn.hpp>
-#include <cli/progress.hpp>
-#include <layers/core/quant_synthetic.hpp>
 #include <layers/reference/reference.hpp>
-#include <layers/io/tensor_source.hpp>
 #include <layers/linear/selectors.hpp>
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
@@ -34,9 +32,6 @@ namespace metrale::cli {
 namespace {
 
 using namespace metrale::layers;
-namespace fs = std::filesystem;
-
-constexpr const char* kDefaultModel = "small-dense";
 
 struct RunOptions {
   std::string model;  // empty: the config.json beside --weights, else kDefaultModel
@@ -128,83 +123,20 @@ double pass_flops(const ModelConfig& c, uint32_t m) {
   return 0;
 }
 
-// --model, else the config.json that belongs to --weights (never a preset in its place: weights
-// run against the wrong shapes would fail later with a less clear message, or not at all).
-ModelConfig resolve_run_config(const RunOptions& o) {
-  if (!o.model.empty()) return resolve_model(o.model);
-  if (o.weights.empty()) return resolve_model(kDefaultModel);
-  const fs::path weights(o.weights);
-  const fs::path dir = fs::is_directory(weights) ? weights : weights.parent_path();
-  const fs::path config = (dir.empty() ? fs::path(".") : dir) / "config.json";
-  if (!fs::is_regular_file(config)) {
-    throw Error(Status::not_found, o.weights + ": no model config: expected " + config.string() +
-                                       " beside the weights; pass --model PRESET|config.json to say which model they belong to");
-  }
-  return load_model_config(config);
-}
-
-// The weights to run and what they are: a checkpoint (its layer's config replaces the model's,
-// its declared activations become the default tier), else synthetic in the formats asked for.
-struct RunWeights {
-  FfnWeights weights;
-  std::string source;
-  std::string quantization;
-  std::optional<ActivationQuant> declared_activations;
-  std::string declared_source;
-};
-
-// Synthetic formats from --weight-quantization / --expert-quantization (or their levers); with a
-// checkpoint those may only repeat what it declares.
-SyntheticFormats synthetic_formats(const RunOptions& o, const RunWeights* loaded) {
-  const WeightTierRequest request = weight_tier_request(o.tiers.weight_quantization, o.tiers.expert_quantization);
-  SyntheticFormats f = cli::synthetic_formats(o.tiers);
-  if (loaded) {
-    const FfnWeights& w = loaded->weights;
-    const WeightFormat have = w.dense ? w.dense->format() : w.moe ? w.moe->gate_up.format : WeightFormat::w4a16;
-    for (const auto& [asked, source] : {std::pair{request.weights, request.weights_source}, std::pair{request.experts, request.experts_source}}) {
-      if (asked && *asked != have) {
-        throw Refusal(source + " asks for " + weight_tier_name(*asked) + " weights, but " + loaded->source +
-                      " holds " + weight_tier_name(have) + " weights (" + loaded->quantization + "): a checkpoint's format is what it declares");
-      }
-    }
-  }
-  return f;
-}
-
-RunWeights obtain_weights(const RunOptions& o, ModelConfig& config, StderrProgress& progress) {
-  RunWeights r;
-  if (!o.weights.empty()) {
-    progress.update("loading " + o.weights, 0.0);
-    const bool project = has_project_names(TensorSource(o.weights));
-    if (project) {
-      r.weights = load_ffn_weights(o.weights, config, WeightLoadOptions{o.layer});
-      r.quantization = "metrale W4A16 (symmetric, group 128)";
-    } else {
-      LoadedCheckpoint c = load_checkpoint(o.weights, o.layer, o.model.empty() ? std::nullopt : std::optional(config));
-      config = c.config;
-      r.weights = std::move(c.weights);
-      r.quantization = c.quant.summary() + " (" + c.quant.source + "), layer " + std::to_string(c.layer);
-      r.declared_activations = declared_activation_tier(c.quant);
-      r.declared_source = c.quant.source;
-    }
-    progress.finish("loading " + o.weights);
-    r.source = o.weights;
-    synthetic_formats(o, &r);  // a format asked for must agree with the checkpoint's
-  } else {
-    progress.update("generating synthetic weights", 0.0);
-    const SyntheticFormats f = synthetic_formats(o, nullptr);
-    r.weights = synthetic_ffn_weights(config, o.seed, f);
-    progress.finish("generating synthetic weights");
-    r.source = "synthetic (seed " + std::to_string(o.seed) + ")";
-    r.quantization = std::string(weight_tier_name(f.weights)) +
-                     (f.experts && *f.experts != f.weights ? std::string(", experts ") + weight_tier_name(*f.experts) : "") +
-                     (f.weights == WeightFormat::w4_zp || f.weights == WeightFormat::w8_zp ? ", group " + std::to_string(f.group) : "");
-  }
-  if (!o.save_weights.empty()) {
-    save_ffn_weights(r.weights, config, o.save_weights);
-    logger()->info("wrote {} ({}) to {}", r.source, format_bytes(static_cast<double>(r.weights.bytes())), o.save_weights);
-  }
-  return r;
+// The layer `run` asks for: the weights, model and tiers of the flags.
+LayerRequest layer_request(const RunOptions& o, StderrProgress& progress) {
+  LayerRequest request;
+  request.model = o.model;
+  request.weights = o.weights;
+  request.layer = o.layer;
+  request.seed = o.seed;
+  apply_tier_flags(o.tiers, request);
+  request.moe.use_grouped_kernel = !o.per_expert;
+  request.progress = [&progress](const std::string& stage, double fraction) {
+    if (fraction >= 1.0) progress.finish(stage);
+    else progress.update(stage, fraction);
+  };
+  return request;
 }
 
 // The rows to run: tensor `x` of --input (its rows set m), else synthetic rows from --seed.
@@ -293,23 +225,6 @@ std::vector<std::pair<std::string, std::optional<std::string>>> selector_levers(
   return out;
 }
 
-// Builds the layers: every lookup lands in the audit after `before`; each distinct tier the
-// projection sets ended at is reported.
-FfnComponent build_layers(Backend& b, const RunOptions& o, const RunWeights& w, RunReport& r, StderrProgress& progress) {
-  const uint64_t before = b.audit().last_sequence();
-  progress.update("building the layers on " + b.name(), 0.0);
-  FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !o.per_expert},
-                          activation_tier(o.tiers, w.declared_activations, w.declared_source)};
-  FfnComponent ffn = FfnComponent::build(b, r.config, w.weights, options);
-  progress.finish("building the layers on " + b.name());
-  for (const auto& row : b.audit().snapshot()) {
-    if (row.sequence <= before || row.backend != b.name()) continue;
-    r.audit.push_back(row);
-    if (!row.tier.empty() && std::find(r.tiers.begin(), r.tiers.end(), row.tier) == r.tiers.end()) r.tiers.push_back(row.tier);
-  }
-  return ffn;
-}
-
 // Timed passes, the output read back (checksum, --output).
 std::vector<uint16_t> run_passes(const RunOptions& o, Backend& b, FfnComponent& ffn, const std::vector<uint16_t>& x,
                                  RunReport& r, StderrProgress& progress) {
@@ -337,24 +252,30 @@ RunReport compute_report(CliContext& ctx, const RunOptions& o) {
   if (o.repeat == 0) throw Error(Status::invalid_argument, "--repeat must be at least 1");
   StderrProgress progress(!o.quiet);
   RunReport r;
-  r.config = resolve_run_config(o);
   auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
   Backend& b = *backend;
   r.backend = b.name();
   r.target = b.target();
   r.device = b.device_name();
-  // Read the input before the weights: a wrong --input fails fast.
+  const LayerRequest request = layer_request(o, progress);
+  LayerSource source = read_layer_source(request);
+  r.config = source.config;
+  r.weight_source = source.weights_source;
+  r.quantization = source.quantization;
+  r.weight_bytes = static_cast<double>(source.weights.bytes());
+  if (!o.save_weights.empty()) {
+    save_ffn_weights(source.weights, source.config, o.save_weights);
+    logger()->info("wrote {} ({}) to {}", r.weight_source, format_bytes(r.weight_bytes), o.save_weights);
+  }
   const std::vector<uint16_t> x = obtain_input(o, r.config, r.m, r.input_source);
-  const RunWeights w = obtain_weights(o, r.config, progress);
-  r.weight_source = w.source;
-  r.quantization = w.quantization;
-  r.weight_bytes = static_cast<double>(w.weights.bytes());
-  FfnComponent ffn = build_layers(b, o, w, r, progress);
-  const std::vector<uint16_t> got = run_passes(o, b, ffn, x, r, progress);
-  if (o.check) r.comparison = check_against_reference(w.weights, r.config, ffn, x, r.m, got, progress);
-  r.plan = ffn.plan(r.m);
+  OpenedLayer layer = open_layer(b, std::move(source), request);
+  r.audit = layer.audit;
+  r.tiers = layer.tiers();
+  const std::vector<uint16_t> got = run_passes(o, b, layer.ffn, x, r, progress);
+  if (o.check) r.comparison = check_against_reference(layer.source.weights, r.config, layer.ffn, x, r.m, got, progress);
+  r.plan = layer.ffn.plan(r.m);
   r.min_k = w4a16_k64_min_k();
-  if (auto* moe = ffn.moe()) r.expert_rows = moe->last_expert_rows();
+  if (auto* moe = layer.ffn.moe()) r.expert_rows = moe->last_expert_rows();
   r.levers = selector_levers();
   return r;
 }

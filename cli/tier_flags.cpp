@@ -17,18 +17,11 @@ void add_tier_flags(CLI::App& cmd, TierFlags& flags) {
       ->capture_default_str();
 }
 
-layers::SyntheticFormats synthetic_formats(const TierFlags& flags) {
-  const layers::WeightTierRequest request = layers::weight_tier_request(flags.weight_quantization, flags.expert_quantization);
-  layers::SyntheticFormats f;
-  f.weights = request.weights.value_or(layers::WeightFormat::w4a16);
-  f.experts = request.experts;
-  f.group = flags.group_size;
-  return f;
-}
-
-layers::ActivationRequest activation_tier(const TierFlags& flags, std::optional<layers::ActivationQuant> declared,
-                                          const std::string& declared_source) {
-  return layers::activation_request(flags.activation_quantization, declared, declared_source);
+void apply_tier_flags(const TierFlags& flags, layers::LayerRequest& request) {
+  request.activations = layers::TierAsk{flags.activation_quantization, "--activation-quantization"};
+  request.weight_format = layers::TierAsk{flags.weight_quantization, "--weight-quantization"};
+  request.expert_format = layers::TierAsk{flags.expert_quantization, "--expert-quantization"};
+  request.group_size = flags.group_size;
 }
 
 }  // namespace metrale::cli

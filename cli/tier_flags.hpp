@@ -4,8 +4,7 @@
 // registered once here and turned into the layers' requests the same way for both commands.
 #pragma once
 
-#include <layers/core/tier_request.hpp>
-#include <layers/io/weights.hpp>
+#include <layers/compose.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -24,13 +23,7 @@ struct TierFlags {
 // Adds the four options to `cmd`, storing into `flags` (which must outlive the parse).
 void add_tier_flags(CLI::App& cmd, TierFlags& flags);
 
-// The weight formats the flags (or their levers) ask for: weights default to int4 (W4A16),
-// experts to the weights'. Throws Refusal for a value that is not a tier.
-layers::SyntheticFormats synthetic_formats(const TierFlags& flags);
-
-// The activation request: the flag, else its lever, else `declared` (a checkpoint's), else bf16.
-layers::ActivationRequest activation_tier(const TierFlags& flags,
-                                          std::optional<layers::ActivationQuant> declared = std::nullopt,
-                                          const std::string& declared_source = {});
+// The tiers the flags ask for, into a layer request (each with the flag's name as its source).
+void apply_tier_flags(const TierFlags& flags, layers::LayerRequest& request);
 
 }  // namespace metrale::cli

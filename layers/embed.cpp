@@ -27,14 +27,8 @@ Registry open_runtime(const DiscoveryOptions& options) {
 }
 
 ActivationRequest checkpoint_activations(const LoadedCheckpoint& checkpoint, std::string_view asked) {
-  if (!asked.empty()) {
-    const auto tier = parse_activation_quant(asked);
-    if (!tier) {
-      throw Refusal("activation tier '" + std::string(asked) + "' is not valid: expected bf16, int8 or fp8");
-    }
-    return ActivationRequest{*tier, true, "activations " + std::string(asked) + " (asked by the program)"};
-  }
-  return activation_request({}, declared_activation_tier(checkpoint.quant), checkpoint.quant.source);
+  return activation_request(TierAsk{std::string(asked), "activations"}, declared_activation_tier(checkpoint.quant),
+                            checkpoint.quant.source);
 }
 
 namespace {
@@ -44,24 +38,49 @@ std::shared_ptr<Backend> checked_backend(std::shared_ptr<Backend> backend) {
   return backend;
 }
 
+// The program's tier as a request: an explicit one is asked for, a default one is what the
+// weights declare (so it falls back visibly, as a checkpoint's declaration does).
+LayerSource with_default_tier(LayerSource source, const ActivationRequest& activations) {
+  if (!activations.is_explicit && activations.tier != ActivationQuant::bf16) {
+    source.declared_activations = activations.tier;
+    source.declared_source = activations.source;
+  }
+  return source;
+}
+
+LayerRequest request_for(const FfnBuildOptions& options) {
+  LayerRequest request;
+  request.moe = options.moe;
+  if (options.activations.is_explicit) {
+    request.activations = TierAsk{std::string(activation_quant_name(options.activations.tier)), "activations"};
+  }
+  return request;
+}
+
 }  // namespace
+
+EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const LayerRequest& request)
+    : backend_(checked_backend(std::move(backend))), layer_(open_layer(*backend_, request)) {}
+
+EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, LayerSource source, const LayerRequest& request)
+    : backend_(checked_backend(std::move(backend))), layer_(open_layer(*backend_, std::move(source), request)) {}
 
 EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const ModelConfig& config, const FfnWeights& weights,
                          const FfnBuildOptions& options)
-    : backend_(checked_backend(std::move(backend))), config_(config) {
-  const uint64_t before = backend_->audit().last_sequence();
-  ffn_ = FfnComponent::build(*backend_, config_, weights, options);
-  for (auto& row : backend_->audit().snapshot()) {
-    if (row.sequence > before && row.backend == backend_->name()) build_audit_.push_back(std::move(row));
-  }
-}
+    : EmbeddedFfn(std::move(backend), with_default_tier(layer_source(config, weights), options.activations),
+                  request_for(options)) {}
 
 EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const LoadedCheckpoint& checkpoint,
                          std::string_view activations)
-    : EmbeddedFfn(std::move(backend), checkpoint.config, checkpoint.weights,
-                  FfnBuildOptions{{}, checkpoint_activations(checkpoint, activations)}) {}
+    : EmbeddedFfn(std::move(backend), checkpoint_source(checkpoint),
+                  [&] {
+                    LayerRequest request;
+                    request.activations = TierAsk{std::string(activations), "activations"};
+                    return request;
+                  }()) {}
 
 std::vector<uint16_t> EmbeddedFfn::forward_host(std::span<const uint16_t> x, uint32_t m, uint64_t stream) {
+  const ModelConfig& config_ = config();
   const size_t values = size_t{m} * config_.hidden_size;
   if (m == 0 || x.size() != values) {
     throw Error(Status::invalid_argument, "EmbeddedFfn::forward_host: " + config_.source + " takes m rows of hidden_size " +
@@ -70,7 +89,7 @@ std::vector<uint16_t> EmbeddedFfn::forward_host(std::span<const uint16_t> x, uin
   }
   x_.ensure(*backend_, x.size_bytes());
   x_.upload(x, 0, stream);
-  const DevicePtr y = ffn_.forward(x_.ptr(), m, stream);
+  const DevicePtr y = layer_.ffn.forward(x_.ptr(), m, stream);
   std::vector<uint16_t> out(values);
   backend_->copy_to_host(out.data(), y, out.size() * sizeof(uint16_t), stream);
   backend_->synchronize(stream);
@@ -78,9 +97,9 @@ std::vector<uint16_t> EmbeddedFfn::forward_host(std::span<const uint16_t> x, uin
 }
 
 void EmbeddedFfn::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream) {
-  if (auto* dense = ffn_.dense()) return dense->forward_into(x, m, out, stream);
-  if (auto* moe = ffn_.moe()) return moe->forward_into(x, m, out, stream);
-  if (out != x) backend_->copy_device(out, x, size_t{m} * config_.hidden_size * sizeof(uint16_t), stream);
+  if (auto* dense = layer_.ffn.dense()) return dense->forward_into(x, m, out, stream);
+  if (auto* moe = layer_.ffn.moe()) return moe->forward_into(x, m, out, stream);
+  if (out != x) backend_->copy_device(out, x, size_t{m} * config().hidden_size * sizeof(uint16_t), stream);
 }
 
 }  // namespace metrale::layers

@@ -2,9 +2,12 @@
 // The embedding shortcuts (docs/embedding.md): what a program linking the layers would otherwise
 // write itself, as the CLI does — open the runtime with every lever declared and checked, take a
 // checkpoint's declared activation tier as the default, and run one layer's FFN on host rows or on
-// the caller's device buffers. Each is a thin composition of the public API beside it.
+// the caller's device buffers. The layer is composed by open_layer (compose.hpp), so a program
+// gets what `metrale run` gets, METRALE_LOCK included: a build that differs from the lock is a
+// Refusal naming each difference.
 #pragma once
 
+#include "compose.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "core/device_buffer.hpp"
@@ -37,8 +40,10 @@ ActivationRequest checkpoint_activations(const LoadedCheckpoint& checkpoint, std
 // Like the layers it wraps it is not reentrant: one EmbeddedFfn per thread.
 class EmbeddedFfn {
  public:
-  // FfnComponent::build(*backend, config, weights, options); `config` is the layer's FFN config
-  // (LoadedCheckpoint::config, or ModelConfig::for_layer of a model's).
+  // open_layer(*backend, request): the request's checkpoint (or synthetic weights), config and tiers.
+  EmbeddedFfn(std::shared_ptr<Backend> backend, const LayerRequest& request);
+  // The program's own weights: `config` is the layer's FFN config (LoadedCheckpoint::config, or
+  // ModelConfig::for_layer of a model's); options.activations is the tier as asked.
   EmbeddedFfn(std::shared_ptr<Backend> backend, const ModelConfig& config, const FfnWeights& weights,
               const FfnBuildOptions& options = {});
   // The checkpoint's layer with its activation tier (checkpoint_activations(checkpoint, activations)).
@@ -52,17 +57,16 @@ class EmbeddedFfn {
   // each; asynchronous on `stream` (synchronize before reading `out`). A None FFN copies x.
   void forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream = 0);
 
-  FfnComponent& component() noexcept { return ffn_; }
-  const ModelConfig& config() const noexcept { return config_; }
+  FfnComponent& component() noexcept { return layer_.ffn; }
+  const ModelConfig& config() const noexcept { return layer_.source.config; }
   Backend& backend() const noexcept { return *backend_; }
   // The audit rows the build appended (the lookups this layer made), in order.
-  const std::vector<AuditRow>& build_audit() const noexcept { return build_audit_; }
+  const std::vector<AuditRow>& build_audit() const noexcept { return layer_.audit; }
 
  private:
+  EmbeddedFfn(std::shared_ptr<Backend> backend, LayerSource source, const LayerRequest& request);
   std::shared_ptr<Backend> backend_;  // declared first: destroyed after the layer and its buffers
-  ModelConfig config_;
-  std::vector<AuditRow> build_audit_;
-  FfnComponent ffn_;
+  OpenedLayer layer_;
   DeviceBuffer x_;  // forward_host's input rows, grown to the largest m seen
 };
 

@@ -10,15 +10,12 @@ namespace metrale::layers {
 
 namespace {
 
-// A weight tier from a flag value or, when none was given, the lever; nullopt when neither.
-std::optional<WeightFormat> weight_tier(std::string_view flag, std::string_view cli, std::string_view lever,
-                                        std::string& source) {
-  if (!cli.empty()) {
-    const auto format = parse_weight_tier(cli);
-    if (!format) {
-      throw Refusal(std::string(flag) + " " + std::string(cli) + " is not valid: expected int4, int4-zp, int8 or fp8");
-    }
-    source = std::string(flag) + " " + std::string(cli);
+// A weight tier from what was asked or, when nothing was, the lever; nullopt when neither.
+std::optional<WeightFormat> weight_tier(const TierAsk& asked, std::string_view lever, std::string& source) {
+  if (!asked.value.empty()) {
+    const auto format = parse_weight_tier(asked.value);
+    if (!format) throw Refusal(asked.source() + " is not valid: expected int4, int4-zp, int8 or fp8");
+    source = asked.source();
     return format;
   }
   if (auto value = lever_choice(lever)) {
@@ -30,12 +27,12 @@ std::optional<WeightFormat> weight_tier(std::string_view flag, std::string_view 
 
 }  // namespace
 
-ActivationRequest activation_request(std::string_view cli_value, std::optional<ActivationQuant> declared,
+ActivationRequest activation_request(const TierAsk& asked, std::optional<ActivationQuant> declared,
                                      const std::string& declared_source) {
-  if (!cli_value.empty()) {
-    const auto tier = parse_activation_quant(cli_value);
-    if (!tier) throw Refusal("--activation-quantization " + std::string(cli_value) + " is not valid: expected bf16, int8 or fp8");
-    return ActivationRequest{*tier, true, "--activation-quantization " + std::string(cli_value)};
+  if (!asked.value.empty()) {
+    const auto tier = parse_activation_quant(asked.value);
+    if (!tier) throw Refusal(asked.source() + " is not valid: expected bf16, int8 or fp8");
+    return ActivationRequest{*tier, true, asked.source()};
   }
   if (auto value = lever_choice(kActivationQuantizationLever)) {
     return ActivationRequest{*parse_activation_quant(*value), true, lever_note(kActivationQuantizationLever)};
@@ -44,10 +41,10 @@ ActivationRequest activation_request(std::string_view cli_value, std::optional<A
   return ActivationRequest{};
 }
 
-WeightTierRequest weight_tier_request(std::string_view cli_weights, std::string_view cli_experts) {
+WeightTierRequest weight_tier_request(const TierAsk& weights, const TierAsk& experts) {
   WeightTierRequest r;
-  r.weights = weight_tier("--weight-quantization", cli_weights, kWeightQuantizationLever, r.weights_source);
-  r.experts = weight_tier("--expert-quantization", cli_experts, kExpertQuantizationLever, r.experts_source);
+  r.weights = weight_tier(weights, kWeightQuantizationLever, r.weights_source);
+  r.experts = weight_tier(experts, kExpertQuantizationLever, r.experts_source);
   return r;
 }
 

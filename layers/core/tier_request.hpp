@@ -18,6 +18,15 @@ inline constexpr std::string_view kActivationQuantizationLever = "METRALE_ACTIVA
 inline constexpr std::string_view kWeightQuantizationLever = "METRALE_WEIGHT_QUANTIZATION";
 inline constexpr std::string_view kExpertQuantizationLever = "METRALE_EXPERT_QUANTIZATION";
 
+// A tier asked for by name, and by what: `value` as given ("int8"; empty: not asked) and `by`,
+// the caller's name for the option that carries it ("--activation-quantization" in the CLI), so
+// that messages and the audit say "--activation-quantization int8". The layers know no flag.
+struct TierAsk {
+  std::string value;
+  std::string by;
+  std::string source() const { return by + " " + value; }
+};
+
 // The activation tier a build was asked for.
 struct ActivationRequest {
   ActivationQuant tier = ActivationQuant::bf16;
@@ -25,20 +34,20 @@ struct ActivationRequest {
   std::string source = "default";  // "--activation-quantization int8", "METRALE_ACTIVATION_QUANTIZATION=int8", "m/config.json"
 };
 
-// From a command-line value ("" when not given), else the lever, else what the checkpoint
-// declares (`declared_source` names it), else bf16.
-ActivationRequest activation_request(std::string_view cli_value, std::optional<ActivationQuant> declared = std::nullopt,
+// What `asked` says, else the lever, else what the checkpoint declares (`declared_source` names
+// it), else bf16. A value that is no tier is a Refusal naming `asked.source()`.
+ActivationRequest activation_request(const TierAsk& asked, std::optional<ActivationQuant> declared = std::nullopt,
                                      const std::string& declared_source = {});
 
-// The weight formats asked for synthetic weights: --weight-quantization / METRALE_WEIGHT_QUANTIZATION
-// (default int4: the W4A16 format), --expert-quantization / METRALE_EXPERT_QUANTIZATION for MoE
-// experts (default: the weights' tier). nullopt members: not asked for.
+// The weight formats asked for synthetic weights: `weights` / METRALE_WEIGHT_QUANTIZATION
+// (default int4: the W4A16 format), `experts` / METRALE_EXPERT_QUANTIZATION for MoE experts
+// (default: the weights' tier). nullopt members: not asked for.
 struct WeightTierRequest {
   std::optional<WeightFormat> weights;
   std::string weights_source;
   std::optional<WeightFormat> experts;
   std::string experts_source;
 };
-WeightTierRequest weight_tier_request(std::string_view cli_weights, std::string_view cli_experts);
+WeightTierRequest weight_tier_request(const TierAsk& weights, const TierAsk& experts);
 
 }  // namespace metrale::layers

@@ -59,6 +59,19 @@ std::vector<PlanStep> FfnComponent::plan(uint32_t m) const {
   return {PlanStep{"ffn", "(none)", "no FFN: the input passes through, nothing is launched", {0, 0, 0}}};
 }
 
+std::vector<std::string> FfnComponent::tiers() const {
+  std::vector<const ProjectionSet*> sets;
+  if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) sets.push_back(&d->kernels().projections);
+  if (auto* e = std::get_if<MoeLayer>(&impl_)) {
+    sets.push_back(&e->kernels().experts);
+    if (const DenseFfnLayer* shared = e->shared_expert()) sets.push_back(&shared->kernels().projections);
+  }
+  std::vector<std::string> out;
+  for (const ProjectionSet* set : sets)
+    if (std::find(out.begin(), out.end(), set->tier) == out.end()) out.push_back(set->tier);
+  return out;
+}
+
 void FfnComponent::reference_tiers(ReferenceOptions& options) const {
   if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) options.activations = d->activations();
   if (auto* e = std::get_if<MoeLayer>(&impl_)) {

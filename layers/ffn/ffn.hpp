@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// FfnComponent: a layer's FFN — MoE, dense, or none (docs/layers.md, "FfnComponent"). None returns its
-// input and launches nothing. Also the entry point for `metrale audit --model`, which resolves a
-// model's FFN kernels through the same code as build() without uploading or running anything.
+// FfnComponent: a layer's FFN — MoE, dense, or none (docs/layers.md, "FfnComponent"), a stateless
+// Layer (core/layer.hpp). None returns its input and launches nothing. build_ffn_for_audit
+// resolves the same kernels as build() without uploading or running anything.
 #pragma once
 
+#include "core/layer.hpp"
 #include "io/config.hpp"
 #include "ffn/dense_ffn.hpp"
 #include "ffn/moe.hpp"
@@ -23,7 +24,7 @@ struct FfnBuildOptions {
   ActivationRequest activations;  // the layer's activation tier (projection_set.hpp)
 };
 
-class FfnComponent {
+class FfnComponent final : public Layer {
  public:
   FfnComponent() = default;  // None
   static FfnComponent none() { return FfnComponent(); }
@@ -38,11 +39,14 @@ class FfnComponent {
 
   // bf16 [m, H] in, bf16 [m, H] out (a buffer the layer owns; for None, `x` itself).
   DevicePtr forward(DevicePtr x, uint32_t m, uint64_t stream = 0);
+  DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) override { return forward(batch.x, batch.m, stream); }
   DevicePtr forward_decode(DevicePtr x, uint64_t stream = 0);
   DevicePtr forward_batched(DevicePtr x, uint32_t m, uint64_t stream = 0);
   DevicePtr forward_prefill(DevicePtr x, uint32_t m, uint64_t stream = 0);
 
-  std::vector<PlanStep> plan(uint32_t m) const;
+  std::vector<PlanStep> plan(uint32_t m) const override;
+  // Each projection set's tier as the audit describes it ("w4a8: int8 activations (...)"), once.
+  std::vector<std::string> tiers() const;
   // The activation tiers the layer ended at, as the reference must compute them.
   void reference_tiers(ReferenceOptions& options) const;
   size_t weight_bytes() const noexcept;

@@ -80,6 +80,7 @@ class MoeLayer {
   std::optional<ActivationQuant> shared_activations() const noexcept {
     return shared_ ? std::optional(shared_->activations()) : std::nullopt;
   }
+  const DenseFfnLayer* shared_expert() const noexcept { return shared_ ? &*shared_ : nullptr; }
   // Rows each expert received in the last forward (size E). With routing on the device this
   // copies the offsets back now, outside the forward pass.
   const std::vector<uint32_t>& last_expert_rows();

@@ -94,17 +94,31 @@ fs::path checkpoint_directory(const fs::path& path) {
   return path.has_parent_path() ? path.parent_path() : fs::path(".");
 }
 
-std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) {
-  const fs::path config = directory / "config.json";
+CheckpointFiles open_checkpoint(const fs::path& path) {
+  CheckpointFiles files;
+  files.path = path;
+  files.directory = checkpoint_directory(path);
+  files.tensors = std::make_shared<const TensorSource>(path);
+  const fs::path config = files.directory / "config.json";
+  files.config_source = config.string();
   std::error_code ec;
-  if (fs::exists(config, ec)) {
-    const nlohmann::json doc = read_json_file(config, "model config", kMaxConfigBytes);
-    if (auto it = doc.find("quantization_config"); it != doc.end() && !it->is_null()) {
-      return parse_quant_config(*it, config.string());
+  if (fs::exists(config, ec)) files.config = read_json_file(config, "model config", kMaxConfigBytes);
+  return files;
+}
+
+namespace {
+
+// The quantization_config of a config.json document, else the sidecar quantize_config.json.
+std::optional<CheckpointQuant> checkpoint_quant(const nlohmann::json* config, const std::string& config_source,
+                                                const fs::path& directory) {
+  if (config) {
+    if (auto it = config->find("quantization_config"); it != config->end() && !it->is_null()) {
+      return parse_quant_config(*it, config_source);
     }
   }
   // Older GPTQ tools write the settings only beside the weights.
   const fs::path sidecar = directory / "quantize_config.json";
+  std::error_code ec;
   if (fs::exists(sidecar, ec)) {
     nlohmann::json doc = read_json_file(sidecar, "GPTQ quantize config", kMaxConfigBytes);
     if (doc.is_object() && !doc.contains("quant_method")) doc["quant_method"] = "gptq";
@@ -113,21 +127,42 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) 
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) {
+  const fs::path config = directory / "config.json";
+  std::error_code ec;
+  std::optional<nlohmann::json> doc;
+  if (fs::exists(config, ec)) doc = read_json_file(config, "model config", kMaxConfigBytes);
+  return checkpoint_quant(doc ? &*doc : nullptr, config.string(), directory);
+}
+
+std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& files) {
+  return checkpoint_quant(files.config ? &*files.config : nullptr, files.config_source, files.directory);
+}
+
 LoadedCheckpoint load_checkpoint(const fs::path& path, std::optional<uint32_t> layer, const std::optional<ModelConfig>& config) {
-  const fs::path dir = checkpoint_directory(path);
-  TensorSource src(path);
+  return load_checkpoint(open_checkpoint(path), layer, config);
+}
+
+LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uint32_t> layer,
+                                 const std::optional<ModelConfig>& config) {
+  const TensorSource& src = *files.tensors;
   LoadedCheckpoint out;
   out.description = src.description();
   const std::vector<uint32_t> layers = ffn_layers(src);
-  const auto quant = read_checkpoint_quant(dir);
+  const auto quant = read_checkpoint_quant(files);
   if (!quant) {
     throw Refusal(src.description() + ": the checkpoint declares no quantization (no quantization_config in " +
-                  (dir / "config.json").string() + ", no quantize_config.json): metrale reads what a checkpoint declares "
+                  files.config_source + ", no quantize_config.json): metrale reads what a checkpoint declares "
                   "and never guesses a format from its tensors");
   }
   out.quant = *quant;
   out.layer = layer.value_or(layers.front());
-  const ModelConfig model = config ? *config : load_model_config(dir / "config.json");
+  if (!config && !files.config) {
+    throw Error(Status::not_found, files.config_source + ": no model config beside " + src.description());
+  }
+  const ModelConfig model = config ? *config : parse_model_config(*files.config, files.config_source);
   out.config = model.for_layer(out.layer);
   const FfnNames names = ffn_names(src, out.config, out.layer);
   out.weights.kind = out.config.ffn_kind();
@@ -140,15 +175,6 @@ LoadedCheckpoint load_checkpoint(const fs::path& path, std::optional<uint32_t> l
   }
   out.weights.validate(out.config);
   return out;
-}
-
-FfnWeights load_ffn_weights(const fs::path& path, const ModelConfig& config, const WeightLoadOptions& options) {
-  config.validate();
-  {
-    TensorSource src(path);
-    if (has_project_names(src)) return load_project_weights(src, config);
-  }
-  return load_checkpoint(path, options.layer, config).weights;
 }
 
 std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept {

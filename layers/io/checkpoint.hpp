@@ -16,7 +16,10 @@
 #include "core/tiers.hpp"
 #include "io/weights.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -30,11 +33,27 @@ struct LoadedCheckpoint {
   std::string description;  // the file, index or directory
 };
 
+class TensorSource;
+
 // The directory holding a checkpoint given as a directory, a .safetensors file or an index.
 std::filesystem::path checkpoint_directory(const std::filesystem::path& path);
+
+// A checkpoint's files, each opened or read once: its tensors (every shard's header), and the
+// config.json beside them when there is one. What follows reads from here, never from the paths.
+struct CheckpointFiles {
+  std::filesystem::path path;       // as given
+  std::filesystem::path directory;  // checkpoint_directory(path)
+  std::shared_ptr<const TensorSource> tensors;
+  std::optional<nlohmann::json> config;  // config.json's document; nullopt: there is none
+  std::string config_source;             // its path, for messages
+};
+// Opens the tensors and reads config.json (a regular file, bounded). Errors name the file.
+CheckpointFiles open_checkpoint(const std::filesystem::path& path);
 // The quantization_config of config.json, else quantize_config.json beside it; nullopt when
 // neither declares one. Errors name the file.
 std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path& directory);
+// The same from files already read (config.json's document; the sidecar is read here).
+std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& files);
 
 // The activation tier the checkpoint declares (compressed-tensors' dynamic per-token int8 or
 // fp8 input activations); nullopt: bf16, nothing declared.
@@ -44,6 +63,9 @@ std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& q
 // `path`. `config` overrides the config.json beside the weights (the model's config, not the
 // layer's: for_layer() is applied here).
 LoadedCheckpoint load_checkpoint(const std::filesystem::path& path, std::optional<uint32_t> layer = std::nullopt,
+                                 const std::optional<ModelConfig>& config = std::nullopt);
+// The same from files already opened; without `config`, the model is files.config's.
+LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uint32_t> layer = std::nullopt,
                                  const std::optional<ModelConfig>& config = std::nullopt);
 
 }  // namespace metrale::layers

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "io/weights.hpp"
 
+#include "io/checkpoint.hpp"
+
 #include "core/quant_synthetic.hpp"
 #include "core/rng.hpp"
 #include "io/safetensors.hpp"
@@ -258,6 +260,13 @@ void save_ffn_weights(const FfnWeights& w, const ModelConfig& config, const std:
     }
   }
   out.write(path);
+}
+
+FfnWeights load_ffn_weights(const std::filesystem::path& path, const ModelConfig& config, const WeightLoadOptions& options) {
+  config.validate();
+  const CheckpointFiles files = open_checkpoint(path);
+  if (has_project_names(*files.tensors)) return load_project_weights(*files.tensors, config);
+  return load_checkpoint(files, options.layer, config).weights;
 }
 
 }  // namespace metrale::layers

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/device_buffer.hpp"
+#include "core/layer.hpp"
 
 #include "linear/selectors.hpp"
 
@@ -65,14 +66,7 @@ ProjectionLaunch plan_projection(const ProjectionKernels& kernels, uint32_t m, u
 void launch_projection(Backend& backend, const ProjectionKernels& kernels, const DeviceQuantMatrix& weights,
                        uint32_t index, DevicePtr x, DevicePtr y, uint32_t m, uint64_t stream);
 
-// One step of a layer's forward pass as it will run for a given m: for `metrale run` and tests.
-struct PlanStep {
-  std::string step;    // "ffn.gate_up", "ffn.act", "ffn.router"...
-  std::string kernel;  // "w4a16/w4a16_gemv_b8"
-  std::string why;     // "m=3 <= 8: batched GEMV tier"
-  std::array<uint32_t, 3> grid{1, 1, 1};
-};
-
+// The step of a layer's forward pass this projection takes for m rows: for `metrale run` and tests.
 PlanStep describe_projection(Backend& backend, const ProjectionKernels& kernels, const std::string& step,
                              uint32_t m, uint32_t n, uint32_t k);
 

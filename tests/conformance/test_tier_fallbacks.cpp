@@ -102,12 +102,12 @@ TEST_CASE("an explicit int8 tier the backend lacks is a Refusal naming the flag 
   testing::TempDir dir;
   auto cpu = trimmed_cpu(dir, {"w4a8", "w8a8"});
   const std::string flag = refusal_of([&] {
-    resolve_dense(*cpu.backend, WeightFormat::w8_zp, activation_request("int8"));
+    resolve_dense(*cpu.backend, WeightFormat::w8_zp, activation_request(TierAsk{"int8", "--activation-quantization"}));
   });
   CHECK(has(flag, "--activation-quantization int8 cannot be honoured for ffn: it needs w8a8/w8a8_gemm on backend 'cpu'"));
   testing::EnvGuard env{{"METRALE_ACTIVATION_QUANTIZATION", "int8"}};
   const std::string lever = refusal_of([&] {
-    resolve_dense(*cpu.backend, WeightFormat::w4_zp, activation_request(""));
+    resolve_dense(*cpu.backend, WeightFormat::w4_zp, activation_request(TierAsk{}));
   });
   CHECK(has(lever, "METRALE_ACTIVATION_QUANTIZATION=int8 cannot be honoured for ffn: it needs w4a8/w4a8_gemm on backend 'cpu'"));
 }

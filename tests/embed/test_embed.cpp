@@ -11,6 +11,7 @@
 #include <layers/embed.hpp>
 #include <layers/reference/reference.hpp>
 
+#include <metrale/lock.hpp>
 #include <metrale/status.hpp>
 
 #include <algorithm>
@@ -124,4 +125,34 @@ TEST_CASE("checkpoint_activations: asked, else the lever, else the checkpoint, e
   const ActivationRequest by_lever = checkpoint_activations(declaring(DeclaredActivations::int8_dynamic_token));
   CHECK(by_lever.tier == ActivationQuant::bf16);
   CHECK(by_lever.is_explicit);
+}
+
+TEST_CASE("EmbeddedFfn obeys METRALE_LOCK: the same build starts, another tier or backend is a Refusal") {
+  Backend& backend = *cpu_backend();
+  LayerRequest request;
+  request.model = "small-dense";
+  EmbeddedFfn first(cpu_backend(), request);
+  testing::TempDir dir;
+  const auto lock = dir / "lock.json";
+  write_lock(lock, backend, first.build_audit());
+  testing::EnvGuard env({{"METRALE_LOCK", lock.string()}});
+  CHECK_NOTHROW(EmbeddedFfn(cpu_backend(), request));
+  LayerRequest int8 = request;
+  int8.activations = TierAsk{"int8", "activations"};
+  try {
+    EmbeddedFfn refused(cpu_backend(), int8);
+    FAIL("a build under another activation tier than the lock's started");
+  } catch (const Refusal& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("METRALE_LOCK=" + lock.string()) != std::string::npos);
+    CHECK(what.find("layers/ffn/dense_ffn.cpp:") != std::string::npos);
+    CHECK(what.find("bf16/w4a16 in the lock, int8/w4a8 in the current configuration") != std::string::npos);
+  }
+  // The program's own weights go through the same composition, lock included.
+  const ModelConfig config = *preset_config("small-dense");
+  const FfnWeights weights = synthetic_ffn_weights(config, 7);
+  CHECK_NOTHROW(EmbeddedFfn(cpu_backend(), config, weights));
+  CHECK_THROWS_AS(EmbeddedFfn(cpu_backend(), config, synthetic_ffn_weights(config, 7, SyntheticFormats{.weights = WeightFormat::w8_zp, .experts = {}})),
+                  Refusal);
 }

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "compose.hpp"
+
+#include "io/checkpoint.hpp"
+#include "io/tensor_source.hpp"
+
+#include <metrale/lock.hpp>
+#include <metrale/status.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+namespace metrale::layers {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The formats a request asks synthetic weights to be made in.
+SyntheticFormats asked_formats(const LayerRequest& request, WeightTierRequest& asked) {
+  asked = weight_tier_request(request.weight_format, request.expert_format);
+  SyntheticFormats f;
+  f.weights = asked.weights.value_or(WeightFormat::w4a16);
+  f.experts = asked.experts;
+  f.group = request.group_size;
+  return f;
+}
+
+std::string describe_formats(const SyntheticFormats& f) {
+  std::string text = weight_tier_name(f.weights);
+  if (f.experts && *f.experts != f.weights) text += std::string(", experts ") + weight_tier_name(*f.experts);
+  if (f.weights == WeightFormat::w4_zp || f.weights == WeightFormat::w8_zp) text += ", group " + std::to_string(f.group);
+  return text;
+}
+
+// The model a request names: --model, else the config.json beside the weights (never a preset in
+// its place: weights against the wrong shapes would fail later and less clearly), else the default.
+ModelConfig request_model(const LayerRequest& request, const CheckpointFiles* files) {
+  if (!request.model.empty()) return resolve_model(request.model);
+  if (!files) return resolve_model(kDefaultModel);
+  if (!files->config) {
+    throw Error(Status::not_found, request.weights + ": no model config: expected " + files->config_source +
+                                       " beside the weights; pass --model PRESET|config.json to say which model they belong to");
+  }
+  return parse_model_config(*files->config, files->config_source);
+}
+
+// A checkpoint's format is what it declares: formats asked for may only repeat it.
+void check_asked_formats(const WeightTierRequest& asked, const LayerSource& source) {
+  const FfnWeights& w = source.weights;
+  const WeightFormat have = w.dense ? w.dense->format() : w.moe ? w.moe->gate_up.format : WeightFormat::w4a16;
+  for (const auto& [format, by] : {std::pair{asked.weights, asked.weights_source}, std::pair{asked.experts, asked.experts_source}}) {
+    if (format && *format != have) {
+      throw Refusal(by + " asks for " + weight_tier_name(*format) + " weights, but " + source.weights_source + " holds " +
+                    weight_tier_name(have) + " weights (" + source.quantization + "): a checkpoint's format is what it declares");
+    }
+  }
+}
+
+void report(const LayerRequest& request, const std::string& stage, double fraction) {
+  if (request.progress) request.progress(stage, fraction);
+}
+
+LayerSource read_weights_file(const LayerRequest& request) {
+  const CheckpointFiles files = open_checkpoint(request.weights);
+  LayerSource s;
+  s.config = request_model(request, &files);
+  s.weights_source = request.weights;
+  if (has_project_names(*files.tensors)) {
+    s.weights = load_project_weights(*files.tensors, s.config);
+    s.quantization = "metrale W4A16 (symmetric, group 128)";
+    s.formats = formats_of(s.weights);
+    return s;
+  }
+  LayerSource c = checkpoint_source(
+      load_checkpoint(files, request.layer, request.model.empty() ? std::nullopt : std::optional(s.config)));
+  c.weights_source = request.weights;
+  return c;
+}
+
+// The request's source; synthetic weights are made only when `make_weights`.
+LayerSource read_source(const LayerRequest& request, bool make_weights) {
+  WeightTierRequest asked;
+  const SyntheticFormats formats = asked_formats(request, asked);
+  if (!request.weights.empty()) {
+    report(request, "loading " + request.weights, 0.0);
+    LayerSource s = read_weights_file(request);
+    report(request, "loading " + request.weights, 1.0);
+    check_asked_formats(asked, s);
+    return s;
+  }
+  LayerSource s;
+  s.config = request_model(request, nullptr);
+  s.formats = formats;
+  s.weights_source = "synthetic (seed " + std::to_string(request.seed) + ")";
+  s.quantization = describe_formats(formats);
+  if (make_weights) {
+    report(request, "generating synthetic weights", 0.0);
+    s.weights = synthetic_ffn_weights(s.config, request.seed, formats);
+    report(request, "generating synthetic weights", 1.0);
+  }
+  return s;
+}
+
+// The rows `backend` appended after `before`: this layer's lookups.
+std::vector<AuditRow> rows_after(Backend& backend, uint64_t before) {
+  std::vector<AuditRow> rows;
+  for (auto& row : backend.audit().snapshot()) {
+    if (row.sequence > before && row.backend == backend.name()) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+FfnBuildOptions build_options(const LayerRequest& request, const LayerSource& source, ActivationRequest& activations) {
+  activations = activation_request(request.activations, source.declared_activations, source.declared_source);
+  return FfnBuildOptions{request.moe, activations};
+}
+
+}  // namespace
+
+std::vector<std::string> OpenedLayer::tiers() const { return ffn.tiers(); }
+
+LayerSource read_layer_source(const LayerRequest& request) { return read_source(request, true); }
+
+LayerSource checkpoint_source(LoadedCheckpoint checkpoint) {
+  LayerSource s;
+  s.config = std::move(checkpoint.config);
+  s.weights = std::move(checkpoint.weights);
+  s.formats = formats_of(s.weights);
+  s.weights_source = checkpoint.description;
+  s.quantization = checkpoint.quant.summary() + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
+  s.declared_activations = declared_activation_tier(checkpoint.quant);
+  s.declared_source = checkpoint.quant.source;
+  return s;
+}
+
+LayerSource layer_source(const ModelConfig& config, FfnWeights weights, std::string weights_source) {
+  weights.validate(config);
+  LayerSource s;
+  s.config = config;
+  s.formats = formats_of(weights);
+  s.weights = std::move(weights);
+  s.weights_source = std::move(weights_source);
+  s.quantization = describe_formats(s.formats);
+  return s;
+}
+
+OpenedLayer open_layer(Backend& backend, const LayerRequest& request) {
+  return open_layer(backend, read_layer_source(request), request);
+}
+
+OpenedLayer open_layer(Backend& backend, LayerSource source, const LayerRequest& request) {
+  OpenedLayer layer;
+  const FfnBuildOptions options = build_options(request, source, layer.activations);
+  const std::string stage = "building the layers on " + backend.name();
+  report(request, stage, 0.0);
+  const uint64_t before = backend.audit().last_sequence();
+  layer.ffn = FfnComponent::build(backend, source.config, source.weights, options);
+  layer.audit = rows_after(backend, before);
+  report(request, stage, 1.0);
+  enforce_lock(backend, layer.audit);
+  layer.source = std::move(source);
+  return layer;
+}
+
+std::vector<AuditRow> resolve_layer(Backend& backend, const LayerRequest& request) {
+  const LayerSource source = read_source(request, false);
+  ActivationRequest activations;
+  const FfnBuildOptions options = build_options(request, source, activations);
+  std::vector<AuditRow> rows = build_ffn_for_audit(backend, source.config, options, source.formats);
+  enforce_lock(backend, rows);
+  return rows;
+}
+
+}  // namespace metrale::layers

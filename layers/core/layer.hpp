@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The interface a block of a decoder layer implements (docs/layers.md, "Layers"): it is built once
+// (open_layer, layers/compose.hpp), then runs forward over a batch of rows and describes the
+// kernels it takes for m rows. A block that keeps per-sequence state (attention's KV cache) gets
+// that state with each batch: the caller owns it, never the block, so one block serves many
+// sequences and a sequence outlives any one batch. Blocks are not reentrant: one forward at a
+// time per block (their scratch buffers are their own).
+#pragma once
+
+#include <metrale/backend.hpp>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace metrale::layers {
+
+// The state one sequence carries between batches for a block that has one; stateless blocks
+// (the FFN) take none.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+};
+
+// m rows of bf16 [m, hidden] in device memory of the block's backend; `sequences` names, for a
+// stateful block, the state of each sequence the rows belong to (empty for stateless blocks).
+struct LayerBatch {
+  DevicePtr x;
+  uint32_t m = 0;
+  std::span<SequenceState* const> sequences;
+};
+
+// One launch of a block's forward pass for m rows, as `metrale run` prints it.
+struct PlanStep {
+  std::string step;    // "ffn.gate_up", "ffn.act", "ffn.router"...
+  std::string kernel;  // "w4a16/w4a16_gemv_b8"
+  std::string why;     // "m=3 <= 8: batched GEMV tier"
+  std::array<uint32_t, 3> grid{1, 1, 1};
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  // bf16 [m, hidden] out, in memory the block owns (valid until its next forward), or the batch's
+  // own rows for a block that passes them through; asynchronous on `stream`.
+  virtual DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) = 0;
+  // The launches forward takes for m rows, in order.
+  virtual std::vector<PlanStep> plan(uint32_t m) const = 0;
+};
+
+}  // namespace metrale::layers

@@ -474,54 +474,61 @@ std::string read_arguments(const KernelSpec& spec, void* const* args, KernelArgs
 
 metrale_status Instance::launch(uint64_t kernel, const metrale_launch_config* config,
                                 void* const* args, size_t arg_count) {
+  // The handle is an index into the static kernel table: no lookup, no lock.
   const auto specs = kernel_specs();
   if (kernel <= kHandleBase || kernel > kHandleBase + specs.size())
     return fail(METRALE_STATUS_NOT_FOUND,
                 "launch: " + hex(kernel) + " is not a kernel handle of the cpu backend");
   const size_t index = kernel - kHandleBase - 1;
   const KernelSpec& spec = specs[index];
-  const std::string who = std::string("launch ") + spec.module + "/" + spec.name + ": ";
-  if (config == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "config is NULL");
+  // Messages are made only when the launch fails: one that passes allocates nothing.
+  const auto failed = [&](metrale_status status, const std::string& problem) {
+    return fail(status, std::string("launch ") + spec.module + "/" + spec.name + ": " + problem);
+  };
+  if (config == nullptr) return failed(METRALE_STATUS_INVALID_ARGUMENT, "config is NULL");
   if (arg_count != spec.param_count) {
     std::string names;
     for (uint32_t i = 0; i < spec.param_count; ++i)
       names += (i ? ", " : "") + std::string(spec.param_names[i]);
-    return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                who + "takes " + std::to_string(spec.param_count) + " arguments (" + names +
-                    "), got " + std::to_string(arg_count));
+    return failed(METRALE_STATUS_INVALID_ARGUMENT, "takes " + std::to_string(spec.param_count) +
+                                                       " arguments (" + names + "), got " +
+                                                       std::to_string(arg_count));
   }
-  if (args == nullptr) return fail(METRALE_STATUS_INVALID_ARGUMENT, who + "args is NULL");
+  if (args == nullptr) return failed(METRALE_STATUS_INVALID_ARGUMENT, "args is NULL");
   if (metrale_status s = check_stream("launch", config->stream); s != METRALE_STATUS_OK) return s;
 
   const auto& grid = config->grid;
   if (std::string problem = launch_shape_problem(*config); !problem.empty())
-    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + problem);
+    return failed(METRALE_STATUS_INVALID_ARGUMENT, problem);
   KernelArgs values{};
   if (std::string problem = read_arguments(spec, args, values); !problem.empty())
-    return fail(METRALE_STATUS_INVALID_ARGUMENT, who + problem);
+    return failed(METRALE_STATUS_INVALID_ARGUMENT, problem);
 
   BlockRange needed;
   std::string error;
   if (metrale_status s = spec.validate(values, *this, needed, error); s != METRALE_STATUS_OK)
-    return fail(s, who + error);
+    return failed(s, error);
   if (grid[0] < needed.x || grid[1] < needed.y)
-    return fail(METRALE_STATUS_INVALID_ARGUMENT,
-                who + "grid " + dims(grid) + " does not cover the problem: it needs " +
-                    spec.grid_rule + " = (" + std::to_string(needed.x) + ", " +
-                    std::to_string(needed.y) + ", 1)");
+    return failed(METRALE_STATUS_INVALID_ARGUMENT,
+                  "grid " + dims(grid) + " does not cover the problem: it needs " + spec.grid_rule +
+                      " = (" + std::to_string(needed.x) + ", " + std::to_string(needed.y) + ", 1)");
   // Blocks past `needed` would clip to nothing, and rows without work (needed.y_offsets) would
   // return at once; neither is run.
   uint64_t rows = needed.y;
   const uint32_t* active = nullptr;
   // Per launch, never thread_local: storage with a destructor in the caller's threads would keep
-  // the library mapped after its instances are gone (instance.hpp, errors_).
-  std::vector<uint32_t> active_rows;
+  // the library mapped after its instances are gone (instance.hpp, errors_). On the stack up to
+  // kStackRows rows (a MoE layer's experts), so such a launch allocates nothing either.
+  constexpr uint32_t kStackRows = 512;
+  uint32_t stack_rows[kStackRows];
+  std::vector<uint32_t> heap_rows;
   if (needed.y_offsets != nullptr) {
-    active_rows.reserve(needed.y);
+    if (needed.y > kStackRows) heap_rows.resize(needed.y);
+    uint32_t* list = needed.y > kStackRows ? heap_rows.data() : stack_rows;
+    rows = 0;
     for (uint32_t by = 0; by < needed.y; ++by)
-      if (needed.y_offsets[by + 1] > needed.y_offsets[by]) active_rows.push_back(by);
-    rows = active_rows.size();
-    active = active_rows.data();
+      if (needed.y_offsets[by + 1] > needed.y_offsets[by]) list[rows++] = by;
+    active = list;
   }
   LaunchJob job{bodies_[index], &values, needed.x, scratch_ptrs_.data(), active};
   pool_->run(uint64_t{needed.x} * rows, run_block, &job);

@@ -23,27 +23,29 @@ std::string hex(uint64_t value) {
   return text;
 }
 
+bool holds(const KernelArgs& args, const MemoryView& memory, unsigned index, uint64_t bytes) {
+  const uint64_t address = args.v[index];
+  return address != 0 && (bytes == 0 || memory.extent(address) >= bytes);
+}
+
 bool buffer(const KernelArgs& args, const MemoryView& memory, unsigned index, const char* name, uint64_t bytes,
             const char* what, std::string& error) {
+  if (holds(args, memory, index, bytes)) return true;
   const uint64_t address = args.v[index];
   if (address == 0) {
     error = std::string("argument '") + name + "' is a null pointer";
     return false;
   }
-  if (bytes == 0) return true;
   const uint64_t extent = memory.extent(address);
   if (extent == 0) {
     error = std::string("argument '") + name + "' (" + hex(address) +
             ") is not inside any live allocation of this cpu backend instance";
     return false;
   }
-  if (extent < bytes) {
-    error = std::string("argument '") + name + "' (" + hex(address) + ") must hold " +
-            (bytes == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64") : std::to_string(bytes)) +
-            " bytes (" + what + ") but its allocation ends " + std::to_string(extent) + " bytes after it";
-    return false;
-  }
-  return true;
+  error = std::string("argument '") + name + "' (" + hex(address) + ") must hold " +
+          (bytes == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64") : std::to_string(bytes)) +
+          " bytes (" + what + ") but its allocation ends " + std::to_string(extent) + " bytes after it";
+  return false;
 }
 
 bool at_least_one(std::initializer_list<std::pair<const char*, uint32_t>> values, std::string& error) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace metrale::cpu {
@@ -26,9 +27,19 @@ inline uint32_t ceil_div(uint32_t a, uint32_t b) { return a / b + (a % b != 0); 
 uint64_t product(std::initializer_list<uint64_t> factors);
 std::string hex(uint64_t value);
 
-// Argument `index` points at `bytes` bytes (described by `what`) inside one live allocation.
+// Whether argument `index` points at `bytes` bytes inside one live allocation (no message).
+bool holds(const KernelArgs& args, const MemoryView& memory, unsigned index, uint64_t bytes);
+// The same, with the message naming `name` and what it must hold (`what`).
 bool buffer(const KernelArgs& args, const MemoryView& memory, unsigned index, const char* name, uint64_t bytes,
             const char* what, std::string& error);
+// The same, with `what` made by a callable only when the check fails: a launch that passes
+// builds no string.
+template <class Describe>
+  requires std::is_invocable_r_v<std::string, const Describe&>
+bool buffer(const KernelArgs& args, const MemoryView& memory, unsigned index, const char* name, uint64_t bytes,
+            const Describe& what, std::string& error) {
+  return holds(args, memory, index, bytes) || buffer(args, memory, index, name, bytes, what().c_str(), error);
+}
 bool at_least_one(std::initializer_list<std::pair<const char*, uint32_t>> values, std::string& error);
 // k is a positive multiple of 128, at most kMaxK.
 bool k_ok(uint32_t k, std::string& error);

@@ -14,30 +14,37 @@ namespace {
 constexpr metrale_param_type P = METRALE_PARAM_PTR;
 constexpr metrale_param_type U = METRALE_PARAM_U32;
 
-const char* codes_name(const FamilyTraits& f) { return f.codes == Codes::fp8 ? "weight" : "qweight"; }
+// The codes argument's name: plain, or a repack's input (1) or output (2). Literals: a launch
+// that passes its checks builds no string.
+const char* codes_name(const FamilyTraits& f, unsigned role = 0) {
+  static constexpr const char* names[2][3] = {{"qweight", "qweight_in", "qweight_out"}, {"weight", "weight_in", "weight_out"}};
+  return names[f.codes == Codes::fp8][role];
+}
 const char* codes_what(const FamilyTraits& f) { return f.code_bits == 4 ? "n*k/8 u32" : "n*k u8"; }
 
 // The weight tensors of `count` stacked [n, k] matrices at arguments codes, scales[, zeros].
 bool weights_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& f, const int* index,
                 uint64_t count, uint32_t n, uint32_t k, uint32_t group, std::string& error) {
   const MatrixBytes b = matrix_bytes(f, n, k, group);
-  const std::string stack = count == 1 ? "" : "experts*";
-  const std::string codes = stack + codes_what(f), scales = stack + "n*(k/group) f32", zeros = stack + "n*(k/group) u8";
-  return buffer(a, mem, static_cast<unsigned>(index[2]), codes_name(f), product({count, b.codes}), codes.c_str(), error) &&
-         buffer(a, mem, static_cast<unsigned>(index[3]), "scales", product({count, b.scales}), scales.c_str(), error) &&
+  const char* stack = count == 1 ? "" : "experts*";
+  const auto stacked = [&](const char* what) { return [=] { return stack + std::string(what); }; };
+  return buffer(a, mem, static_cast<unsigned>(index[2]), codes_name(f), product({count, b.codes}), stacked(codes_what(f)),
+                error) &&
+         buffer(a, mem, static_cast<unsigned>(index[3]), "scales", product({count, b.scales}), stacked("n*(k/group) f32"),
+                error) &&
          (!f.zeros ||
-          buffer(a, mem, static_cast<unsigned>(index[4]), "zeros", product({count, b.zeros}), zeros.c_str(), error));
+          buffer(a, mem, static_cast<unsigned>(index[4]), "zeros", product({count, b.zeros}), stacked("n*(k/group) u8"),
+                 error));
 }
 
 // Activations of `rows` rows at argument index[0] (and their scales at index[1]).
 bool activations_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& f, const int* index,
                     uint64_t rows, uint32_t k, const char* rows_name, std::string& error) {
-  const std::string what = std::string(rows_name) + (f.int8_act ? "*k i8" : "*k bf16");
-  const std::string scales = std::string(rows_name) + " f32";
+  const auto what = [&] { return std::string(rows_name) + (f.int8_act ? "*k i8" : "*k bf16"); };
+  const auto scales = [&] { return std::string(rows_name) + " f32"; };
   return buffer(a, mem, static_cast<unsigned>(index[0]), f.int8_act ? "xq" : "x", product({rows, k, f.int8_act ? 1u : 2u}),
-                what.c_str(), error) &&
-         (!f.int8_act ||
-          buffer(a, mem, static_cast<unsigned>(index[1]), "xscale", product({rows, 4}), scales.c_str(), error));
+                what, error) &&
+         (!f.int8_act || buffer(a, mem, static_cast<unsigned>(index[1]), "xscale", product({rows, 4}), scales, error));
 }
 
 uint32_t group_of(const KernelArgs& a, const FamilyTraits& f, int index) {
@@ -96,16 +103,16 @@ metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRan
   if (!at_least_one({{"n", n}, {"count", count}}, error) || !k_ok(k, error) || !group_ok(group, error)) return kInvalid;
   const MatrixBytes b = matrix_bytes(f, n, k, group);
   const uint64_t bytes[] = {product({count, b.codes}), product({count, b.scales}), product({count, b.zeros})};
-  const std::string base = codes_name(f);
-  const std::string names[] = {base + "_in", "scales_in", "zeros_in", base + "_out", "scales_out", "zeros_out"};
-  const std::string codes = std::string("count*") + codes_what(f);
-  const char* what[] = {codes.c_str(), "count*n*(k/group) f32", "count*n*(k/group) u8"};
+  const char* names[] = {codes_name(f, 1), "scales_in", "zeros_in", codes_name(f, 2), "scales_out", "zeros_out"};
+  const auto what = [&](unsigned t) {
+    return t == 0 ? "count*" + std::string(codes_what(f)) : std::string(t == 1 ? "count*n*(k/group) f32" : "count*n*(k/group) u8");
+  };
   Span spans[6];
   for (unsigned side = 0; side < 2; ++side)
     for (unsigned t = 0; t < tensors; ++t) {
       const unsigned arg = side * tensors + t;
-      if (!buffer(a, mem, arg, names[side * 3 + t].c_str(), bytes[t], what[t], error)) return kInvalid;
-      spans[arg] = {a.v[arg], bytes[t], names[side * 3 + t].c_str()};
+      if (!buffer(a, mem, arg, names[side * 3 + t], bytes[t], [&] { return what(t); }, error)) return kInvalid;
+      spans[arg] = {a.v[arg], bytes[t], names[side * 3 + t]};
     }
   if (!apart(spans, 2 * tensors, tensors, error)) return kInvalid;
   needed = {ceil_div(n, kRepackRows), count};
@@ -117,22 +124,27 @@ metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRan
 bool active_expert_ok(const KernelArgs& a, const MemoryView& mem, uint32_t j, int32_t previous, uint32_t n,
                       uint32_t k, std::string& error) {
   const int32_t e = arg_ptr<const int32_t>(a, 4)[1 + j];
-  const std::string which = "active[" + std::to_string(1 + j) + "] = " + std::to_string(e);
+  const auto which = [&] { return "active[" + std::to_string(1 + j) + "] = " + std::to_string(e); };
   if (e < 0 || e <= previous) {
-    error = which + (e < 0 ? " is negative" : " does not follow active[" + std::to_string(j) + "] = " +
-                                                  std::to_string(previous) + " in increasing order");
+    error = which() + (e < 0 ? " is negative" : " does not follow active[" + std::to_string(j) + "] = " +
+                                                    std::to_string(previous) + " in increasing order");
     return false;
   }
   const MatrixBytes b = matrix_bytes(traits(Family::fp8), n, k, kGroup);
   const uint64_t count = uint64_t(e) + 1;
-  const std::string stack = "(" + which + " + 1) matrices of n*k u8";
-  if (!buffer(a, mem, 3, "offsets", product({count + 1, 4}), ("entries up to " + which + " + 1").c_str(), error) ||
-      !buffer(a, mem, 1, "weight", product({count, b.codes}), stack.c_str(), error) ||
+  // which() named first: GCC 12 at -O3 reports a false -Wrestrict in "(" + std::string&&.
+  const auto up_to = [&](const char* before, const char* after) {
+    const std::string named = which();
+    return before + named + after;
+  };
+  if (!buffer(a, mem, 3, "offsets", product({count + 1, 4}), [&] { return up_to("entries up to ", " + 1"); }, error) ||
+      !buffer(a, mem, 1, "weight", product({count, b.codes}), [&] { return up_to("(", " + 1) matrices of n*k u8"); },
+              error) ||
       !buffer(a, mem, 2, "scales", product({count, b.scales}), "their n*(k/128) f32 scales", error))
     return false;
   const int32_t first = arg_ptr<const int32_t>(a, 3)[e], last = arg_ptr<const int32_t>(a, 3)[e + 1];
   if (first < 0 || last < first || last - first > static_cast<int32_t>(kGemvMaxRows)) {
-    error = "expert " + std::to_string(e) + " (" + which + ") has rows offsets[" + std::to_string(e) + "] = " +
+    error = "expert " + std::to_string(e) + " (" + which() + ") has rows offsets[" + std::to_string(e) + "] = " +
             std::to_string(first) + " .. offsets[" + std::to_string(e + 1) + "] = " + std::to_string(last) +
             "; fp8_grouped_gemv takes 0 to 8 rows per expert";
     return false;

@@ -12,6 +12,12 @@
 
 namespace metrale {
 
+// Immutable from the Backend's construction on: what a launch checks and names.
+struct KernelRecord {
+  const ManifestModule* module;
+  const ManifestKernel* kernel;
+};
+
 namespace {
 
 std::string join_types(std::span<const metrale_param_type> types) {
@@ -56,6 +62,8 @@ Backend::Backend(std::shared_ptr<PluginLibrary> library, Manifest manifest, Plug
   if (count > 0 && kernels == nullptr)
     throw Error(Status::internal, plugin_label_ + ": list_kernels() answered " + std::to_string(count) +
                                       " kernels and a NULL array");
+  for (const ManifestModule& module : manifest_.modules)
+    for (const ManifestKernel& kernel : module.kernels) records_.push_back({&module, &kernel});
   for (size_t i = 0; i < count; ++i) {
     if (kernels[i].module == nullptr || kernels[i].name == nullptr) continue;
     std::string key = key_of(kernels[i].module, kernels[i].name);
@@ -134,7 +142,7 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
   metrale_status status = METRALE_STATUS_INTERNAL;
   const PluginGuard plugin = guard();
   try {
-    status = plugin.invoke("get_kernel(" + key_of(module, name) + ")",
+    status = plugin.invoke(EntryName("get_kernel", module, name),
                            [&] { return table().get_kernel(instance(), module_text.c_str(), name_text.c_str(), &handle); });
   } catch (const Error& e) {
     failure = e.status();
@@ -147,10 +155,9 @@ KernelHandle Backend::resolve(std::string_view module, std::string_view name,
     reason = "in manifest, but the plugin did not provide it (" + std::string(status_name(failure)) + "): " + message;
     return {};
   }
-  std::lock_guard lock(mutex_);
-  kernels_by_handle_.try_emplace(handle, HandleKernel{module_text, name_text, listed});
+  const auto record = std::find_if(records_.begin(), records_.end(), [&](const KernelRecord& r) { return r.kernel == listed; });
   reason = "provided";
-  return KernelHandle{handle};
+  return KernelHandle{handle, &*record};  // every kernel of manifest_ has its record
 }
 
 std::shared_ptr<const AuditRow> Backend::make_prototype(std::string_view module, std::string_view name,
@@ -280,20 +287,27 @@ KernelHandle Backend::try_kernel(std::string_view module, std::string_view name,
   return lookup(module, name, LookupRequest{}, site);
 }
 
+const KernelRecord* Backend::record_of(KernelHandle handle) const noexcept {
+  // Addresses compared, never read: another Backend's handle may point into freed memory.
+  const auto address = reinterpret_cast<uintptr_t>(handle.record);
+  const auto first = reinterpret_cast<uintptr_t>(records_.data());
+  if (handle.value == 0 || address < first || address - first >= records_.size() * sizeof(KernelRecord) ||
+      (address - first) % sizeof(KernelRecord) != 0)
+    return nullptr;
+  return handle.record;
+}
+
 const ManifestKernel& Backend::manifest_entry(KernelHandle handle) const {
-  std::lock_guard lock(mutex_);
-  auto it = kernels_by_handle_.find(handle.value);
-  if (it == kernels_by_handle_.end()) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
-  return *it->second.listed;
+  const KernelRecord* record = record_of(handle);
+  if (record == nullptr) throw Error(Status::not_found, "backend " + name() + ": unknown kernel handle");
+  return *record->kernel;
 }
 
 std::span<const KernelParam> Backend::params(KernelHandle handle) const { return manifest_entry(handle).params; }
 
 std::string Backend::kernel_name(KernelHandle handle) const {
-  std::lock_guard lock(mutex_);
-  auto it = kernels_by_handle_.find(handle.value);
-  if (it == kernels_by_handle_.end()) return "(unknown handle)";
-  return key_of(it->second.module, it->second.name);
+  const KernelRecord* record = record_of(handle);
+  return record ? key_of(record->module->name, record->kernel->name) : "(unknown handle)";
 }
 
 std::vector<KernelAvailability> Backend::kernel_availability() const {
@@ -378,25 +392,20 @@ void Backend::synchronize(uint64_t stream) {
 
 void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::span<const metrale_param_type> types,
                             std::span<const void* const> args) {
-  const std::vector<KernelParam>* params = nullptr;
-  std::string label;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = kernels_by_handle_.find(kernel.value);
-    if (it == kernels_by_handle_.end())
-      throw Error(Status::invalid_argument, "backend " + name() + ": launch of a handle this backend did not return");
-    params = &it->second.listed->params;
-    label = key_of(it->second.module, it->second.name);
-  }
-  if (types.size() != params->size())
-    throw Error(Status::invalid_argument, label + ": launched with " + std::to_string(types.size()) +
-                                              " arguments, manifest declares " + std::to_string(params->size()) +
-                                              " " + join_params(*params));
+  const KernelRecord* record = record_of(kernel);
+  if (record == nullptr)
+    throw Error(Status::invalid_argument, "backend " + name() + ": launch of a handle this backend did not return");
+  const std::vector<KernelParam>& params = record->kernel->params;
+  const auto label = [&] { return key_of(record->module->name, record->kernel->name); };
+  if (types.size() != params.size())
+    throw Error(Status::invalid_argument, label() + ": launched with " + std::to_string(types.size()) +
+                                              " arguments, manifest declares " + std::to_string(params.size()) + " " +
+                                              join_params(params));
   for (size_t i = 0; i < types.size(); ++i)
-    if (types[i] != (*params)[i].type)
-      throw Error(Status::invalid_argument, label + ": argument " + std::to_string(i) + " (" + (*params)[i].name +
+    if (types[i] != params[i].type)
+      throw Error(Status::invalid_argument, label() + ": argument " + std::to_string(i) + " (" + params[i].name +
                                                 ") is " + param_type_name(types[i]) + ", manifest declares " +
-                                                param_type_name((*params)[i].type));
+                                                param_type_name(params[i].type));
   metrale_launch_config config{};
   std::copy(shape.grid.begin(), shape.grid.end(), config.grid);
   std::copy(shape.block.begin(), shape.block.end(), config.block);
@@ -404,7 +413,7 @@ void Backend::launch_packed(KernelHandle kernel, const LaunchShape& shape, std::
   config.stream = shape.stream;
   // The ABI takes void* const* (cuLaunchKernel's convention); plugins only read through it.
   auto raw = const_cast<void* const*>(reinterpret_cast<const void* const*>(args.data()));
-  guard().require("launch(" + label + ")",
+  guard().require(EntryName("launch", record->module->name, record->kernel->name),
                   [&] { return table().launch(instance(), kernel.value, &config, raw, args.size()); });
 }
 

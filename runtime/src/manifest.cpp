@@ -3,6 +3,7 @@
 // (manifest_validator.cpp), and the Manifest accessors.
 #include <metrale/manifest.hpp>
 
+#include "json_reader.hpp"
 #include "json_text.hpp"
 #include "manifest_validator.hpp"
 
@@ -22,6 +23,14 @@ using json_text::sanitize_utf8;
 // A manifest is a few kilobytes (a thousand kernels fit in one megabyte): the cap keeps a wrong
 // path (a huge file) from eating memory.
 constexpr std::size_t kMaxManifestBytes = std::size_t{4} << 20;
+
+// The "backend" string of a document that is not a valid manifest, if it has one.
+std::string backend_named_in(const std::string& text) {
+  const json_text::JsonReadResult doc = json_text::read_json(text);
+  if (doc.error || !doc.root.is_object()) return {};
+  const auto it = doc.root.find("backend");
+  return it != doc.root.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
 }  // namespace
 
@@ -60,7 +69,9 @@ const char* param_type_name(metrale_param_type type) {
 ManifestResult parse_manifest(const std::filesystem::path& file, const std::string& text) {
   // Never throws: an allocation failure or a library bug still comes back as a problem.
   try {
-    return manifest_detail::parse_and_validate(file, text);
+    ManifestResult result = manifest_detail::parse_and_validate(file, text);
+    if (!result.manifest) result.backend = backend_named_in(text);
+    return result;
   } catch (const std::exception& e) {
     return one_problem(file, std::string("internal error while reading the manifest: ") +
                                  sanitize_utf8(e.what()));

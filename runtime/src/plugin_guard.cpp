@@ -5,16 +5,28 @@
 
 namespace metrale {
 
-Error PluginGuard::escaped(std::string_view entry, const char* what) const {
-  std::string message = std::string(plugin_) + ": " + std::string(entry) + " let an exception escape the C ABI";
+std::string EntryName::text() const {
+  std::string out(call_);
+  if (kernel_) {
+    out += '(';
+    out += module_;
+    out += '/';
+    out += name_;
+    out += ')';
+  }
+  return out;
+}
+
+Error PluginGuard::escaped(EntryName entry, const char* what) const {
+  std::string message = std::string(plugin_) + ": " + entry.text() + " let an exception escape the C ABI";
   message += what ? ": " + std::string(what) : std::string(" (not a std::exception)");
   return Error(Status::internal, message);
 }
 
-Error PluginGuard::failed(std::string_view entry, metrale_status status, std::string_view detail) const {
+Error PluginGuard::failed(EntryName entry, metrale_status status, std::string_view detail) const {
   const Status mapped = status_from_abi(status);
   std::string said = detail.empty() ? last_error() : std::string(detail);
-  std::string message = std::string(plugin_) + ": " + std::string(entry) + " failed (" + std::string(status_name(mapped));
+  std::string message = std::string(plugin_) + ": " + entry.text() + " failed (" + std::string(status_name(mapped));
   if (mapped == Status::internal && status != METRALE_STATUS_INTERNAL) {
     message += ", status " + std::to_string(static_cast<long long>(status)) + " is not a metrale_status";
   }

@@ -18,6 +18,25 @@
 
 namespace metrale {
 
+// Names the entry point of a call in messages: "mem_alloc(4096)", or "launch(act/silu_mul)" from
+// its parts. Holds views that the caller keeps alive; the text is joined only when a message is
+// made, so a call that succeeds builds no string.
+class EntryName {
+ public:
+  EntryName(std::string_view text) noexcept : call_(text) {}
+  EntryName(const char* text) noexcept : call_(text) {}
+  EntryName(const std::string& text) noexcept : call_(text) {}
+  // "call(module/name)"
+  EntryName(std::string_view call, std::string_view module, std::string_view name) noexcept
+      : call_(call), module_(module), name_(name), kernel_(true) {}
+
+  std::string text() const;
+
+ private:
+  std::string_view call_, module_, name_;
+  bool kernel_ = false;
+};
+
 class PluginGuard {
  public:
   // `plugin` opens every message ("backend cpu (plugin /usr/lib/.../libmetrale_cpu.so)"); the
@@ -28,10 +47,11 @@ class PluginGuard {
 
   std::string_view plugin() const noexcept { return plugin_; }
 
-  // Runs `call`, one call of the entry point `entry` ("mem_alloc(4096)"). An exception escaping
-  // it becomes Error(internal) naming the plugin, the entry point and the exception's message.
+  // Runs `call`, one call of the entry point `entry`. An exception escaping it becomes
+  // Error(internal) naming the plugin, the entry point and the exception's message. Allocates
+  // nothing unless it fails.
   template <class Call>
-  auto invoke(std::string_view entry, Call&& call) const -> std::invoke_result_t<Call> {
+  auto invoke(EntryName entry, Call&& call) const -> std::invoke_result_t<Call> {
     try {
       return std::forward<Call>(call)();
     } catch (const std::exception& e) {
@@ -43,7 +63,7 @@ class PluginGuard {
 
   // invoke() for an entry point that answers a status: anything but OK throws failed().
   template <class Call>
-  void require(std::string_view entry, Call&& call) const {
+  void require(EntryName entry, Call&& call) const {
     const metrale_status status = invoke(entry, std::forward<Call>(call));
     if (status != METRALE_STATUS_OK) throw failed(entry, status);
   }
@@ -51,7 +71,7 @@ class PluginGuard {
   // For an entry point that must not fail the caller (destroy() in a destructor): an escaping
   // exception is logged, never thrown.
   template <class Call>
-  void invoke_quietly(std::string_view entry, Call&& call) const noexcept {
+  void invoke_quietly(EntryName entry, Call&& call) const noexcept {
     try {
       invoke(entry, std::forward<Call>(call));
     } catch (const std::exception& e) {
@@ -61,12 +81,12 @@ class PluginGuard {
 
   // The error for `entry` answering `status`: Error(status as mapped) with the instance's
   // last_error() (or `detail` when given: calls without an instance report through a buffer).
-  Error failed(std::string_view entry, metrale_status status, std::string_view detail = {}) const;
+  Error failed(EntryName entry, metrale_status status, std::string_view detail = {}) const;
   // The instance's last_error(), itself guarded; a note when there is none to read.
   std::string last_error() const noexcept;
 
  private:
-  Error escaped(std::string_view entry, const char* what) const;
+  Error escaped(EntryName entry, const char* what) const;
   static void log_swallowed(const char* what) noexcept;
 
   std::string_view plugin_;

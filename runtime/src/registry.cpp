@@ -9,11 +9,8 @@
 #include "plugin_guard.hpp"
 #include "plugin_library.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -115,16 +112,6 @@ std::string disabled_by() {
   return "METRALE_BACKENDS_DISABLE=" + lever_raw("METRALE_BACKENDS_DISABLE").value_or("");
 }
 
-// The "backend" string of a manifest that failed validation, when it has one: so that asking for
-// that backend by name is told the manifest is invalid, not that no manifest names it.
-std::string backend_named_in(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  const auto doc = nlohmann::json::parse(in, nullptr, false);
-  if (!doc.is_object()) return {};
-  auto it = doc.find("backend");
-  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // Validates one manifest and decides its entry's state (pending, disabled, shadowed, invalid,
 // skipped); declares the levers of each manifest that claims its backend.
 void scan_entry(RegistryEntry& entry, const std::vector<std::string>& disabled, std::set<std::string, std::less<>>& claimed) {
@@ -132,7 +119,7 @@ void scan_entry(RegistryEntry& entry, const std::vector<std::string>& disabled, 
   if (!parsed.manifest) {
     entry.state = parsed.skipped_format ? EntryState::skipped : EntryState::invalid;
     entry.reason = join_problems(parsed.problems);
-    entry.backend = backend_named_in(entry.manifest_path);
+    entry.backend = parsed.backend;  // read from the text already read: the file is opened once
     logger()->warn("{}", entry.reason);
     return;
   }

@@ -16,13 +16,18 @@
 // makes mem_alloc, copy_to_device, stream_create, launch or destroy throw a std::runtime_error;
 // FAULT_ALLOC_REFUSES makes mem_alloc of more than 1 MiB answer INVALID_ARGUMENT (not out of memory);
 // FAULT_DEVICE_INFO_FAILS makes device_info fail, after create() succeeded.
+// FAULT_LAUNCH_RENDEZVOUS makes every launch wait inside launch() until kRendezvous launches are
+// there at once (tests/abi/test_launch_path.cpp: nothing in the runtime serialises launches).
 #include <metrale/plugin_abi.h>
 
 #include "numeric.hpp"  // the CPU plugin's bf16/f16 conversions (internal linkage)
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,8 +57,12 @@ struct metrale_backend {
   std::string target = "test-target";
   std::string device_name = "fault test device";  // plus " #<device_index>" and " key=value" per option
   std::string last_error;
-  uint64_t launches = 0;
+  std::atomic<uint64_t> launches{0};  // launches may come from several threads at once
   std::mutex mutex;
+  // FAULT_LAUNCH_RENDEZVOUS: launches inside launch() now and at most, whether all were at once.
+  std::condition_variable met;
+  uint32_t inside = 0, most_inside = 0;
+  bool all_met = false, gave_up = false;
 };
 
 namespace {
@@ -241,6 +250,45 @@ metrale_status stream_create(metrale_backend* b, uint64_t* stream) {
 metrale_status stream_destroy(metrale_backend*, uint64_t) { return METRALE_STATUS_OK; }
 metrale_status stream_synchronize(metrale_backend*, uint64_t) { return METRALE_STATUS_OK; }
 
+// act/silu_mul or act/gelu_mul (gate_up, out, m, i): act(g) * u per row.
+void act_mul(bool silu, void* const* args) {
+  const auto* gate_up = reinterpret_cast<const uint16_t*>(*static_cast<const uint64_t*>(args[0]));
+  auto* out = reinterpret_cast<uint16_t*>(*static_cast<const uint64_t*>(args[1]));
+  const uint32_t m = *static_cast<const uint32_t*>(args[2]), inter = *static_cast<const uint32_t*>(args[3]);
+  for (size_t r = 0; r < m; ++r) {
+    for (size_t j = 0; j < inter; ++j) {
+      const float g = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + j]);
+      const float u = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + inter + j]);
+      const float act = silu ? g / (1.0f + std::exp(-g))
+                             : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+      out[r * inter + j] = metrale::cpu::f32_to_bf16(act * u);
+    }
+  }
+}
+
+#if defined(FAULT_LAUNCH_RENDEZVOUS)
+constexpr uint32_t kRendezvous = 8;
+
+// Returns once kRendezvous launches have been inside launch() together (the one that makes them
+// kRendezvous releases the others). A wait that gives up fails this launch and every later one,
+// so a runtime that let one launch in at a time fails after one timeout, not one per launch.
+metrale_status rendezvous(metrale_backend* b) {
+  std::unique_lock lock(b->mutex);
+  b->most_inside = std::max(b->most_inside, ++b->inside);
+  if (b->inside == kRendezvous) {
+    b->all_met = true;
+    b->met.notify_all();
+  }
+  const bool met = !b->gave_up && b->met.wait_for(lock, std::chrono::seconds(20), [&] { return b->all_met; });
+  --b->inside;
+  if (met) return METRALE_STATUS_OK;
+  b->gave_up = true;
+  return fail(b, METRALE_STATUS_INTERNAL,
+              "fault plugin: gave up waiting for " + std::to_string(kRendezvous) + " launches inside launch() at once; " +
+                  "at most " + std::to_string(b->most_inside) + " were (FAULT_LAUNCH_RENDEZVOUS)");
+}
+#endif
+
 metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_config* config, void* const* args,
                       size_t arg_count) {
 #if defined(FAULT_LAUNCH_THROWS)
@@ -251,6 +299,9 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   size_t index = kernel - 1;
   if (arg_count != b->params[index].size()) return fail(b, METRALE_STATUS_INVALID_ARGUMENT, "wrong argument count");
   ++b->launches;
+#if defined(FAULT_LAUNCH_RENDEZVOUS)
+  if (metrale_status s = rendezvous(b); s != METRALE_STATUS_OK) return s;
+#endif
   if (b->modules[index] == "w4a16" && b->names[index] == "w4a16_gemv") {
     auto arg_ptr = [&](size_t i) { return *static_cast<const uint64_t*>(args[i]); };
     auto arg_u32 = [&](size_t i) { return *static_cast<const uint32_t*>(args[i]); };
@@ -297,19 +348,7 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
     }
     std::memcpy(s_out, s_in, rows * (k / 128) * sizeof(uint16_t));
   } else if (b->modules[index] == "act" && (b->names[index] == "silu_mul" || b->names[index] == "gelu_mul")) {
-    const auto* gate_up = reinterpret_cast<const uint16_t*>(*static_cast<const uint64_t*>(args[0]));
-    auto* out = reinterpret_cast<uint16_t*>(*static_cast<const uint64_t*>(args[1]));
-    const uint32_t m = *static_cast<const uint32_t*>(args[2]), inter = *static_cast<const uint32_t*>(args[3]);
-    const bool silu = b->names[index] == "silu_mul";
-    for (size_t r = 0; r < m; ++r) {
-      for (size_t j = 0; j < inter; ++j) {
-        const float g = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + j]);
-        const float u = metrale::cpu::bf16_to_f32(gate_up[r * 2 * inter + inter + j]);
-        const float act = silu ? g / (1.0f + std::exp(-g))
-                               : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-        out[r * inter + j] = metrale::cpu::f32_to_bf16(act * u);
-      }
-    }
+    act_mul(b->names[index] == "silu_mul", args);
   } else if (b->modules[index] == "test" && b->names[index] == "fill") {
     auto* out = reinterpret_cast<float*>(*static_cast<const uint64_t*>(args[0]));
     uint32_t n = *static_cast<const uint32_t*>(args[1]);

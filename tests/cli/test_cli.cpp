@@ -5,6 +5,7 @@
 
 #include "test_support.hpp"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -34,8 +35,10 @@ std::string quote(const std::string& text) {
   return out + "'";
 }
 
-// Runs metrale with every METRALE_* lever of the caller's shell removed and `env` added.
-Result run(const std::string& args, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+// Runs metrale with every METRALE_* lever of the caller's shell removed and `env` added; with
+// `limit_s`, under timeout(1), which kills a run that hangs (exit code 124).
+Result run(const std::string& args, const std::vector<std::pair<std::string, std::string>>& env = {},
+           unsigned limit_s = 0) {
   TempDir dir;
   std::string command = "env";
   for (char** e = environ; *e; ++e) {
@@ -43,6 +46,7 @@ Result run(const std::string& args, const std::vector<std::pair<std::string, std
     if (var.starts_with("METRALE_")) command += " -u " + std::string(var.substr(0, var.find('=')));
   }
   for (const auto& [name, value] : env) command += " " + name + "=" + quote(value);
+  if (limit_s != 0) command += " timeout -k 5 " + std::to_string(limit_s);
   command += std::string(" ") + quote(METRALE_EXE) + " " + args + " >" + quote((dir / "out").string()) + " 2>" +
              quote((dir / "err").string()) + " </dev/null";
   int status = std::system(command.c_str());
@@ -162,6 +166,21 @@ TEST_CASE("METRALE_BACKEND naming a backend that is not loaded: exit 3 on every 
   CHECK(has(failed.err, "backend 'fault' cannot be used (failed: create() failed (internal): fault plugin: create() fails on purpose"));
   // A backend that loaded is selected as before.
   CHECK(run("list", {{"METRALE_BACKEND", "cpu"}}).code == 0);
+}
+
+TEST_CASE("a manifest that is a FIFO is refused at once as not a regular file; the other manifests still load") {
+  // Opening a FIFO to read waits for a writer, and none comes: a run that opens it hangs, and
+  // timeout(1) ends it with 124.
+  TempDir dir;
+  const fs::path fifo = dir / "fifo.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto r = run("list", {{"METRALE_MANIFESTS", fifo.string() + ":" + CPU_MANIFEST}}, 10);
+  CHECK(r.code == 0);
+  const std::string said = r.out + r.err;
+  CHECK_MESSAGE(has(said, fifo.string() + ": (document): cannot read the manifest: it is a FIFO (named pipe), not a regular file"),
+                said);
+  CHECK(has(r.out, "*cpu"));
+  CHECK(has(r.out, "loaded"));
 }
 
 TEST_CASE("METRALE_CPU_THREADS and METRALE_CPU_PIN reach the CPU backend as options threads and pin") {

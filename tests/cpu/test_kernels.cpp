@@ -215,10 +215,14 @@ TEST_CASE("w4a16_grouped_gemm matches the reference on every tier (empty experts
     uint32_t n, k;
     std::vector<int32_t> rows_per_expert;
   };
+  // More experts than the launch lists on its stack (512): the rows with work go to the heap.
+  std::vector<int32_t> many(600, 0);
+  many[0] = 1, many[511] = 2, many[599] = 3;
   const std::vector<GroupedCase> cases{
       {129, 384, {3, 0, 70, 1, 0, 9}},
       {65, 8192, {1, 2, 0}},
       {1, 128, {0, 5}},
+      {64, 128, many},
   };
   uint64_t seed = 100;
   for (const GroupedCase& c : cases) {

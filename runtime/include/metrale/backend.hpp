@@ -4,8 +4,10 @@
 // and checks them against the manifest's declared parameters.
 //
 // Ownership: a Backend keeps its plugin library loaded (shared) until the last Backend and every
-// handle user are gone. Thread-safety: lookups, memory, streams and launches may be called from
-// several threads at once; the plugin serialises internally where it must.
+// handle user are gone; a handle is valid as long as the Backend that returned it. Thread-safety:
+// lookups, memory, streams and launches may be called from several threads at once; the plugin
+// serialises internally where it must. Launching a resolved handle takes no runtime lock and
+// allocates nothing unless the launch fails.
 #pragma once
 
 #include <metrale/audit.hpp>
@@ -41,9 +43,15 @@ struct PluginInstanceDeleter {
 // One owned plugin instance: whoever holds it destroys it, exactly once.
 using PluginInstance = std::unique_ptr<metrale_backend, PluginInstanceDeleter>;
 
+// What a Backend keeps about one kernel of its manifest (backend.cpp).
+struct KernelRecord;
+
 // A resolved kernel; value 0 is the null handle (what try_kernel returns for "absent").
 struct KernelHandle {
-  uint64_t value = 0;
+  uint64_t value = 0;  // the plugin's handle
+  // The returning Backend's record of the kernel, which launch reads without a lock or a lookup;
+  // null in a handle no Backend returned, which launch refuses.
+  const KernelRecord* record = nullptr;
   explicit operator bool() const noexcept { return value != 0; }
   friend bool operator==(KernelHandle, KernelHandle) = default;
 };
@@ -143,7 +151,7 @@ class Backend {
   const ManifestKernel& manifest_entry(KernelHandle handle) const;
   // Manifest's parameter list for a handle this Backend returned.
   std::span<const KernelParam> params(KernelHandle handle) const;
-  // "module/name" for a handle this Backend returned.
+  // "module/name" for a handle this Backend returned ("(unknown handle)" for any other).
   std::string kernel_name(KernelHandle handle) const;
 
   // Listed vs provided vs gated for every kernel the manifest or the plugin mentions.
@@ -171,6 +179,7 @@ class Backend {
     launch_packed(kernel, shape, types, pointers);
   }
   // The untyped form the template uses; also for callers that build argument lists at run time.
+  // A handle this Backend did not return is Error(invalid_argument).
   void launch_packed(KernelHandle kernel, const LaunchShape& shape,
                      std::span<const metrale_param_type> types, std::span<const void* const> args);
 
@@ -179,12 +188,8 @@ class Backend {
   metrale_backend* instance() const noexcept { return instance_.get(); }
 
  private:
-  // The kernel a handle this backend returned stands for.
-  struct HandleKernel {
-    std::string module;
-    std::string name;
-    const ManifestKernel* listed = nullptr;  // into manifest_, which never changes after construction
-  };
+  // The record of a handle this Backend returned, else null.
+  const KernelRecord* record_of(KernelHandle handle) const noexcept;
   // Resolves or returns the null handle with `failure` and `reason` filled in.
   KernelHandle resolve(std::string_view module, std::string_view name,
                        std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
@@ -226,9 +231,11 @@ class Backend {
   uint32_t compute_units_ = 0;
   std::vector<std::string> provided_;  // "module/name" the plugin lists
   std::map<std::string, std::vector<metrale_param_type>, std::less<>> provided_params_;
+  // One per kernel of manifest_, in its order; made with the Backend and never changed after, so
+  // the handles' pointers into it stay valid and launches read it without the mutex.
+  std::vector<KernelRecord> records_;
   mutable std::mutex mutex_;
   mutable std::string library_checksum_;
-  std::map<uint64_t, HandleKernel> kernels_by_handle_;  // plugin handle -> its kernel
   std::map<KernelKey, Resolution, KernelKeyLess> resolutions_;
 };
 

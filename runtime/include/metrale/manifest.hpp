@@ -86,6 +86,9 @@ struct ManifestResult {
   std::optional<Manifest> manifest;     // set only when problems is empty
   std::vector<ManifestProblem> problems;
   bool skipped_format = false;          // unknown format major: skip with a message, not an error
+  // Without a manifest: the document's "backend" string, when it has one (so that asking for that
+  // backend is told its manifest is invalid); "" when it has none or the file could not be read.
+  std::string backend;
 };
 
 // Reads, parses and validates one manifest file. Never throws.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "io/checkpoint.hpp"
 
+#include "io/config_json.hpp"
 #include "io/ffn_names.hpp"
 #include "io/linear_reader.hpp"
 
@@ -99,16 +100,17 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) 
   std::error_code ec;
   if (fs::exists(config, ec)) {
     const nlohmann::json doc = read_json_file(config, "model config", kMaxConfigBytes);
-    if (auto it = doc.find("quantization_config"); it != doc.end() && !it->is_null()) {
-      return parse_quant_config(*it, config.string());
-    }
+    const config_json::Object root(doc, config.string(), "", "a JSON object (the model config)");
+    if (const nlohmann::json* declared = root.find("quantization_config")) return parse_quant_config(*declared, config.string());
   }
-  // Older GPTQ tools write the settings only beside the weights.
+  // Older GPTQ tools write the settings only beside the weights, as the whole file.
   const fs::path sidecar = directory / "quantize_config.json";
   if (fs::exists(sidecar, ec)) {
     nlohmann::json doc = read_json_file(sidecar, "GPTQ quantize config", kMaxConfigBytes);
-    if (doc.is_object() && !doc.contains("quant_method")) doc["quant_method"] = "gptq";
-    return parse_quant_config(doc, sidecar.string());
+    if (!config_json::Object(doc, sidecar.string(), "", "a JSON object (the GPTQ settings)").has("quant_method")) {
+      doc["quant_method"] = "gptq";
+    }
+    return parse_quant_config(doc, sidecar.string(), "");
   }
   return std::nullopt;
 }

@@ -59,8 +59,10 @@ struct CheckpointQuant {
   std::string summary() const;
 };
 
-// Reads `doc` (a quantization_config object) from `source`. Throws Refusal for unsupported
-// values and Error(invalid_argument) for malformed ones, naming source, field, value, expected.
-CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source);
+// Reads `doc` (a quantization_config object) from `source` (the file), where it sits at field
+// `path` ("" when it is the whole file, as quantize_config.json). Throws Refusal for unsupported
+// values and Error(invalid_argument) for malformed ones, naming file, field path, value, expected.
+CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source,
+                                   const std::string& path = "quantization_config");
 
 }  // namespace metrale::layers

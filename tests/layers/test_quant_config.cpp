@@ -3,10 +3,13 @@
 // (naming the field, its value and what is supported) for everything metrale does not run.
 #include <doctest/doctest.h>
 
+#include <io/checkpoint.hpp>
 #include <io/quant_config.hpp>
 #include <metrale/status.hpp>
 
 #include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
 
 #include <string>
 
@@ -39,6 +42,16 @@ std::string malformed(const json& doc) {
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+template <class Fn>
+std::string error_text(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "accepted";
+}
 
 }  // namespace
 
@@ -173,3 +186,59 @@ TEST_CASE("block FP8 declarations") {
   fp8["activation_scheme"] = "static";
   CHECK(has(refusal(fp8), "activation_scheme = \"static\""));
 }
+
+// Every field is read through the checked accessors (io/config_json.hpp): a value of the wrong type
+// is an Error (never a json exception) naming the file, the field path and what was expected.
+TEST_CASE("malformed quantization_config fields name the file, the field path and the expected type") {
+  const auto err = [](const json& doc) {
+    try {
+      parse_quant_config(doc, "config.json");
+    } catch (const Refusal& r) {
+      return std::string("a refusal: ") + r.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not an Error: ") + e.what();
+    }
+    return std::string("accepted");
+  };
+  json ct{{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"config_groups", {{"group_0", 5}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0: expected an object (a quantization scheme), "
+                   "found number 5");
+  ct["config_groups"] = json::array();
+  CHECK(err(ct) == "config.json: quantization_config.config_groups: expected an object of quantization schemes (group "
+                   "name -> scheme), found an array");
+  ct["config_groups"] = {{"group_0", {{"weights", "int4"}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights: expected an object (the weight "
+                   "scheme), found string \"int4\"");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", 7}}}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights.strategy: expected a string, found number 7");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", "group"}, {"group_size", 1099511627904}}}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights.group_size: expected an integer from "
+                   "-2147483648 to 2147483647, found number 1099511627904");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", "group"}, {"group_size", 128}}}}}};
+  ct["ignore"] = {"lm_head", 3};
+  CHECK(err(ct) == "config.json: quantization_config.ignore[1]: expected a string, found number 3");
+  CHECK(err(json::array()) == "config.json: quantization_config: expected an object (the quantization declaration), "
+                              "found an array");
+  CHECK(err({{"quant_method", "gptq"}, {"bits", 4}, {"sym", "yes"}}) ==
+        "config.json: quantization_config.sym: expected true or false, found string \"yes\"");
+  // quantize_config.json is the declaration itself: its fields have no quantization_config prefix.
+  CHECK(error_text([] { parse_quant_config({{"quant_method", "gptq"}, {"bits", "4"}}, "quantize_config.json", ""); }) ==
+        "quantize_config.json: bits: expected an integer from -2147483648 to 2147483647, found string \"4\"");
+}
+
+TEST_CASE("config.json and quantize_config.json: a malformed declaration names the file and the field") {
+  layers_test::TempDir dir;
+  layers_test::write_file(dir / "config.json", R"({"hidden_size": 256, "quantization_config": 5})");
+  const std::string file = (dir / "config.json").string();
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) ==
+        file + ": quantization_config: expected an object (the quantization declaration), found number 5");
+  layers_test::write_file(dir / "config.json", R"([1, 2])");
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) == file + ": expected a JSON object (the model config), found an array");
+  std::filesystem::remove(dir / "config.json");
+  layers_test::write_file(dir / "quantize_config.json", R"({"bits": 4, "desc_act": 1})");
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) ==
+        (dir / "quantize_config.json").string() + ": desc_act: expected true or false, found number 1");
+}
+

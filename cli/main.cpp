@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // metrale: the command-line face of the runtime. Exit codes: 0 ok, 1 other errors, 2 usage,
 // 3 refusal (an explicit request that cannot be honoured). Command output goes to stdout (JSON
-// alone with --json); logs, warnings and errors go to stderr.
+// alone with --json); logs, warnings and errors go to stderr. With --json an error or refusal is
+// also one JSON object on stdout: {"error": message, "status": kind, "exit": code}.
 #include "commands.hpp"
 #include "metrale_config.h"
 
@@ -9,9 +10,34 @@
 #include <metrale/levers.hpp>
 #include <metrale/log.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <iostream>
 
 namespace metrale::cli {
+
+namespace {
+
+// --json given to the program, or to the subcommand that ran (a subcommand's own --json flag
+// takes the option before the program's does).
+bool json_requested(const CLI::App& app, const CliContext& ctx) {
+  if (ctx.json) return true;
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (const CLI::Option* opt = sub->get_option_no_throw("--json"); opt != nullptr && opt->count() > 0) return true;
+  }
+  return false;
+}
+
+// With --json, an error or refusal is also a JSON object on stdout (the log line stays on stderr).
+int failed(const CLI::App& app, const CliContext& ctx, std::string_view message, std::string_view status, int code) {
+  if (json_requested(app, ctx)) {
+    const nlohmann::json out{{"error", std::string(message)}, {"status", std::string(status)}, {"exit", code}};
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  }
+  return code;
+}
+
+}  // namespace
 
 void CliContext::scan() {
   if (!registry_) registry_ = std::make_unique<Registry>(Registry::scan());
@@ -82,16 +108,16 @@ int main(int argc, char** argv) {
     }
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    return code == 0 ? kExitOk : failed(app, ctx, e.what(), "usage", kExitUsage);
   } catch (const Refusal& e) {
     logger()->error("refusing to start: {}", e.what());
-    return kExitRefusal;
+    return failed(app, ctx, e.what(), status_name(e.status()), kExitRefusal);
   } catch (const Error& e) {
     logger()->error("{} ({})", e.what(), status_name(e.status()));
-    return kExitError;
+    return failed(app, ctx, e.what(), status_name(e.status()), kExitError);
   } catch (const std::exception& e) {
     logger()->error("{}", e.what());
-    return kExitError;
+    return failed(app, ctx, e.what(), "internal", kExitError);
   }
   return ctx.exit_code;
 }

@@ -38,10 +38,11 @@ namespace {
 
 [[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
 
+// A shape the kernels cannot run is a Refusal: the config is well formed, metrale lacks the variant.
 void need_multiple(const std::string& source, std::string_view key, uint32_t value, std::string_view why) {
   if (value % kW4a16GroupSize != 0) {
-    config_error(source, std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
-                             std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
+    throw Refusal(source + ": " + std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
+                  std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
   }
 }
 
@@ -80,7 +81,7 @@ Activation parse_activation(const config_json::Object& f, const std::string& nam
     logger()->warn("{}: hidden_act 'gelu' (erf) is computed with the tanh approximation", f.file());
     return Activation::gelu_tanh;
   }
-  config_error(f.file(), "hidden_act '" + name + "' is not supported (silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)");
+  f.unsupported("hidden_act", nlohmann::json(name), "silu, swish, gelu, gelu_pytorch_tanh, gelu_new or gelu_fast");
 }
 
 }  // namespace

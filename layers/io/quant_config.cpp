@@ -143,6 +143,10 @@ void parse_compressed_tensors(const Fields& f, CheckpointQuant& q) {
   if (const Json* sparsity = f.find("sparsity_config"); sparsity && !sparsity->empty()) {
     f.unsupported("sparsity_config", *sparsity, "no sparsity");
   }
+  // Transforms (rotations applied to a layer's inputs as it runs) change what the weights mean.
+  if (const Json* transforms = f.find("transform_config"); transforms && !transforms->empty()) {
+    f.unsupported("transform_config", *transforms, "no transforms (the weights alone define each projection)");
+  }
   const auto groups = f.object("config_groups", "an object of quantization schemes (group name -> scheme)");
   if (!groups || groups->size() == 0) {
     f.malformed("config_groups", "an object with at least one quantization scheme", f.find("config_groups"));

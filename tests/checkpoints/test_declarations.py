@@ -6,8 +6,10 @@
   zero-point family w4a16_zp), never as the symmetric W4A16 format its values happen to allow;
 - a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
   desc_act: false, codes of other bits, other groups) and every unsupported value (bits 3, an
-  unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, FP8 blocks other than
-  128x128) make `metrale run` exit 3 with one line naming the tensor or the field;
+  unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, static per-channel
+  activation scales, FP8 blocks other than 128x128) make `metrale run` exit 3 with one line naming
+  the tensor or the field, and with --json the same message as {"error", "status", "exit": 3} on
+  stdout;
 - `metrale audit --weights` resolves a checkpoint's layer in the formats its weights hold and at
   the activation tier it declares.
 
@@ -50,18 +52,36 @@ def run(directory, layer, *extra):
                           capture_output=True, text=True)
 
 
-def expect_refusal(what, directory, layer, *needles):
+def json_error(what, proc, code):
+    """The --json error object on stdout: its exit is the process's, its message the log line's."""
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        failures.append(f"{what}: stdout is not one JSON object: {proc.stdout[:300]!r}")
+        return {}
+    if doc.get("exit") != code or not doc.get("error") or not doc.get("status") or doc["error"] not in proc.stderr:
+        failures.append(f"{what}: JSON error object {doc} does not match exit {code} / stderr {proc.stderr[-600:]}")
+    return doc
+
+
+def expect_failure(what, code, directory, layer, *needles):
     proc = run(directory, layer)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    if proc.returncode != 3:
-        failures.append(f"{what}: exit {proc.returncode}, expected 3\n{proc.stderr[-1500:]}")
+    before = len(failures)
+    if proc.returncode != code:
+        failures.append(f"{what}: exit {proc.returncode}, expected {code}\n{proc.stderr[-1500:]}")
     elif len(lines) != 1:
         failures.append(f"{what}: {len(lines)} lines on stderr, expected one:\n{proc.stderr[-1500:]}")
     else:
         missing = [n for n in needles if n not in lines[0]]
         if missing:
-            failures.append(f"{what}: the refusal does not name {missing}: {lines[0]}")
-    print(f"{'ok  ' if not failures or not failures[-1].startswith(what) else 'FAIL'} {what}: {lines[0] if lines else ''}")
+            failures.append(f"{what}: the message does not name {missing}: {lines[0]}")
+        json_error(what, proc, code)
+    print(f"{'ok  ' if len(failures) == before else 'FAIL'} {what}: {lines[0] if lines else ''}")
+
+
+def expect_refusal(what, directory, layer, *needles):
+    expect_failure(what, 3, directory, layer, *needles)
 
 
 def main():
@@ -117,6 +137,14 @@ def main():
             for group in q["config_groups"].values():
                 group["weights"]["actorder"] = "group"
         expect_refusal("compressed-tensors act-order", *checkpoint(root, "ct-int4", "qwen3", ct_act_order), "actorder")
+
+        def static_channel_activations(q):
+            for group in q["config_groups"].values():
+                group["input_activations"] = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
+                                              "dynamic": False, "group_size": None, "observer": "minmax"}
+        expect_refusal("static per-channel activation scales",
+                       *checkpoint(root, "ct-int8", "qwen3", static_channel_activations),
+                       "input_activations.dynamic = false is not supported")
         expect_refusal("FP8 blocks of 64", *checkpoint(root, "fp8-block", "qwen3", lambda q: q.update(weight_block_size=[64, 64])),
                        "weight_block_size", "[128, 128]")
     for f in failures:

@@ -45,7 +45,7 @@ TEST_CASE("config errors name the source and the key") {
   CHECK(err({{"hidden_size", -5}}) == "cfg.json: hidden_size: expected a non-negative integer below 2^32, found number -5");
   CHECK(contains(err({{"hidden_size", 200}, {"intermediate_size", 512}}), "hidden_size = 200 is not a multiple of 128"));
   CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 500}}), "intermediate_size = 500 is not a multiple of 128"));
-  CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 512}, {"hidden_act", "relu2"}}), "hidden_act 'relu2' is not supported"));
+  CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 512}, {"hidden_act", "relu2"}}), "cfg.json: hidden_act = \"relu2\" is not supported"));
   CHECK(contains(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 5}, {"moe_intermediate_size", 128}}),
                  "num_experts_per_tok = 5 must be in 1..4"));
   CHECK(contains(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}}), "needs moe_intermediate_size"));
@@ -59,6 +59,10 @@ TEST_CASE("config errors name the source and the key") {
         "cfg.json: mlp_only_layers[1]: expected a non-negative integer below 2^32, found string \"two\"");
   CHECK(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 128},
              {"routed_scaling_factor", "2.5"}}) == "cfg.json: routed_scaling_factor: expected a number, found string \"2.5\"");
+  // A well-formed config metrale cannot run is a refusal (exit 3), not an error.
+  CHECK_THROWS_AS(parse_model_config({{"hidden_size", 200}, {"intermediate_size", 512}}, "cfg.json"), metrale::Refusal);
+  CHECK_THROWS_AS(parse_model_config({{"hidden_size", 256}, {"hidden_act", "relu2"}}, "cfg.json"), metrale::Refusal);
+  CHECK_FALSE(error_of([] { parse_model_config({{"hidden_size", "big"}}, "cfg.json"); }).empty());
 }
 
 TEST_CASE("presets carry the real models' FFN shapes") {

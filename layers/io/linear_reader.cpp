@@ -23,6 +23,14 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
                 "quantized weights (GPTQ, AWQ, compressed-tensors, FP8) or its own W4A16 files");
 }
 
+std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
+                                            uint32_t k, const CheckpointQuant& quant) {
+  if (quant.scheme == WeightScheme::fp8_block) return read_fp8_fused_experts(src, name, experts, n, k);
+  throw Refusal(src.at(name).where(name) + "fused expert tensors (all experts in one [E, N, K] tensor) are not supported "
+                "under " + quant.summary() + " (" + quant.source + "): metrale reads fused experts as block FP8 "
+                "(quant_method fp8) and every other format per expert (experts.<E>.<projection>)");
+}
+
 std::vector<float> read_float_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                                      const CheckpointQuant& quant) {
   const std::string weight = prefix + ".weight";

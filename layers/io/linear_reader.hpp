@@ -39,6 +39,15 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
 std::vector<float> read_float_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                                      const CheckpointQuant& quant);
 
+// Every expert of a fused expert tensor `name` ([experts, n, k]: transformers 5's expert modules,
+// <block>experts.gate_up_proj / down_proj) as one matrix each. Block FP8 (FineGrainedFP8: the
+// tensor F8_E4M3 beside `name`_scale_inv [experts, ceil(n/128), ceil(k/128)]) is read; any other
+// scheme, or an unquantized fused tensor, is a Refusal naming the tensor.
+std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
+                                            uint32_t k, const CheckpointQuant& quant);
+std::vector<QuantMatrix> read_fp8_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts,
+                                                uint32_t n, uint32_t k);
+
 // The per-format readers read_linear dispatches to (one source file each).
 QuantMatrix read_gptq_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                              const CheckpointQuant& quant);

@@ -5,10 +5,11 @@
 - a GPTQ checkpoint declaring sym: false whose stored zeros are all 8 runs as asymmetric (the
   zero-point family w4a16_zp), never as the symmetric W4A16 format its values happen to allow;
 - a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
-  desc_act: false, codes of other bits, other groups) and every unsupported value (bits 3, an
-  unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, static per-channel
-  activation scales, FP8 blocks other than 128x128) make `metrale run` exit 3 with one line naming
-  the tensor or the field, and with --json the same message as {"error", "status", "exit": 3} on
+  desc_act: false, codes of other bits, other groups) and every unsupported value or layout (bits
+  3, an unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, static per-channel
+  activation scales, FP8 blocks other than 128x128, experts under names no transformers version
+  writes, fused experts other than block FP8) make `metrale run` exit 3 with one line naming the
+  tensor or the field, and with --json the same message as {"error", "status", "exit": 3} on
   stdout;
 - `metrale audit --weights` resolves a checkpoint's layer in the formats its weights hold and at
   the activation tier it declares.
@@ -84,6 +85,27 @@ def expect_refusal(what, directory, layer, *needles):
     expect_failure(what, 3, directory, layer, *needles)
 
 
+def rewritten(directory, edit):
+    """The checkpoint's tensors as edit({name: tensor}) leaves them."""
+    from safetensors_np import load, save
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            path = os.path.join(directory, name)
+            save(path, edit(load(path)))
+    return directory
+
+
+def renamed(directory, old, new):
+    """The checkpoint's tensors renamed (every `old` in a name becomes `new`), as another tool
+    might have named them."""
+    from safetensors_np import load, save
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            path = os.path.join(directory, name)
+            save(path, {k.replace(old, new): t for k, t in load(path).items()})
+    return directory
+
+
 def main():
     probe = subprocess.run([METRALE, "--json", "list"], capture_output=True, text=True)
     if '"cpu"' not in probe.stdout:
@@ -145,6 +167,19 @@ def main():
         expect_refusal("static per-channel activation scales",
                        *checkpoint(root, "ct-int8", "qwen3", static_channel_activations),
                        "input_activations.dynamic = false is not supported")
+        directory, layer = checkpoint(root, "moe-names", "gptq-mixtral")
+        expect_refusal("Mixtral experts named fc1/fc2/fc3", renamed(renamed(renamed(directory, ".w1.", ".fc1."), ".w2.", ".fc2."),
+                                                                    ".w3.", ".fc3."), layer,
+                       f"layer {layer}", "experts.0.fc1", "layout metrale does not read")
+        # transformers 5's fused expert tensors: read as block FP8 only.
+        def as_gptq(q):
+            q.clear()
+            q.update(quant_method="gptq", bits=4, group_size=128, sym=True, desc_act=False)
+        expect_refusal("fused experts declared GPTQ", *checkpoint(root, "fp8-block", "fused-qwen3_moe", as_gptq),
+                       "experts.gate_up_proj", "fused expert tensors", "not supported under gptq")
+        directory, layer = checkpoint(root, "fp8-block", "fused-qwen3_moe")
+        rewritten(directory, lambda ts: {k: t for k, t in ts.items() if not k.endswith("_proj_scale_inv")})
+        expect_refusal("fused experts left in float", directory, layer, "experts.gate_up_proj", "not block-FP8 quantized")
         expect_refusal("FP8 blocks of 64", *checkpoint(root, "fp8-block", "qwen3", lambda q: q.update(weight_block_size=[64, 64])),
                        "weight_block_size", "[128, 128]")
     for f in failures:

@@ -20,11 +20,13 @@ FAMILIES: Dict[str, str] = {
     "gptq-bf16": "GPTQ with bf16 scales (AutoGPTQ on a bfloat16 model)",
     "gptq-mix": "GPTQ axes combined pairwise: group size x sym x desc_act x scale dtype x v1/v2, dense and MoE",
     "gptq-router": "GPTQ as GPTQModel 4.0-4.2 writes Qwen MoEs: the router mlp.gate quantized too",
-    "moe-names": "GPTQ baseline weights under Mixtral names (block_sparse_moe, w1/w2/w3) and DeepSeek-style "
-                 "shared_experts with softmax routing and routed_scaling_factor (layer 0 dense)",
+    "moe-names": "GPTQ baseline weights under Mixtral names (block_sparse_moe, w1/w2/w3 as transformers 4 "
+                 "writes them, gate_proj/up_proj/down_proj as transformers 5 saves per-expert modules) and "
+                 "DeepSeek-style shared_experts with softmax routing and routed_scaling_factor (layer 0 dense)",
     "awq": "AutoAWQ GEMM int4 with zero points, group 128 and 64, dense, Qwen3-MoE, Mixtral",
     "ct-int4": "compressed-tensors pack-quantized int4: group and channel strategies, symmetric and asymmetric",
-    "fp8-block": "block FP8 (DeepSeek-V3 / Qwen3-FP8): F8_E4M3 weights, f32 weight_scale_inv per 128x128 block",
+    "fp8-block": "block FP8 (DeepSeek-V3 / Qwen3-FP8): F8_E4M3 weights, f32 weight_scale_inv per 128x128 block; "
+                 "also transformers 5's fused expert tensors (FineGrainedFP8: experts.gate_up_proj / down_proj)",
     "ct-fp8": "compressed-tensors float-quantized FP8 with per-channel scales (FP8_DYNAMIC)",
     "gptq-int8": "GPTQ bits 8 (four codes per int32), symmetric and asymmetric, v1 and v2",
     "ct-int8": "compressed-tensors int-quantized W8A8: int8 weights with per-channel scales",
@@ -106,6 +108,9 @@ def _gptq_router(out):
 def _moe_names(out):
     _v(out, "moe-names", "gptq", "mixtral", _g())
     _v(out, "moe-names", "gptq-v2", "mixtral", _g(checkpoint_format="gptq_v2"), layer=0)
+    _v(out, "moe-names", "gptq-tf5", "mixtral", _g(), extra={"layout": "tf5"})
+    _v(out, "moe-names", "ct-int4-tf5", "mixtral", dict(method="ct-int4", symmetric=False), extra={"layout": "tf5"},
+       layer=0)
     _v(out, "moe-names", "gptq", "deepseek_v2", _g(), layer=1)
     _v(out, "moe-names", "gptq-dense-layer", "deepseek_v2", _g(checkpoint_format="gptq_v2"), layer=0)
 
@@ -131,6 +136,8 @@ def _fp8_block(out):
     _v(out, "fp8-block", "e4m3", "qwen3", dict(method="fp8-block"), shards=2)
     _v(out, "fp8-block", "e4m3", "qwen3_moe", dict(method="fp8-block"))
     _v(out, "fp8-block", "e4m3", "deepseek_v2", dict(method="fp8-block"), layer=1)
+    _v(out, "fp8-block", "e4m3-fused", "qwen3_moe", dict(method="fp8-block"), extra={"layout": "fused"}, shards=2)
+    _v(out, "fp8-block", "e4m3-fused", "mixtral", dict(method="fp8-block"), extra={"layout": "fused"})
 
 
 def _ct_fp8(out):

@@ -89,4 +89,18 @@ std::vector<int32_t> act_order_permutation(const std::string& where, const std::
   return perm;
 }
 
+std::vector<int32_t> group_order(const std::string& where, const std::vector<uint32_t>& g_idx, const KernelGroups& g,
+                                 const GroupOrder& order) {
+  const uint32_t k = static_cast<uint32_t>(g_idx.size());
+  uint32_t c = 0;
+  while (c < k && g_idx[c] == c / g.checkpoint) ++c;
+  if (c == k) return {};
+  if (!order.act_order) {
+    contradiction(where, order.field, order.declared,
+                  "column " + std::to_string(c) + " is in group " + std::to_string(static_cast<int32_t>(g_idx[c])) + ", not " +
+                      std::to_string(c / g.checkpoint) + " (an act-order g_idx)");
+  }
+  return act_order_permutation(where, g_idx, g.checkpoint, k / g.checkpoint);
+}
+
 }  // namespace metrale::layers

@@ -122,4 +122,16 @@ ScaleGrid read_scale_grid(const TensorSource& src, const std::string& name, uint
 std::vector<int32_t> act_order_permutation(const std::string& where, const std::vector<uint32_t>& g_idx, uint32_t group,
                                            uint32_t groups);
 
+// What a checkpoint declares about the order of its groups, for a g_idx read beside the weights.
+struct GroupOrder {
+  bool act_order = false;  // a permuted g_idx is allowed (GPTQ desc_act, compressed-tensors actorder group)
+  std::string field;       // the declaration, for a contradiction: "quantization_config.desc_act"
+  std::string declared;    // its value: "false"
+};
+// The K permutation of a g_idx tensor (`where` names it) holding the group of each column: empty
+// when sequential; a permutation only when `order.act_order`, otherwise a contradiction (Refusal)
+// naming order.field. One reading for GPTQ's g_idx and compressed-tensors' weight_g_idx.
+std::vector<int32_t> group_order(const std::string& where, const std::vector<uint32_t>& g_idx, const KernelGroups& g,
+                                 const GroupOrder& order);
+
 }  // namespace metrale::layers

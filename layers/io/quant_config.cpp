@@ -78,6 +78,26 @@ void parse_awq(const Fields& f, CheckpointQuant& q) {
   q.ignore = f.strings("modules_to_not_convert");
 }
 
+// compressed-tensors' activation ordering (GPTQModifier's actorder) of the weights: "group"
+// (alias "dynamic", or true) stores weight_g_idx, the group of each column, run through the
+// act-order permutation as GPTQ's desc_act; "weight" (alias "static", GPTQModifier's default)
+// quantizes in activation order but keeps the groups in column order: no g_idx, the plain
+// format. Returns whether a g_idx is declared.
+bool read_ct_actorder(const Fields& w, const std::string& strategy) {
+  const Json* order = w.find("actorder");
+  if (!order || (order->is_boolean() && !order->get<bool>())) return false;
+  std::string value = order->is_boolean() ? "group" : w.lower_string("actorder").value_or("");
+  if (value == "dynamic") value = "group";
+  if (value == "static") value = "weight";
+  if (value != "group" && value != "weight") {
+    w.unsupported("actorder", *order, "null, \"group\" / \"dynamic\" (weight_g_idx) or \"weight\" / \"static\"");
+  }
+  if (strategy != "group") {
+    w.malformed("actorder", "null: activation ordering needs strategy \"group\", and strategy is \"" + strategy + "\"", order);
+  }
+  return value == "group";
+}
+
 void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuant& q) {
   const auto bits = int32_field(w, "num_bits");
   const auto type = w.lower_string("type").value_or("int");
@@ -86,9 +106,7 @@ void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuan
   if (*bits != 4 && *bits != 8) w.unsupported("num_bits", Json(*bits), "4 or 8 bits");
   q.bits = static_cast<uint32_t>(*bits);
   q.sym = w.boolean("symmetric").value_or(true);
-  if (const Json* order = w.find("actorder"); order && !(order->is_boolean() && !order->get<bool>())) {
-    w.unsupported("actorder", *order, "null (compressed-tensors act-order checkpoints are not supported)");
-  }
+  q.desc_act = read_ct_actorder(w, strategy);
   if (w.boolean("dynamic").value_or(false)) w.unsupported("dynamic", Json(true), "static (stored) weight scales");
   if (strategy == "group") {
     q.strategy = ScaleStrategy::group;

@@ -47,7 +47,7 @@ struct CheckpointQuant {
   int32_t group_size = 128;  // along K; -1: one group over K (per channel)
   ScaleStrategy strategy = ScaleStrategy::group;
   bool sym = true;
-  bool desc_act = false;       // GPTQ act-order: g_idx may be a permutation
+  bool desc_act = false;       // act-order: GPTQ's g_idx / compressed-tensors' weight_g_idx may permute K
   bool static_groups = false;  // GPTQ: act-order with groups fixed before reordering (g_idx sequential)
   bool gptq_v2 = false;        // GPTQModel "gptq_v2": qzeros hold the true zero (v1: zero - 1)
   bool awq_zero_point = true;

@@ -5,12 +5,13 @@
 - a GPTQ checkpoint declaring sym: false whose stored zeros are all 8 runs as asymmetric (the
   zero-point family w4a16_zp), never as the symmetric W4A16 format its values happen to allow;
 - a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
-  desc_act: false, codes of other bits, other groups) and every unsupported value or layout (bits
-  3, an unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, static per-channel
-  activation scales, FP8 blocks other than 128x128, experts under names no transformers version
-  writes, fused experts other than block FP8) make `metrale run` exit 3 with one line naming the
-  tensor or the field, and with --json the same message as {"error", "status", "exit": 3} on
-  stdout;
+  desc_act: false or actorder "static", codes of other bits, other groups) and every unsupported
+  value or layout (bits 3, an unknown quant_method, AWQ's GEMV layout, an unknown actorder,
+  static per-channel activation scales, FP8 blocks other than 128x128, experts under names no
+  transformers version writes) make `metrale run` exit 3 with one line naming the tensor or the
+  field, and with --json the same message as {"error", "status", "exit": 3} on stdout;
+- a declared tensor that is missing (actorder "group" without weight_g_idx) exits 1, its JSON
+  object saying so;
 - `metrale audit --weights` resolves a checkpoint's layer in the formats its weights hold and at
   the activation tier it declares.
 
@@ -155,10 +156,18 @@ def main():
         expect_refusal("AWQ GEMV", *checkpoint(root, "awq", "qwen3", lambda q: q.update(version="gemv")),
                        "quantization_config.version = \"gemv\"")
 
-        def ct_act_order(q):
-            for group in q["config_groups"].values():
-                group["weights"]["actorder"] = "group"
-        expect_refusal("compressed-tensors act-order", *checkpoint(root, "ct-int4", "qwen3", ct_act_order), "actorder")
+        def weights(**kw):
+            def edit(q):
+                for group in q["config_groups"].values():
+                    group["weights"].update(kw)
+            return edit
+        expect_refusal("compressed-tensors actorder \"bogus\"", *checkpoint(root, "ct-int4", "qwen3", weights(actorder="bogus")),
+                       "weights.actorder = \"bogus\" is not supported")
+        expect_refusal("actorder \"static\" over a permuted weight_g_idx",
+                       *checkpoint(root, "ct-act-order", "group-sym-qwen3", weights(actorder="static")),
+                       "weight_g_idx", "weights.actorder = ")
+        expect_failure("actorder \"group\" without weight_g_idx", 1,
+                       *checkpoint(root, "ct-int4", "group-sym-qwen3", weights(actorder="group")), "weight_g_idx", "missing")
 
         def static_channel_activations(q):
             for group in q["config_groups"].values():

@@ -167,8 +167,6 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   q = parse_quant_config(fp8, "x");
   CHECK(q.scheme == WeightScheme::ct_fp8);
 
-  ct["config_groups"]["group_0"]["weights"]["actorder"] = "group";
-  CHECK(has(refusal(ct), "weights.actorder = \"group\""));
   ct["config_groups"]["group_0"]["weights"]["actorder"] = nullptr;
   ct["config_groups"]["group_1"] = ct["config_groups"]["group_0"];
   ct["config_groups"]["group_1"]["weights"]["num_bits"] = 8;
@@ -242,3 +240,34 @@ TEST_CASE("config.json and quantize_config.json: a malformed declaration names t
         (dir / "quantize_config.json").string() + ": desc_act: expected true or false, found number 1");
 }
 
+// GPTQModifier's actorder: "group" (and its alias "dynamic", or true) declares weight_g_idx and
+// runs as act-order; "weight" (alias "static", the default) is the plain format.
+TEST_CASE("compressed-tensors actorder as llm-compressor writes it") {
+  json weights{{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 128},
+               {"dynamic", false}, {"actorder", "static"}, {"observer", "minmax"}};
+  json ct{{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"format", "pack-quantized"}}}}}};
+  auto& order = ct["config_groups"]["group_0"]["weights"]["actorder"];
+  for (const json& plain : {json("static"), json("weight"), json("STATIC"), json(false), json(nullptr)}) {
+    order = plain;
+    const CheckpointQuant q = parse_quant_config(ct, "x");
+    CHECK_FALSE(q.desc_act);
+    CHECK(q.scheme == WeightScheme::ct_pack_int);
+    CHECK(q.summary() == "compressed-tensors, 4-bit int, group 128, symmetric");
+  }
+  for (const json& grouped : {json("group"), json("dynamic"), json(true)}) {
+    order = grouped;
+    const CheckpointQuant q = parse_quant_config(ct, "x");
+    CHECK(q.desc_act);
+    CHECK(q.summary() == "compressed-tensors, 4-bit int, group 128, symmetric, act-order");
+  }
+  order = "bogus";
+  CHECK(refusal(ct) == "m/config.json: quantization_config.config_groups.group_0.weights.actorder = \"bogus\" is not "
+                       "supported: null, \"group\" / \"dynamic\" (weight_g_idx) or \"weight\" / \"static\"");
+  order = 3;
+  CHECK(malformed(ct) == "m/config.json: quantization_config.config_groups.group_0.weights.actorder: expected a string, "
+                         "found number 3");
+  order = "group";
+  ct["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  CHECK(has(malformed(ct), "weights.actorder: expected null: activation ordering needs strategy \"group\""));
+}

@@ -136,6 +136,12 @@ void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuan
                   "\" are not supported: pack-quantized int (4 or 8 bits), int-quantized int (8 bits) or "
                   "float-quantized float (8 bits, E4M3)");
   }
+  // int-quantized and float-quantized weights are read with one scale per row, per tensor or per
+  // 128x128 block: their readers have no per-group scales.
+  if (q.scheme != WeightScheme::ct_pack_int && q.strategy == ScaleStrategy::group) {
+    w.unsupported("strategy", Json("group"), "\"channel\"" + std::string(type == "float" ? ", \"tensor\" or \"block\"" : "") +
+                                                 " for " + format + " weights");
+  }
 }
 
 DeclaredActivations parse_ct_activations(const Fields& a) {

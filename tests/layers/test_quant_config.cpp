@@ -166,6 +166,14 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   fp8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}};
   q = parse_quant_config(fp8, "x");
   CHECK(q.scheme == WeightScheme::ct_fp8);
+  // Per-group scales exist for pack-quantized weights only.
+  fp8["config_groups"]["group_0"]["weights"]["strategy"] = "group";
+  fp8["config_groups"]["group_0"]["weights"]["group_size"] = 128;
+  CHECK(has(refusal(fp8), "weights.strategy = \"group\" is not supported: \"channel\", \"tensor\" or \"block\" for "
+                          "float-quantized weights"));
+  w8a8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}};
+  w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
+  CHECK(has(refusal(w8a8), "weights.strategy = \"group\" is not supported: \"channel\" for int-quantized weights"));
 
   ct["config_groups"]["group_0"]["weights"]["actorder"] = nullptr;
   ct["config_groups"]["group_1"] = ct["config_groups"]["group_0"];

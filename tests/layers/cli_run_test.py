@@ -224,6 +224,14 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(cfg, "w") as f:
         f.write('{"hidden_size": 256, "num_experts": [8]}')
     json_failure(["--model", cfg], 1, "invalid-argument", "num_experts: expected a non-negative integer below 2^32, found an array")
+# A refusal at start-up, before the command line is parsed (a lever naming no backend).
+proc = subprocess.run([METRALE, "--json", "list"], capture_output=True, text=True, env=dict(os.environ, METRALE_BACKEND="nosuch"))
+try:
+    doc = json.loads(proc.stdout)
+except json.JSONDecodeError:
+    doc = {}
+check(proc.returncode == 3 and doc.get("exit") == 3 and "nosuch" in doc.get("error", ""),
+      f"METRALE_BACKEND=nosuch metrale --json list: exit {proc.returncode}, stdout {proc.stdout[:300]!r}")
 # Without --json nothing reaches stdout.
 proc = run("--model", "no-such-model", expect_rc=1)
 check(proc.stdout == "", f"an error without --json wrote to stdout: {proc.stdout[:300]!r}")

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     const auto doc = metrale::parse_json(text, "config.json");
-    const auto quant = metrale::layers::parse_quant_config(doc, "config.json: quantization_config");
+    const auto quant = metrale::layers::parse_quant_config(doc, "config.json");
     // What parses is one of the supported declarations.
     if (quant.bits != 0 && quant.bits != 4 && quant.bits != 8) __builtin_trap();
     if (quant.group_size != -1 && quant.group_size <= 0) __builtin_trap();

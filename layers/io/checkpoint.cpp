@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "io/checkpoint.hpp"
 
+#include "io/config_json.hpp"
 #include "io/ffn_names.hpp"
 #include "io/linear_reader.hpp"
 
@@ -68,14 +69,22 @@ MoeWeights moe_weights(const TensorSource& src, const FfnNames& names, const Mod
   m.experts = c.num_experts;
   m.hidden = c.hidden_size;
   m.router = read_float_linear(src, names.router, c.num_experts, c.hidden_size, q);
-  std::vector<QuantMatrix> gate_up, down;
-  for (uint32_t e = 0; e < c.num_experts; ++e) {
-    FfnProjections p = read_ffn(src, names.expert(e), names, c.hidden_size, c.moe_intermediate_size, q);
-    gate_up.push_back(std::move(p.gate_up));
-    down.push_back(std::move(p.down));
+  if (names.fused_experts) {
+    // Gate rows first, then up: the fused layout is already the one metrale runs.
+    const std::string gate_up = names.experts() + "gate_up_proj", down = names.experts() + "down_proj";
+    m.gate_up = stack_matrices(gate_up, read_fused_experts(src, gate_up, c.num_experts, gate_up_rows(c.moe_intermediate_size),
+                                                           c.hidden_size, q));
+    m.down = stack_matrices(down, read_fused_experts(src, down, c.num_experts, c.hidden_size, c.moe_intermediate_size, q));
+  } else {
+    std::vector<QuantMatrix> gate_up, down;
+    for (uint32_t e = 0; e < c.num_experts; ++e) {
+      FfnProjections p = read_ffn(src, names.expert(e), names, c.hidden_size, c.moe_intermediate_size, q);
+      gate_up.push_back(std::move(p.gate_up));
+      down.push_back(std::move(p.down));
+    }
+    m.gate_up = stack_matrices(names.experts() + "*." + names.gate + "+" + names.up, std::move(gate_up));
+    m.down = stack_matrices(names.experts() + "*." + names.down, std::move(down));
   }
-  m.gate_up = stack_matrices(names.block + "experts.*." + names.gate + "+" + names.up, std::move(gate_up));
-  m.down = stack_matrices(names.block + "experts.*." + names.down, std::move(down));
   fold_routed_scale(m.gate_up, m.down, c.routed_scaling_factor);
   if (!names.shared.empty()) {
     m.shared_expert = dense_weights(read_ffn(src, names.shared, FfnNames{}, c.hidden_size, c.shared_expert_intermediate_size, q));
@@ -112,17 +121,18 @@ namespace {
 std::optional<CheckpointQuant> checkpoint_quant(const nlohmann::json* config, const std::string& config_source,
                                                 const fs::path& directory) {
   if (config) {
-    if (auto it = config->find("quantization_config"); it != config->end() && !it->is_null()) {
-      return parse_quant_config(*it, config_source);
-    }
+    const config_json::Object root(*config, config_source, "", "a JSON object (the model config)");
+    if (const nlohmann::json* declared = root.find("quantization_config")) return parse_quant_config(*declared, config_source);
   }
-  // Older GPTQ tools write the settings only beside the weights.
+  // Older GPTQ tools write the settings only beside the weights, as the whole file.
   const fs::path sidecar = directory / "quantize_config.json";
   std::error_code ec;
   if (fs::exists(sidecar, ec)) {
     nlohmann::json doc = read_json_file(sidecar, "GPTQ quantize config", kMaxConfigBytes);
-    if (doc.is_object() && !doc.contains("quant_method")) doc["quant_method"] = "gptq";
-    return parse_quant_config(doc, sidecar.string());
+    if (!config_json::Object(doc, sidecar.string(), "", "a JSON object (the GPTQ settings)").has("quant_method")) {
+      doc["quant_method"] = "gptq";
+    }
+    return parse_quant_config(doc, sidecar.string(), "");
   }
   return std::nullopt;
 }

@@ -3,11 +3,12 @@
 // integers (weight_packed I32 [N, K*b/32] of code + 2^(b-1) packed along K, weight_scale,
 // optional weight_zero_point, weight_shape), int-quantized int8 (weight I8 [N, K]) and
 // float-quantized FP8 (weight F8_E4M3 [N, K]), with per-group, per-channel, per-tensor or block
-// scales.
+// scales; an actorder "group" layer adds weight_g_idx I32 [K] (the group of each column).
 #include "io/linear_reader.hpp"
 
 #include <metrale/status.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace metrale::layers {
@@ -60,6 +61,25 @@ std::function<uint32_t(uint32_t, uint32_t)> zero_points(const TensorSource& src,
   };
 }
 
+// The K permutation of an actorder "group" layer, from weight_g_idx I32 [K] (the group of each
+// column, as GPTQModifier leaves it). A g_idx holding -1 was never filled in: compressed-tensors
+// reads it as column order, and so does metrale.
+std::vector<int32_t> read_g_idx(const TensorSource& src, const std::string& prefix, uint32_t k, const KernelGroups& g,
+                                const CheckpointQuant& q) {
+  const std::string name = prefix + ".weight_g_idx";
+  if (!src.contains(name)) {
+    if (q.desc_act) {
+      throw Error(Status::not_found, src.description() + ": tensor '" + name + "': missing (weights.actorder = \"group\" "
+                                     "stores the group of each column in weight_g_idx)");
+    }
+    return {};
+  }
+  const auto g_idx = src.at(name).read_u32(name, {Dtype::i32}, {k});
+  if (std::find(g_idx.begin(), g_idx.end(), 0xFFFFFFFFu) != g_idx.end()) return {};
+  const GroupOrder order{q.desc_act, "weights.actorder", "\"static\" / \"weight\" / null (groups in column order)"};
+  return group_order(src.at(name).where(name), g_idx, g, order);
+}
+
 QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
   check_weight_shape(src, prefix, n, k);
   const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
@@ -80,7 +100,7 @@ QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint
   const auto scales = src.at(sname).read_f32(sname, {n, groups});
   const auto zero = zero_points(src, prefix, n, groups, q);
   return build_zero_point_matrix(
-      prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, {},
+      prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, read_g_idx(src, prefix, k, g, q),
       [&](uint32_t row, uint32_t col) { return (packed[size_t{row} * (k / per_word) + col / per_word] >> (q.bits * (col % per_word))) & mask; },
       [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
 }

@@ -3,7 +3,6 @@
 #include "io/config_json.hpp"
 
 #include "core/checked.hpp"
-#include "io/safetensors_header.hpp"  // display_name
 #include "core/w4a16.hpp"
 
 #include <metrale/json_file.hpp>
@@ -29,29 +28,6 @@ const char* ffn_kind_name(FfnKind kind) noexcept {
   return "none";
 }
 
-namespace config_json {
-
-void error(const std::string& source, const std::string& what) { throw Error(Status::invalid_argument, source + ": " + what); }
-
-std::optional<uint32_t> u32(const nlohmann::json& doc, const std::string& source, const char* key) {
-  auto it = doc.find(key);
-  if (it == doc.end() || it->is_null()) return std::nullopt;
-  const auto value = json_unsigned(*it);
-  if (!value || *value > std::numeric_limits<uint32_t>::max()) {
-    error(source, std::string("'") + key + "' must be a non-negative integer below 2^32, got " + describe_json(*it));
-  }
-  return static_cast<uint32_t>(*value);
-}
-
-std::optional<std::string> string(const nlohmann::json& doc, const std::string& source, const char* key) {
-  auto it = doc.find(key);
-  if (it == doc.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) error(source, std::string("'") + key + "' must be a string, got " + describe_json(*it));
-  return it->get<std::string>();
-}
-
-}  // namespace config_json
-
 FfnKind ModelConfig::ffn_kind() const noexcept {
   if (num_experts > 0) return FfnKind::moe;
   if (intermediate_size > 0) return FfnKind::dense;
@@ -61,12 +37,12 @@ FfnKind ModelConfig::ffn_kind() const noexcept {
 namespace {
 
 [[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
-constexpr auto get_u32 = config_json::u32;
 
+// A shape the kernels cannot run is a Refusal: the config is well formed, metrale lacks the variant.
 void need_multiple(const std::string& source, std::string_view key, uint32_t value, std::string_view why) {
   if (value % kW4a16GroupSize != 0) {
-    config_error(source, std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
-                             std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
+    throw Refusal(source + ": " + std::string(key) + " = " + std::to_string(value) + " is not a multiple of 128: it is K of " +
+                  std::string(why) + ", and W4A16 keeps one scale per 128 values along K");
   }
 }
 
@@ -97,15 +73,15 @@ std::string gib_text(uint64_t bytes) {
   return text;
 }
 
-Activation parse_activation(const std::string& source, const std::string& name) {
+Activation parse_activation(const config_json::Object& f, const std::string& name) {
   if (name == "silu" || name == "swish") return Activation::silu;
   if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast") return Activation::gelu_tanh;
   if (name == "gelu") {
     // The act kernels implement the tanh form only; it differs from erf-GELU by < 1e-3.
-    logger()->warn("{}: hidden_act 'gelu' (erf) is computed with the tanh approximation", source);
+    logger()->warn("{}: hidden_act 'gelu' (erf) is computed with the tanh approximation", f.file());
     return Activation::gelu_tanh;
   }
-  config_error(source, "hidden_act '" + display_name(name) + "' is not supported (silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)");
+  f.unsupported("hidden_act", nlohmann::json(name), "silu, swish, gelu, gelu_pytorch_tanh, gelu_new or gelu_fast");
 }
 
 }  // namespace
@@ -186,37 +162,27 @@ nlohmann::json ModelConfig::to_json() const {
 }
 
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
-  if (!doc.is_object()) config_error(source, "a model config must be a JSON object");
+  const config_json::Object f(doc, source, "", "a JSON object (a model config)");
   ModelConfig c;
   c.source = source;
-  if (auto it = doc.find("model_type"); it != doc.end()) {
-    if (!it->is_string()) config_error(source, "'model_type' must be a string, got " + describe_json(*it));
-    c.model_type = it->get<std::string>();
-  }
-  auto hidden = get_u32(doc, source, "hidden_size");
-  if (!hidden) config_error(source, "missing 'hidden_size'");
+  c.model_type = f.string("model_type").value_or("");
+  const auto hidden = f.u32("hidden_size");
+  if (!hidden) f.malformed("hidden_size", "a positive integer (the model width)", nullptr);
   c.hidden_size = *hidden;
-  c.intermediate_size = get_u32(doc, source, "intermediate_size").value_or(0);
-  if (auto it = doc.find("hidden_act"); it != doc.end()) {
-    if (!it->is_string()) config_error(source, "'hidden_act' must be a string, got " + describe_json(*it));
-    c.hidden_act = it->get<std::string>();
-  }
-  c.activation = parse_activation(source, c.hidden_act);
-  auto experts = get_u32(doc, source, "num_experts");
-  if (!experts) experts = get_u32(doc, source, "num_local_experts");  // Mixtral's name
+  c.intermediate_size = f.u32("intermediate_size").value_or(0);
+  c.hidden_act = f.string("hidden_act").value_or("silu");
+  c.activation = parse_activation(f, c.hidden_act);
+  auto experts = f.u32("num_experts");
+  if (!experts) experts = f.u32("num_local_experts");  // Mixtral's name
   c.num_experts = experts.value_or(0);
-  c.num_experts_per_tok = get_u32(doc, source, "num_experts_per_tok").value_or(0);
-  c.moe_intermediate_size = get_u32(doc, source, "moe_intermediate_size").value_or(0);
-  if (c.num_experts > 0 && c.moe_intermediate_size == 0 && doc.contains("num_local_experts")) {
+  c.num_experts_per_tok = f.u32("num_experts_per_tok").value_or(0);
+  c.moe_intermediate_size = f.u32("moe_intermediate_size").value_or(0);
+  if (c.num_experts > 0 && c.moe_intermediate_size == 0 && f.has("num_local_experts")) {
     c.moe_intermediate_size = c.intermediate_size;  // Mixtral sizes its experts with intermediate_size
   }
-  if (auto it = doc.find("norm_topk_prob"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) config_error(source, "'norm_topk_prob' must be true or false, got " + describe_json(*it));
-    c.norm_topk_prob = it->get<bool>();
-  } else if (doc.contains("num_local_experts")) {
-    c.norm_topk_prob = true;  // Mixtral renormalises its top-k weights
-  }
-  c.shared_expert_intermediate_size = get_u32(doc, source, "shared_expert_intermediate_size").value_or(0);
+  // Mixtral renormalises its top-k weights without saying so.
+  c.norm_topk_prob = f.boolean("norm_topk_prob").value_or(f.has("num_local_experts"));
+  c.shared_expert_intermediate_size = f.u32("shared_expert_intermediate_size").value_or(0);
   parse_moe_structure(doc, c);
   c.validate();
   return c;

@@ -19,57 +19,45 @@ namespace metrale::layers {
 namespace {
 
 [[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
-constexpr auto u32_key = config_json::u32;
-constexpr auto string_key = config_json::string;
 
 // Only softmax scoring and a plain top-k route as moe/topk_softmax does.
-void check_routing(const nlohmann::json& doc, const std::string& source) {
-  if (auto scoring = string_key(doc, source, "scoring_func"); scoring && *scoring != "softmax") {
-    throw Refusal(source + ": scoring_func = \"" + *scoring + "\" is not supported: softmax (the routing of moe/topk_softmax)");
+void check_routing(const config_json::Object& f) {
+  if (auto scoring = f.string("scoring_func"); scoring && *scoring != "softmax") {
+    f.unsupported("scoring_func", nlohmann::json(*scoring), "softmax (the routing of moe/topk_softmax)");
   }
-  const auto method = string_key(doc, source, "topk_method").value_or("greedy");
+  const auto method = f.string("topk_method").value_or("greedy");
   if (method == "greedy") return;
-  const auto groups = u32_key(doc, source, "n_group").value_or(1);
-  const auto kept = u32_key(doc, source, "topk_group").value_or(groups);
+  const auto groups = f.u32("n_group").value_or(1);
+  const auto kept = f.u32("topk_group").value_or(groups);
   if (method == "group_limited_greedy" && kept >= groups) return;  // keeps every group: a plain top-k
-  throw Refusal(source + ": topk_method = \"" + method + "\" (n_group " + std::to_string(groups) + ", topk_group " +
-                std::to_string(kept) + ") is not supported: greedy top-k over all experts");
+  throw Refusal(f.where("topk_method") + " = " + config_json::value_text(method) + " (n_group " + std::to_string(groups) + ", topk_group " + std::to_string(kept) +
+                ") is not supported: greedy top-k over all experts");
 }
 
 }  // namespace
 
 void parse_moe_structure(const nlohmann::json& doc, ModelConfig& c) {
   const std::string& source = c.source;
-  if (c.num_experts == 0) c.num_experts = u32_key(doc, source, "n_routed_experts").value_or(0);  // DeepSeek
+  const config_json::Object f(doc, source, "", "a JSON object (a model config)");
+  if (c.num_experts == 0) c.num_experts = f.u32("n_routed_experts").value_or(0);  // DeepSeek
   if (c.num_experts == 0) return;
-  check_routing(doc, source);
+  check_routing(f);
   if (c.shared_expert_intermediate_size == 0) {
     // DeepSeek: n_shared_experts experts of moe_intermediate_size, run as one ungated expert.
-    const uint64_t shared = uint64_t{u32_key(doc, source, "n_shared_experts").value_or(0)} * c.moe_intermediate_size;
+    const uint64_t shared = uint64_t{f.u32("n_shared_experts").value_or(0)} * c.moe_intermediate_size;
     if (shared > kMaxIntermediateSize) {
       config_error(source, "n_shared_experts x moe_intermediate_size = " + std::to_string(shared) + " is too large");
     }
     c.shared_expert_intermediate_size = static_cast<uint32_t>(shared);
   }
-  if (auto it = doc.find("routed_scaling_factor"); it != doc.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
-      config_error(source, "'routed_scaling_factor' must be a positive number, got " + describe_json(*it));
-    }
-    c.routed_scaling_factor = it->get<double>();
+  if (const auto factor = f.number("routed_scaling_factor")) {
+    if (!(*factor > 0)) f.malformed("routed_scaling_factor", "a positive number", f.find("routed_scaling_factor"));
+    c.routed_scaling_factor = *factor;
   }
-  c.first_dense_layers = u32_key(doc, source, "first_k_dense_replace").value_or(0);
-  c.moe_layer_freq = std::max(1u, u32_key(doc, source, "moe_layer_freq").value_or(1));
-  c.decoder_sparse_step = std::max(1u, u32_key(doc, source, "decoder_sparse_step").value_or(1));
-  if (auto it = doc.find("mlp_only_layers"); it != doc.end() && !it->is_null()) {
-    if (!it->is_array()) config_error(source, "'mlp_only_layers' must be an array of layer numbers, got " + describe_json(*it));
-    for (const auto& v : *it) {
-      const auto layer = json_unsigned(v);
-      if (!layer || *layer > std::numeric_limits<uint32_t>::max()) {
-        config_error(source, "'mlp_only_layers' must hold layer numbers, got " + describe_json(v));
-      }
-      c.mlp_only_layers.push_back(static_cast<uint32_t>(*layer));
-    }
-  }
+  c.first_dense_layers = f.u32("first_k_dense_replace").value_or(0);
+  c.moe_layer_freq = std::max(1u, f.u32("moe_layer_freq").value_or(1));
+  c.decoder_sparse_step = std::max(1u, f.u32("decoder_sparse_step").value_or(1));
+  c.mlp_only_layers = f.u32s("mlp_only_layers");
 }
 
 ModelConfig ModelConfig::for_layer(uint32_t layer) const {

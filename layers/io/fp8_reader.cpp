@@ -6,6 +6,7 @@
 
 #include <metrale/status.hpp>
 
+#include <cstddef>
 #include <cstring>
 
 namespace metrale::layers {
@@ -55,6 +56,29 @@ QuantMatrix read_fp8_linear(const TensorSource& src, const std::string& prefix, 
   const auto codes = src.at(wname).read_raw(wname, {Dtype::f8_e4m3}, std::vector<uint64_t>{n, k});
   const ScaleGrid grid = read_scale_grid(src, sname, n, k, ScaleStrategy::block);
   return build_fp8_matrix(prefix, n, k, codes, [&](uint32_t row, uint32_t g) { return grid.at(row, g); });
+}
+
+std::vector<QuantMatrix> read_fp8_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts,
+                                                uint32_t n, uint32_t k) {
+  const std::string sname = name + "_scale_inv";
+  if (!src.contains(sname)) {
+    throw Refusal(src.at(name).where(name) + "no " + sname.substr(sname.rfind('.') + 1) + " beside it: the experts are not "
+                  "block-FP8 quantized (left in float), and metrale runs quantized FFN weights");
+  }
+  const auto codes = src.at(name).read_raw(name, {Dtype::f8_e4m3}, std::vector<uint64_t>{experts, n, k});
+  const uint32_t rows = (n + 127) / 128, columns = (k + 127) / 128;
+  const auto scales = src.at(sname).read_f32(sname, {experts, rows, columns});
+  std::vector<QuantMatrix> out;
+  const size_t per_expert = size_t{n} * k;
+  for (uint32_t e = 0; e < experts; ++e) {
+    const std::vector<std::byte> slice(codes.begin() + static_cast<std::ptrdiff_t>(e * per_expert),
+                                       codes.begin() + static_cast<std::ptrdiff_t>((e + 1) * per_expert));
+    const size_t base = size_t{e} * rows * columns;
+    out.push_back(build_fp8_matrix(name + "[" + std::to_string(e) + "]", n, k, slice, [&](uint32_t row, uint32_t g) {
+      return scales[base + size_t{row / 128} * columns + g];
+    }));
+  }
+  return out;
 }
 
 }  // namespace metrale::layers

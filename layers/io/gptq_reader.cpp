@@ -97,18 +97,9 @@ std::vector<int32_t> read_order(const TensorSource& src, const std::string& pref
     return {};
   }
   t.g_idx = src.at(name).read_u32(name, {Dtype::i32}, {k});
-  bool sequential = true;
-  for (uint32_t c = 0; c < k && sequential; ++c) sequential = t.g_idx[c] == c / g.checkpoint;
-  if (sequential) return {};
-  if (!act_order) {
-    uint32_t c = 0;
-    while (t.g_idx[c] == c / g.checkpoint) ++c;
-    contradiction(src.at(name).where(name), q.desc_act ? "quantization_config.static_groups" : "quantization_config.desc_act",
-                  q.desc_act ? "true (groups in column order)" : "false",
-                  "column " + std::to_string(c) + " is in group " + std::to_string(static_cast<int32_t>(t.g_idx[c])) +
-                      ", not " + std::to_string(c / g.checkpoint) + " (an act-order g_idx)");
-  }
-  return act_order_permutation(src.at(name).where(name), t.g_idx, g.checkpoint, t.groups);
+  const GroupOrder order{act_order, q.desc_act ? "quantization_config.static_groups" : "quantization_config.desc_act",
+                         q.desc_act ? "true (groups in column order)" : "false"};
+  return group_order(src.at(name).where(name), t.g_idx, g, order);
 }
 
 void check_bias(const TensorSource& src, const std::string& prefix, uint32_t n) {

@@ -23,6 +23,14 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
                 "quantized weights (GPTQ, AWQ, compressed-tensors, FP8) or its own W4A16 files");
 }
 
+std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
+                                            uint32_t k, const CheckpointQuant& quant) {
+  if (quant.scheme == WeightScheme::fp8_block) return read_fp8_fused_experts(src, name, experts, n, k);
+  throw Refusal(src.at(name).where(name) + "fused expert tensors (all experts in one [E, N, K] tensor) are not supported "
+                "under " + quant.summary() + " (" + quant.source + "): metrale reads fused experts as block FP8 "
+                "(quant_method fp8) and every other format per expert (experts.<E>.<projection>)");
+}
+
 std::vector<float> read_float_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                                      const CheckpointQuant& quant) {
   const std::string weight = prefix + ".weight";
@@ -79,6 +87,20 @@ std::vector<int32_t> act_order_permutation(const std::string& where, const std::
   for (size_t i = 0; i < perm.size() && identity; ++i) identity = perm[i] == static_cast<int32_t>(i);
   if (identity) perm.clear();
   return perm;
+}
+
+std::vector<int32_t> group_order(const std::string& where, const std::vector<uint32_t>& g_idx, const KernelGroups& g,
+                                 const GroupOrder& order) {
+  const uint32_t k = static_cast<uint32_t>(g_idx.size());
+  uint32_t c = 0;
+  while (c < k && g_idx[c] == c / g.checkpoint) ++c;
+  if (c == k) return {};
+  if (!order.act_order) {
+    contradiction(where, order.field, order.declared,
+                  "column " + std::to_string(c) + " is in group " + std::to_string(static_cast<int32_t>(g_idx[c])) + ", not " +
+                      std::to_string(c / g.checkpoint) + " (an act-order g_idx)");
+  }
+  return act_order_permutation(where, g_idx, g.checkpoint, k / g.checkpoint);
 }
 
 }  // namespace metrale::layers

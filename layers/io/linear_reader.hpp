@@ -39,6 +39,15 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
 std::vector<float> read_float_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                                      const CheckpointQuant& quant);
 
+// Every expert of a fused expert tensor `name` ([experts, n, k]: transformers 5's expert modules,
+// <block>experts.gate_up_proj / down_proj) as one matrix each. Block FP8 (FineGrainedFP8: the
+// tensor F8_E4M3 beside `name`_scale_inv [experts, ceil(n/128), ceil(k/128)]) is read; any other
+// scheme, or an unquantized fused tensor, is a Refusal naming the tensor.
+std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
+                                            uint32_t k, const CheckpointQuant& quant);
+std::vector<QuantMatrix> read_fp8_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts,
+                                                uint32_t n, uint32_t k);
+
 // The per-format readers read_linear dispatches to (one source file each).
 QuantMatrix read_gptq_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                              const CheckpointQuant& quant);
@@ -112,5 +121,17 @@ ScaleGrid read_scale_grid(const TensorSource& src, const std::string& name, uint
 // already sequential. Throws naming `where` unless every group has exactly `group` members.
 std::vector<int32_t> act_order_permutation(const std::string& where, const std::vector<uint32_t>& g_idx, uint32_t group,
                                            uint32_t groups);
+
+// What a checkpoint declares about the order of its groups, for a g_idx read beside the weights.
+struct GroupOrder {
+  bool act_order = false;  // a permuted g_idx is allowed (GPTQ desc_act, compressed-tensors actorder group)
+  std::string field;       // the declaration, for a contradiction: "quantization_config.desc_act"
+  std::string declared;    // its value: "false"
+};
+// The K permutation of a g_idx tensor (`where` names it) holding the group of each column: empty
+// when sequential; a permutation only when `order.act_order`, otherwise a contradiction (Refusal)
+// naming order.field. One reading for GPTQ's g_idx and compressed-tensors' weight_g_idx.
+std::vector<int32_t> group_order(const std::string& where, const std::vector<uint32_t>& g_idx, const KernelGroups& g,
+                                 const GroupOrder& order);
 
 }  // namespace metrale::layers

@@ -1,81 +1,27 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "io/quant_config.hpp"
+#include "io/config_json.hpp"
 
 #include <metrale/status.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <cctype>
+#include <limits>
 
 namespace metrale::layers {
 
 namespace {
 
 using Json = nlohmann::json;
+using Fields = config_json::Object;
 
-// Reads fields of one JSON object, naming source and field path in every message.
-class Fields {
- public:
-  Fields(const Json& object, std::string source, std::string path)
-      : object_(object), source_(std::move(source)), path_(std::move(path)) {
-    if (!object_.is_object()) malformed("", "an object", object_);
-  }
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min(), kInt32Max = std::numeric_limits<int32_t>::max();
 
-  const Json* find(const char* key) const {
-    auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-  std::string where(std::string_view key) const { return source_ + ": " + path_ + (key.empty() ? "" : "." + std::string(key)); }
-
-  [[noreturn]] void malformed(std::string_view key, std::string_view expected, const Json& found) const {
-    throw Error(Status::invalid_argument, where(key) + ": expected " + std::string(expected) + ", found " + found.dump());
-  }
-  [[noreturn]] void unsupported(std::string_view key, const Json& found, std::string_view supported) const {
-    throw Refusal(where(key) + " = " + found.dump() + " is not supported: " + std::string(supported));
-  }
-
-  std::optional<int64_t> integer(const char* key) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number_integer()) malformed(key, "an integer", *v);
-    return v->get<int64_t>();
-  }
-  std::optional<bool> boolean(const char* key) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) malformed(key, "true or false", *v);
-    return v->get<bool>();
-  }
-  // Strings compare case-insensitively where tools differ in case ("GEMM" / "gemm").
-  std::optional<std::string> lower_string(const char* key) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) malformed(key, "a string", *v);
-    std::string s = v->get<std::string>();
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return s;
-  }
-  std::vector<std::string> strings(const char* key) const {
-    std::vector<std::string> out;
-    const Json* v = find(key);
-    if (!v) return out;
-    if (!v->is_array()) malformed(key, "an array of strings", *v);
-    for (const auto& item : *v) {
-      if (!item.is_string()) malformed(key, "an array of strings", *v);
-      out.push_back(item.get<std::string>());
-    }
-    return out;
-  }
-  Fields child(const char* key) const { return Fields(*find(key), source_, path_ + "." + key); }
-  const Json& json() const { return object_; }
-  const std::string& source() const { return source_; }
-
- private:
-  const Json& object_;
-  std::string source_;
-  std::string path_;
-};
+// An integer field of the declaration (bits, group sizes): anything beyond 32 bits is malformed.
+std::optional<int32_t> int32_field(const Fields& f, const char* key) {
+  const auto v = f.integer(key, kInt32Min, kInt32Max);
+  return v ? std::optional<int32_t>(static_cast<int32_t>(*v)) : std::nullopt;
+}
 
 // Group sizes the zero-point kernels run: 32, 64, 128, and multiples of 128 or -1 (stored by
 // repeating each scale over the 128-wide groups it covers).
@@ -83,17 +29,17 @@ bool runnable_group(int64_t g) { return g == -1 || g == 32 || g == 64 || (g > 0 
 constexpr std::string_view kGroupSizes = "-1 (one group over K), 32, 64, 128 or a multiple of 128";
 
 void read_group_size(const Fields& f, CheckpointQuant& q, const char* key) {
-  const auto g = f.integer(key);
+  const auto g = int32_field(f, key);
   if (!g) return;
   if (!runnable_group(*g)) f.unsupported(key, Json(*g), kGroupSizes);
-  q.group_size = static_cast<int32_t>(*g);
+  q.group_size = *g;
   q.strategy = *g == -1 ? ScaleStrategy::channel : ScaleStrategy::group;
 }
 
 void parse_gptq(const Fields& f, CheckpointQuant& q) {
   q.scheme = WeightScheme::gptq;
-  const auto bits = f.integer("bits");
-  if (!bits) f.malformed("bits", "an integer (4 or 8)", Json(nullptr));
+  const auto bits = int32_field(f, "bits");
+  if (!bits) f.malformed("bits", "an integer (4 or 8)", nullptr);
   if (*bits != 4 && *bits != 8) f.unsupported("bits", Json(*bits), "GPTQ with 4 or 8 bits");
   q.bits = static_cast<uint32_t>(*bits);
   read_group_size(f, q, "group_size");
@@ -122,7 +68,7 @@ void parse_awq(const Fields& f, CheckpointQuant& q) {
   q.scheme = WeightScheme::awq_gemm;
   const auto version = f.lower_string("version").value_or("gemm");
   if (version != "gemm") f.unsupported("version", Json(version), "\"gemm\" (AWQ's GEMM packing)");
-  const auto bits = f.integer("bits").value_or(4);
+  const auto bits = int32_field(f, "bits").value_or(4);
   if (bits != 4) f.unsupported("bits", Json(bits), "AWQ with 4 bits");
   q.bits = 4;
   read_group_size(f, q, "group_size");
@@ -132,16 +78,35 @@ void parse_awq(const Fields& f, CheckpointQuant& q) {
   q.ignore = f.strings("modules_to_not_convert");
 }
 
+// compressed-tensors' activation ordering (GPTQModifier's actorder) of the weights: "group"
+// (alias "dynamic", or true) stores weight_g_idx, the group of each column, run through the
+// act-order permutation as GPTQ's desc_act; "weight" (alias "static", GPTQModifier's default)
+// quantizes in activation order but keeps the groups in column order: no g_idx, the plain
+// format. Returns whether a g_idx is declared.
+bool read_ct_actorder(const Fields& w, const std::string& strategy) {
+  const Json* order = w.find("actorder");
+  if (!order || (order->is_boolean() && !order->get<bool>())) return false;
+  std::string value = order->is_boolean() ? "group" : w.lower_string("actorder").value_or("");
+  if (value == "dynamic") value = "group";
+  if (value == "static") value = "weight";
+  if (value != "group" && value != "weight") {
+    w.unsupported("actorder", *order, "null, \"group\" / \"dynamic\" (weight_g_idx) or \"weight\" / \"static\"");
+  }
+  if (strategy != "group") {
+    w.malformed("actorder", "null: activation ordering needs strategy \"group\", and strategy is \"" + strategy + "\"", order);
+  }
+  return value == "group";
+}
+
 void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuant& q) {
-  const auto bits = w.integer("num_bits");
+  const auto bits = int32_field(w, "num_bits");
   const auto type = w.lower_string("type").value_or("int");
   const auto strategy = w.lower_string("strategy").value_or("tensor");
-  if (!bits) w.malformed("num_bits", "an integer", Json(nullptr));
+  if (!bits) w.malformed("num_bits", "an integer", nullptr);
+  if (*bits != 4 && *bits != 8) w.unsupported("num_bits", Json(*bits), "4 or 8 bits");
   q.bits = static_cast<uint32_t>(*bits);
   q.sym = w.boolean("symmetric").value_or(true);
-  if (const Json* order = w.find("actorder"); order && !(order->is_boolean() && !order->get<bool>())) {
-    w.unsupported("actorder", *order, "null (compressed-tensors act-order checkpoints are not supported)");
-  }
+  q.desc_act = read_ct_actorder(w, strategy);
   if (w.boolean("dynamic").value_or(false)) w.unsupported("dynamic", Json(true), "static (stored) weight scales");
   if (strategy == "group") {
     q.strategy = ScaleStrategy::group;
@@ -155,7 +120,7 @@ void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuan
   } else if (strategy == "block" && type == "float") {
     q.strategy = ScaleStrategy::block;
     const Json* block = w.find("block_structure");
-    if (!block || *block != Json::array({128, 128})) w.unsupported("block_structure", block ? *block : Json(nullptr), "[128, 128]");
+    if (!block || *block != Json::array({128, 128})) w.unsupported("block_structure", block ? *block : Json(), "[128, 128]");
     q.block_size = {128, 128};
   } else {
     w.unsupported("strategy", Json(strategy), type == "float" ? "group, channel, tensor or block" : "group or channel");
@@ -171,10 +136,16 @@ void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuan
                   "\" are not supported: pack-quantized int (4 or 8 bits), int-quantized int (8 bits) or "
                   "float-quantized float (8 bits, E4M3)");
   }
+  // int-quantized and float-quantized weights are read with one scale per row, per tensor or per
+  // 128x128 block: their readers have no per-group scales.
+  if (q.scheme != WeightScheme::ct_pack_int && q.strategy == ScaleStrategy::group) {
+    w.unsupported("strategy", Json("group"), "\"channel\"" + std::string(type == "float" ? ", \"tensor\" or \"block\"" : "") +
+                                                 " for " + format + " weights");
+  }
 }
 
 DeclaredActivations parse_ct_activations(const Fields& a) {
-  const auto bits = a.integer("num_bits").value_or(8);
+  const auto bits = int32_field(a, "num_bits").value_or(8);
   const auto type = a.lower_string("type").value_or("int");
   const auto strategy = a.lower_string("strategy").value_or("tensor");
   if (!a.boolean("dynamic").value_or(false)) {
@@ -196,28 +167,35 @@ void parse_compressed_tensors(const Fields& f, CheckpointQuant& q) {
   if (const Json* sparsity = f.find("sparsity_config"); sparsity && !sparsity->empty()) {
     f.unsupported("sparsity_config", *sparsity, "no sparsity");
   }
-  const Json* groups = f.find("config_groups");
-  if (!groups || !groups->is_object() || groups->empty()) {
-    f.malformed("config_groups", "an object with at least one quantization scheme", groups ? *groups : Json(nullptr));
+  // Transforms (rotations applied to a layer's inputs as it runs) change what the weights mean.
+  if (const Json* transforms = f.find("transform_config"); transforms && !transforms->empty()) {
+    f.unsupported("transform_config", *transforms, "no transforms (the weights alone define each projection)");
+  }
+  const auto groups = f.object("config_groups", "an object of quantization schemes (group name -> scheme)");
+  if (!groups || groups->size() == 0) {
+    f.malformed("config_groups", "an object with at least one quantization scheme", f.find("config_groups"));
   }
   const std::string top_format = f.lower_string("format").value_or("");
-  const Fields all = f.child("config_groups");
-  std::string first_name;
-  for (const auto& [name, scheme] : groups->items()) {
-    if (first_name.empty()) {
-      first_name = name;
-    } else if (scheme.value("weights", Json()) != (*groups)[first_name].value("weights", Json()) ||
-               scheme.value("input_activations", Json()) != (*groups)[first_name].value("input_activations", Json())) {
-      throw Refusal(all.where(name) + " differs from " + all.where(first_name) +
-                    ": metrale runs one quantization scheme for every FFN projection");
+  const auto schemes = groups->objects("an object (a quantization scheme)");
+  const Fields& group = schemes.front().second;
+  for (const auto& [name, scheme] : schemes) {
+    for (const char* part : {"weights", "input_activations"}) {
+      const Json* mine = scheme.find(part);
+      const Json* first = group.find(part);
+      if ((mine == nullptr) != (first == nullptr) || (mine && *mine != *first)) {
+        throw Refusal(groups->where(name) + " differs from " + groups->where(schemes.front().first) +
+                      ": metrale runs one quantization scheme for every FFN projection");
+      }
     }
   }
-  const Fields group = all.child(first_name.c_str());
   const std::string format = group.lower_string("format").value_or(top_format);
-  if (format.empty()) f.malformed("format", "a compressed-tensors format name", Json(nullptr));
-  if (!group.find("weights")) group.malformed("weights", "an object (the weight scheme)", Json(nullptr));
-  parse_ct_weights(group.child("weights"), format, q);
-  if (group.find("input_activations")) q.activations = parse_ct_activations(group.child("input_activations"));
+  if (format.empty()) f.malformed("format", "a compressed-tensors format name", nullptr);
+  const auto weights = group.object("weights", "an object (the weight scheme)");
+  if (!weights) group.malformed("weights", "an object (the weight scheme)", nullptr);
+  parse_ct_weights(*weights, format, q);
+  if (const auto acts = group.object("input_activations", "an object (the activation scheme)")) {
+    q.activations = parse_ct_activations(*acts);
+  }
   q.ignore = f.strings("ignore");
 }
 
@@ -228,7 +206,7 @@ void parse_fp8(const Fields& f, CheckpointQuant& q) {
   if (fmt != "e4m3") f.unsupported("fmt", Json(fmt), "\"e4m3\"");
   const Json* block = f.find("weight_block_size");
   if (!block || *block != Json::array({128, 128})) {
-    f.unsupported("weight_block_size", block ? *block : Json(nullptr), "[128, 128] (block-scaled FP8)");
+    f.unsupported("weight_block_size", block ? *block : Json(), "[128, 128] (block-scaled FP8)");
   }
   q.block_size = {128, 128};
   q.strategy = ScaleStrategy::block;
@@ -281,12 +259,12 @@ std::string CheckpointQuant::summary() const {
   return s;
 }
 
-CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source) {
-  const Fields f(doc, source, "quantization_config");
+CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source, const std::string& path) {
+  const Fields f(doc, source, path, "an object (the quantization declaration)");
   CheckpointQuant q;
   q.source = source;
   const auto method = f.lower_string("quant_method");
-  if (!method) f.malformed("quant_method", "a string (gptq, awq, compressed-tensors or fp8)", Json(nullptr));
+  if (!method) f.malformed("quant_method", "a string (gptq, awq, compressed-tensors or fp8)", nullptr);
   if (*method == "gptq") {
     q.method = QuantMethod::gptq;
     parse_gptq(f, q);

@@ -47,7 +47,7 @@ struct CheckpointQuant {
   int32_t group_size = 128;  // along K; -1: one group over K (per channel)
   ScaleStrategy strategy = ScaleStrategy::group;
   bool sym = true;
-  bool desc_act = false;       // GPTQ act-order: g_idx may be a permutation
+  bool desc_act = false;       // act-order: GPTQ's g_idx / compressed-tensors' weight_g_idx may permute K
   bool static_groups = false;  // GPTQ: act-order with groups fixed before reordering (g_idx sequential)
   bool gptq_v2 = false;        // GPTQModel "gptq_v2": qzeros hold the true zero (v1: zero - 1)
   bool awq_zero_point = true;
@@ -59,8 +59,10 @@ struct CheckpointQuant {
   std::string summary() const;
 };
 
-// Reads `doc` (a quantization_config object) from `source`. Throws Refusal for unsupported
-// values and Error(invalid_argument) for malformed ones, naming source, field, value, expected.
-CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source);
+// Reads `doc` (a quantization_config object) from `source` (the file), where it sits at field
+// `path` ("" when it is the whole file, as quantize_config.json). Throws Refusal for unsupported
+// values and Error(invalid_argument) for malformed ones, naming file, field path, value, expected.
+CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string& source,
+                                   const std::string& path = "quantization_config");
 
 }  // namespace metrale::layers

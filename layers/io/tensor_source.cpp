@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "io/tensor_source.hpp"
+#include "io/config_json.hpp"
 
 #include <metrale/json_file.hpp>
 #include <metrale/regular_file.hpp>
@@ -33,7 +34,7 @@ bool hub_cache_blob(const fs::path& dir, const fs::path& target) {
 
 void check_shard_name(const fs::path& index, const std::string& tensor, const std::string& shard) {
   const auto refuse = [&](const std::string& why) {
-    index_error(index, "weight_map/" + display_name(tensor) + ": shard \"" + display_name(shard) +
+    index_error(index, "weight_map." + display_name(tensor) + ": shard \"" + display_name(shard) +
                            "\" is outside the checkpoint directory or not a file name: " + why);
   };
   if (shard.empty()) refuse("it is empty");
@@ -59,14 +60,11 @@ std::vector<fs::path> directory_entries(const fs::path& dir) {
 
 std::vector<std::string> parse_checkpoint_index(std::string_view text, const fs::path& index) {
   const nlohmann::json doc = parse_json(text, index.string());
-  const auto map = doc.is_object() ? doc.find("weight_map") : doc.end();
-  if (!doc.is_object() || map == doc.end() || !map->is_object()) {
-    index_error(index, "missing object 'weight_map' (tensor name -> file)");
-  }
+  const config_json::Object root(doc, index.string(), "", "a JSON object (a checkpoint index)");
+  const auto map = root.object("weight_map", "an object (tensor name -> shard file)");
+  if (!map) root.malformed("weight_map", "an object (tensor name -> shard file)", nullptr);
   std::set<std::string> shards;
-  for (const auto& [tensor, file] : map->items()) {
-    if (!file.is_string()) index_error(index, "weight_map/" + display_name(tensor) + " must be a file name (a string)");
-    const std::string& shard = file.get_ref<const std::string&>();
+  for (const auto& [tensor, shard] : map->strings_by_key("a shard file name (a string)")) {
     if (shards.contains(shard)) continue;
     check_shard_name(index, tensor, shard);
     shards.insert(shard);

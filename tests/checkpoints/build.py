@@ -28,7 +28,11 @@ class Variant:
     layer: int = 1
     shards: int = 1
     notes: str = ""
-    extra: Dict = field(default_factory=dict)
+    extra: Dict = field(default_factory=dict)  # "layout": models.LAYOUTS (default "tf4")
+
+    @property
+    def layout(self) -> str:
+        return self.extra.get("layout", "tf4")
 
 
 def rng_for(variant: str, what: str) -> np.random.Generator:
@@ -50,7 +54,7 @@ def linear_modules(config: Dict, v: Variant) -> Dict[str, tuple]:
     out = {}
     for layer in range(config["num_hidden_layers"]):
         out.update(models.other_modules(config, layer))
-        ffn = models.ffn_layout(config, layer)
+        ffn = models.ffn_layout(config, layer, layout=v.layout)
         w = models.widths(config, ffn)
         H = config["hidden_size"]
 
@@ -84,7 +88,7 @@ def _floats(config: Dict, v: Variant, dtype: str) -> Dict[str, Tensor]:
         p = f"model.layers.{layer}."
         out[p + "input_layernorm.weight"] = store(rng_for(v.name, p + "ln1").uniform(0.8, 1.2, H))
         out[p + "post_attention_layernorm.weight"] = store(rng_for(v.name, p + "ln2").uniform(0.8, 1.2, H))
-        ffn = models.ffn_layout(config, layer)
+        ffn = models.ffn_layout(config, layer, layout=v.layout)
         if ffn.router and not formats.quantizes_router(v.fmt, v.arch):
             r = rng_for(v.name, ffn.router).uniform(-amplitude, amplitude, (len(ffn.experts), H))
             out[ffn.router + ".weight"] = store(r)
@@ -103,9 +107,34 @@ def same_input(module: str) -> str:
     return module
 
 
+def fuse_experts(config: Dict, v: Variant, tensors: Dict[str, Tensor]) -> None:
+    """transformers 5's expert modules, as FineGrainedFP8 saves them: per layer
+    <block>experts.gate_up_proj F8_E4M3 [E, 2I, H] (each expert's gate rows, then its up rows) with
+    gate_up_proj_scale_inv F32 [E, 2I/128, H/128], and experts.down_proj [E, H, I] with
+    down_proj_scale_inv [E, H/128, I/128]; the per-expert tensors they replace are removed."""
+    if v.fmt["method"] != "fp8-block":
+        raise ValueError("transformers 5 writes fused experts quantized only as block FP8 (FineGrainedFP8)")
+    for layer in range(config["num_hidden_layers"]):
+        ffn = models.ffn_layout(config, layer, layout=v.layout)
+        if ffn.kind != "moe":
+            continue
+        experts = ffn.experts[0][0].rsplit(".", 2)[0] + "."  # "...mlp.experts."
+        parts = {"gate_up_proj": [], "down_proj": []}
+        for gate, up, down in ffn.experts:
+            parts["gate_up_proj"].append([tensors.pop(f"{m}.{leaf}") for m in (gate, up) for leaf in ("weight", "weight_scale_inv")])
+            parts["down_proj"].append([tensors.pop(f"{down}.{leaf}") for leaf in ("weight", "weight_scale_inv")])
+        for name, per_expert in parts.items():
+            weights = [np.concatenate([t.data for t in e[0::2]], axis=0) for e in per_expert]
+            scales = [np.concatenate([t.data for t in e[1::2]], axis=0) for e in per_expert]
+            tensors[experts + name] = Tensor("F8_E4M3", np.stack(weights))
+            tensors[experts + name + "_scale_inv"] = tensor("F32", np.stack(scales))
+
+
 def write_checkpoint(directory: str, v: Variant) -> None:
     os.makedirs(directory, exist_ok=True)
     config = models.config_json(v.arch, formats.model_dtype(v.fmt))
+    if v.layout != "tf4":
+        config["transformers_version"] = "5.0.0"
     config["quantization_config"] = formats.quantization_config(v.fmt, v.arch)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -125,6 +154,8 @@ def write_checkpoint(directory: str, v: Variant) -> None:
             parts = quantize(w, rng_for(v.name, same_input(module) + "/perm"))
         for suffix, t in parts.items():
             tensors[f"{module}.{suffix}"] = t
+    if v.layout == "fused":
+        fuse_experts(config, v, tensors)
     meta = formats.metadata(v.fmt)
     if v.shards > 1:
         save_sharded(directory, tensors, v.shards, meta)

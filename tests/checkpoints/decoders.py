@@ -96,7 +96,8 @@ def ct_weights_args(qcfg: Dict) -> Dict:
 
 
 def ct_pack(get: Lookup, qcfg: Dict) -> np.ndarray:
-    """pack-quantized: q = field - 2^(b-1) (signed), W = (q - zp) * scale[n, k / g]."""
+    """pack-quantized: q = field - 2^(b-1) (signed), W = (q - zp) * scale[n, group(k)], group(k) =
+    weight_g_idx[k] when stored (actorder "group"), else k / g."""
     args = ct_weights_args(qcfg)
     bits = int(args["num_bits"])
     n, k = (int(v) for v in get("weight_shape").data)
@@ -108,6 +109,12 @@ def ct_pack(get: Lookup, qcfg: Dict) -> np.ndarray:
     else:
         zp = (_unpack_rows(_u32(get("weight_zero_point")), bits)[:n] - (1 << (bits - 1))).astype(np.float64)
     gi = np.arange(k) // g
+    try:  # actorder "group": the group of each column; -1 (never filled in) reads as column order
+        g_idx = get("weight_g_idx").data.astype(np.int64)
+        if not (g_idx == -1).any():
+            gi = g_idx
+    except KeyError:
+        pass
     return (q - zp[:, gi]) * scale[:, gi]
 
 

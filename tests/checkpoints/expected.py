@@ -55,7 +55,7 @@ class Checkpoint:
             self.config = json.load(f)
         self.qcfg = read_quant_config(directory, self.config)
         self.activations = activation_scheme(self.qcfg) if activations == "format" else "bf16"
-        self.tensors = load_checkpoint(directory)
+        self.tensors = split_fused_experts(load_checkpoint(directory))
         self._cache: Dict[str, np.ndarray] = {}
 
     def tensor(self, name: str) -> Tensor:
@@ -66,6 +66,28 @@ class Checkpoint:
         if module not in self._cache:
             self._cache[module] = decoders.decode(lambda suffix: self.tensors[f"{module}.{suffix}"], self.qcfg)
         return self._cache[module]
+
+
+def split_fused_experts(tensors: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """transformers 5's fused expert tensors (<block>experts.gate_up_proj [E, 2I, H]: gate rows,
+    then up rows; experts.down_proj [E, H, I]; block-FP8 scales `<name>_scale_inv` [E, rows/128,
+    cols/128]) as the per-expert modules they hold (experts.E.{gate,up,down}_proj.weight and
+    .weight_scale_inv), which the tool's dequantization then reads one by one."""
+    out = dict(tensors)
+    for name in [n for n in tensors if n.endswith(".experts.gate_up_proj")]:
+        experts = name[: -len("gate_up_proj")]
+        gate_up, gate_up_s = out.pop(name), out.pop(name + "_scale_inv")
+        down, down_s = out.pop(experts + "down_proj"), out.pop(experts + "down_proj_scale_inv")
+        inter = gate_up.data.shape[1] // 2
+        assert inter % 128 == 0, "a 128-row scale block would straddle gate and up"
+        for e in range(gate_up.data.shape[0]):
+            parts = {"gate_proj": (gate_up.data[e, :inter], gate_up_s.data[e, : inter // 128]),
+                     "up_proj": (gate_up.data[e, inter:], gate_up_s.data[e, inter // 128:]),
+                     "down_proj": (down.data[e], down_s.data[e])}
+            for proj, (w, sc) in parts.items():
+                out[f"{experts}{e}.{proj}.weight"] = Tensor(gate_up.dtype, w)
+                out[f"{experts}{e}.{proj}.weight_scale_inv"] = Tensor(gate_up_s.dtype, sc)
+    return out
 
 
 def activation_scheme(qcfg: Dict) -> str:
@@ -189,7 +211,7 @@ def moe(ck: Checkpoint, ffn: models.Ffn, x: np.ndarray) -> Expected:
 def expected_output(ck: Checkpoint, layer: int, x_bf16: np.ndarray) -> Expected:
     """x_bf16: the bf16 bit patterns [m, H] the layer runs."""
     x = bf16_value(x_bf16)
-    ffn = models.ffn_layout(ck.config, layer)
+    ffn = models.ffn_layout(ck.config, layer, names=ck.tensors.keys())
     if ffn.kind == "dense":
         value, slack = dense(ck, ffn.dense, x)
         return Expected(value, REL * np.abs(value) + slack, np.zeros(x.shape[0], dtype=bool))

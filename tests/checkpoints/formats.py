@@ -23,7 +23,8 @@ FORMAT_DEFAULTS = {
                  gptqmodel_version=GPTQMODEL_VERSION),
     "awq": dict(group_size=128),
     # strategy "group" or "channel".
-    "ct-int4": dict(strategy="group", group_size=128, symmetric=True),
+    # actorder None, "static" (GPTQModifier's default: plain tensors) or "group" (weight_g_idx).
+    "ct-int4": dict(strategy="group", group_size=128, symmetric=True, actorder=None),
     "ct-int8": dict(),
     "ct-fp8": dict(),
     "fp8-block": dict(),
@@ -73,9 +74,9 @@ def _gptq_config(f: Dict) -> Dict:
     return out
 
 
-def _ct_args(num_bits, type_, strategy, symmetric, group_size=None, dynamic=False, observer="minmax"):
+def _ct_args(num_bits, type_, strategy, symmetric, group_size=None, dynamic=False, observer="minmax", actorder=None):
     return {"num_bits": num_bits, "type": type_, "symmetric": symmetric, "group_size": group_size,
-            "strategy": strategy, "block_structure": None, "dynamic": dynamic, "actorder": None,
+            "strategy": strategy, "block_structure": None, "dynamic": dynamic, "actorder": actorder,
             "observer": observer, "observer_kwargs": {}}
 
 
@@ -83,7 +84,7 @@ def _ct_config(f: Dict, ignore) -> Dict:
     method = f["method"]
     if method == "ct-int4":
         weights = _ct_args(4, "int", f["strategy"], f["symmetric"],
-                           f["group_size"] if f["strategy"] == "group" else None)
+                           f["group_size"] if f["strategy"] == "group" else None, actorder=f["actorder"])
         acts, fmt = None, "pack-quantized"
     elif method == "ct-int8":
         weights = _ct_args(8, "int", "channel", True)
@@ -170,7 +171,7 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
         return lambda w, rng: writers.awq_gemm(w, group_size=f["group_size"])
     if m == "ct-int4":
         return lambda w, rng: writers.ct_pack_int4(w, strategy=f["strategy"], group_size=f["group_size"],
-                                                   symmetric=f["symmetric"])
+                                                   symmetric=f["symmetric"], actorder=f["actorder"], rng=rng)
     if m == "ct-int8":
         return lambda w, rng: writers.ct_int8_channel(w)
     if m == "ct-fp8":

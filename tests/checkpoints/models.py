@@ -7,6 +7,8 @@ Architectures:
   qwen3_moe    mlp.gate (router) + mlp.experts.E.{gate,up,down}_proj, renormalised top-k
   qwen2_moe    the same plus mlp.shared_expert.* and its sigmoid gate mlp.shared_expert_gate
   mixtral      block_sparse_moe.gate + block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}
+               (transformers 4; layout "tf5": experts.E.{gate,up,down}_proj, as transformers 5 saves
+               per-expert modules; layout "fused": mlp.gate + mlp.experts.gate_up_proj/down_proj)
   deepseek_v2  mlp.gate + mlp.experts.E.* + mlp.shared_experts.* (n_shared_experts wide, ungated),
                softmax scoring, greedy top-k, routed_scaling_factor; layers below
                first_k_dense_replace are dense (mlp.{gate,up,down}_proj of intermediate_size)
@@ -92,8 +94,30 @@ def _gud(prefix: str, names=("gate_proj", "up_proj", "down_proj")) -> Tuple[str,
     return tuple(prefix + n for n in names)
 
 
-def ffn_layout(config: Dict, layer: int) -> Ffn:
-    """The FFN of decoder layer `layer`, read from a config.json the way the model's code reads it."""
+LAYOUTS = ("tf4", "tf5", "fused")
+GUD = ("gate_proj", "up_proj", "down_proj")
+W132 = ("w1", "w3", "w2")
+
+
+def _mixtral_names(p: str, layout: str, names) -> Tuple[str, str, Tuple[str, str, str]]:
+    """(router block, experts block, expert projection names) of a Mixtral layer: from the
+    checkpoint's tensor names when given (as a loader must find them), else as `layout` writes
+    them. A fused layout reads here as per-expert names (expected.py splits the fused tensors)."""
+    if names is None:
+        block = "mlp." if layout == "fused" else "block_sparse_moe."
+        return block, block, W132 if layout == "tf4" else GUD
+    for block in ("block_sparse_moe.", "mlp."):
+        for proj in (W132, GUD):
+            if any(n.startswith(f"{p}{block}experts.0.{proj[0]}.") for n in names):
+                router = next((b for b in ("block_sparse_moe.", "mlp.") if f"{p}{b}gate.weight" in names), block)
+                return router, block, proj
+    raise ValueError(f"no Mixtral experts under {p}")
+
+
+def ffn_layout(config: Dict, layer: int, names=None, layout: str = "tf4") -> Ffn:
+    """The FFN of decoder layer `layer`, read from a config.json the way the model's code reads it.
+    `names` (the checkpoint's tensor names) decide where a MoE's tensors are, as a loader finds
+    them; without, `layout` (LAYOUTS) says where a writer puts them."""
     arch = config["model_type"]
     p = f"model.layers.{layer}."
     if arch in ("qwen3", "qwen2", "llama"):
@@ -110,9 +134,9 @@ def ffn_layout(config: Dict, layer: int) -> Ffn:
             f.shared_gate = p + "mlp.shared_expert_gate"
         return f
     if arch == "mixtral":
-        return Ffn("moe", router=p + "block_sparse_moe.gate", top_k=config["num_experts_per_tok"], renormalize=True,
-                   experts=[_gud(f"{p}block_sparse_moe.experts.{e}.", ("w1", "w3", "w2"))
-                            for e in range(config["num_local_experts"])])
+        router, block, proj = _mixtral_names(p, layout, names)
+        return Ffn("moe", router=p + router + "gate", top_k=config["num_experts_per_tok"], renormalize=True,
+                   experts=[_gud(f"{p}{block}experts.{e}.", proj) for e in range(config["num_local_experts"])])
     if arch in ("deepseek_v2", "deepseek_v3"):
         if layer < config.get("first_k_dense_replace", 0) or layer % config.get("moe_layer_freq", 1) != 0:
             return Ffn("dense", dense=_gud(p + "mlp."))

@@ -113,7 +113,7 @@ def check_variant(args, v, index: int, tmp: str) -> list:
 def sensitive(ck: expected.Checkpoint, v, y: np.ndarray, x: Tensor) -> bool:
     """The budget still catches a wrong loader: with one group of 128 weights of one down
     projection row scaled by 1.25 in the expectation, the output that passed must fail."""
-    ffn = models.ffn_layout(ck.config, v.layer)
+    ffn = models.ffn_layout(ck.config, v.layer, names=ck.tensors.keys())
     down = ffn.dense[2] if ffn.kind == "dense" else ffn.experts[0][2]
     w = ck.weight(down)
     saved = w.copy()

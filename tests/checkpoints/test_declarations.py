@@ -5,9 +5,13 @@
 - a GPTQ checkpoint declaring sym: false whose stored zeros are all 8 runs as asymmetric (the
   zero-point family w4a16_zp), never as the symmetric W4A16 format its values happen to allow;
 - a tensor that contradicts the declaration (zero points under sym: true, a permuted g_idx under
-  desc_act: false, codes of other bits, other groups) and every unsupported value (bits 3, an
-  unknown quant_method, AWQ's GEMV layout, compressed-tensors act-order, FP8 blocks other than
-  128x128) make `metrale run` exit 3 with one line naming the tensor or the field;
+  desc_act: false or actorder "static", codes of other bits, other groups) and every unsupported
+  value or layout (bits 3, an unknown quant_method, AWQ's GEMV layout, an unknown actorder,
+  static per-channel activation scales, FP8 blocks other than 128x128, experts under names no
+  transformers version writes) make `metrale run` exit 3 with one line naming the tensor or the
+  field, and with --json the same message as {"error", "status", "exit": 3} on stdout;
+- a declared tensor that is missing (actorder "group" without weight_g_idx) exits 1, its JSON
+  object saying so;
 - `metrale audit --weights` resolves a checkpoint's layer in the formats its weights hold and at
   the activation tier it declares.
 
@@ -50,18 +54,57 @@ def run(directory, layer, *extra):
                           capture_output=True, text=True)
 
 
-def expect_refusal(what, directory, layer, *needles):
+def json_error(what, proc, code):
+    """The --json error object on stdout: its exit is the process's, its message the log line's."""
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        failures.append(f"{what}: stdout is not one JSON object: {proc.stdout[:300]!r}")
+        return {}
+    if doc.get("exit") != code or not doc.get("error") or not doc.get("status") or doc["error"] not in proc.stderr:
+        failures.append(f"{what}: JSON error object {doc} does not match exit {code} / stderr {proc.stderr[-600:]}")
+    return doc
+
+
+def expect_failure(what, code, directory, layer, *needles):
     proc = run(directory, layer)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    if proc.returncode != 3:
-        failures.append(f"{what}: exit {proc.returncode}, expected 3\n{proc.stderr[-1500:]}")
+    before = len(failures)
+    if proc.returncode != code:
+        failures.append(f"{what}: exit {proc.returncode}, expected {code}\n{proc.stderr[-1500:]}")
     elif len(lines) != 1:
         failures.append(f"{what}: {len(lines)} lines on stderr, expected one:\n{proc.stderr[-1500:]}")
     else:
         missing = [n for n in needles if n not in lines[0]]
         if missing:
-            failures.append(f"{what}: the refusal does not name {missing}: {lines[0]}")
-    print(f"{'ok  ' if not failures or not failures[-1].startswith(what) else 'FAIL'} {what}: {lines[0] if lines else ''}")
+            failures.append(f"{what}: the message does not name {missing}: {lines[0]}")
+        json_error(what, proc, code)
+    print(f"{'ok  ' if len(failures) == before else 'FAIL'} {what}: {lines[0] if lines else ''}")
+
+
+def expect_refusal(what, directory, layer, *needles):
+    expect_failure(what, 3, directory, layer, *needles)
+
+
+def rewritten(directory, edit):
+    """The checkpoint's tensors as edit({name: tensor}) leaves them."""
+    from safetensors_np import load, save
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            path = os.path.join(directory, name)
+            save(path, edit(load(path)))
+    return directory
+
+
+def renamed(directory, old, new):
+    """The checkpoint's tensors renamed (every `old` in a name becomes `new`), as another tool
+    might have named them."""
+    from safetensors_np import load, save
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            path = os.path.join(directory, name)
+            save(path, {k.replace(old, new): t for k, t in load(path).items()})
+    return directory
 
 
 def main():
@@ -113,10 +156,39 @@ def main():
         expect_refusal("AWQ GEMV", *checkpoint(root, "awq", "qwen3", lambda q: q.update(version="gemv")),
                        "quantization_config.version = \"gemv\"")
 
-        def ct_act_order(q):
+        def weights(**kw):
+            def edit(q):
+                for group in q["config_groups"].values():
+                    group["weights"].update(kw)
+            return edit
+        expect_refusal("compressed-tensors actorder \"bogus\"", *checkpoint(root, "ct-int4", "qwen3", weights(actorder="bogus")),
+                       "weights.actorder = \"bogus\" is not supported")
+        expect_refusal("actorder \"static\" over a permuted weight_g_idx",
+                       *checkpoint(root, "ct-act-order", "group-sym-qwen3", weights(actorder="static")),
+                       "weight_g_idx", "weights.actorder = ")
+        expect_failure("actorder \"group\" without weight_g_idx", 1,
+                       *checkpoint(root, "ct-int4", "group-sym-qwen3", weights(actorder="group")), "weight_g_idx", "missing")
+
+        def static_channel_activations(q):
             for group in q["config_groups"].values():
-                group["weights"]["actorder"] = "group"
-        expect_refusal("compressed-tensors act-order", *checkpoint(root, "ct-int4", "qwen3", ct_act_order), "actorder")
+                group["input_activations"] = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
+                                              "dynamic": False, "group_size": None, "observer": "minmax"}
+        expect_refusal("static per-channel activation scales",
+                       *checkpoint(root, "ct-int8", "qwen3", static_channel_activations),
+                       "input_activations.dynamic = false is not supported")
+        directory, layer = checkpoint(root, "moe-names", "gptq-mixtral")
+        expect_refusal("Mixtral experts named fc1/fc2/fc3", renamed(renamed(renamed(directory, ".w1.", ".fc1."), ".w2.", ".fc2."),
+                                                                    ".w3.", ".fc3."), layer,
+                       f"layer {layer}", "experts.0.fc1", "layout metrale does not read")
+        # transformers 5's fused expert tensors: read as block FP8 only.
+        def as_gptq(q):
+            q.clear()
+            q.update(quant_method="gptq", bits=4, group_size=128, sym=True, desc_act=False)
+        expect_refusal("fused experts declared GPTQ", *checkpoint(root, "fp8-block", "fused-qwen3_moe", as_gptq),
+                       "experts.gate_up_proj", "fused expert tensors", "not supported under gptq")
+        directory, layer = checkpoint(root, "fp8-block", "fused-qwen3_moe")
+        rewritten(directory, lambda ts: {k: t for k, t in ts.items() if not k.endswith("_proj_scale_inv")})
+        expect_refusal("fused experts left in float", directory, layer, "experts.gate_up_proj", "not block-FP8 quantized")
         expect_refusal("FP8 blocks of 64", *checkpoint(root, "fp8-block", "qwen3", lambda q: q.update(weight_block_size=[64, 64])),
                        "weight_block_size", "[128, 128]")
     for f in failures:

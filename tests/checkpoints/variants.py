@@ -20,11 +20,16 @@ FAMILIES: Dict[str, str] = {
     "gptq-bf16": "GPTQ with bf16 scales (AutoGPTQ on a bfloat16 model)",
     "gptq-mix": "GPTQ axes combined pairwise: group size x sym x desc_act x scale dtype x v1/v2, dense and MoE",
     "gptq-router": "GPTQ as GPTQModel 4.0-4.2 writes Qwen MoEs: the router mlp.gate quantized too",
-    "moe-names": "GPTQ baseline weights under Mixtral names (block_sparse_moe, w1/w2/w3) and DeepSeek-style "
-                 "shared_experts with softmax routing and routed_scaling_factor (layer 0 dense)",
+    "moe-names": "GPTQ baseline weights under Mixtral names (block_sparse_moe, w1/w2/w3 as transformers 4 "
+                 "writes them, gate_proj/up_proj/down_proj as transformers 5 saves per-expert modules) and "
+                 "DeepSeek-style shared_experts with softmax routing and routed_scaling_factor (layer 0 dense)",
     "awq": "AutoAWQ GEMM int4 with zero points, group 128 and 64, dense, Qwen3-MoE, Mixtral",
     "ct-int4": "compressed-tensors pack-quantized int4: group and channel strategies, symmetric and asymmetric",
-    "fp8-block": "block FP8 (DeepSeek-V3 / Qwen3-FP8): F8_E4M3 weights, f32 weight_scale_inv per 128x128 block",
+    "ct-act-order": "compressed-tensors pack-quantized int4 as GPTQModifier writes it with actorder: \"group\" "
+                    "(weight_g_idx, groups in activation order) and \"static\" (the default: plain tensors), "
+                    "dense and MoE (Qwen3-MoE, Qwen2-MoE, Mixtral with transformers 5 names)",
+    "fp8-block": "block FP8 (DeepSeek-V3 / Qwen3-FP8): F8_E4M3 weights, f32 weight_scale_inv per 128x128 block; "
+                 "also transformers 5's fused expert tensors (FineGrainedFP8: experts.gate_up_proj / down_proj)",
     "ct-fp8": "compressed-tensors float-quantized FP8 with per-channel scales (FP8_DYNAMIC)",
     "gptq-int8": "GPTQ bits 8 (four codes per int32), symmetric and asymmetric, v1 and v2",
     "ct-int8": "compressed-tensors int-quantized W8A8: int8 weights with per-channel scales",
@@ -106,6 +111,9 @@ def _gptq_router(out):
 def _moe_names(out):
     _v(out, "moe-names", "gptq", "mixtral", _g())
     _v(out, "moe-names", "gptq-v2", "mixtral", _g(checkpoint_format="gptq_v2"), layer=0)
+    _v(out, "moe-names", "gptq-tf5", "mixtral", _g(), extra={"layout": "tf5"})
+    _v(out, "moe-names", "ct-int4-tf5", "mixtral", dict(method="ct-int4", symmetric=False), extra={"layout": "tf5"},
+       layer=0)
     _v(out, "moe-names", "gptq", "deepseek_v2", _g(), layer=1)
     _v(out, "moe-names", "gptq-dense-layer", "deepseek_v2", _g(checkpoint_format="gptq_v2"), layer=0)
 
@@ -127,10 +135,24 @@ def _ct_int4(out):
     _v(out, "ct-int4", "channel-sym", "deepseek_v2", dict(method="ct-int4", strategy="channel"))
 
 
+def _ct_act_order(out):
+    ct = dict(method="ct-int4")
+    _v(out, "ct-act-order", "group-sym", "qwen3", dict(ct, actorder="group"))
+    _v(out, "ct-act-order", "group-asym", "qwen3", dict(ct, actorder="group", symmetric=False))
+    _v(out, "ct-act-order", "group64-sym", "qwen3", dict(ct, actorder="group", group_size=64))
+    _v(out, "ct-act-order", "static-sym", "qwen3", dict(ct, actorder="static"))
+    _v(out, "ct-act-order", "group-sym", "qwen3_moe", dict(ct, actorder="group"))
+    _v(out, "ct-act-order", "group-asym", "qwen2_moe", dict(ct, actorder="group", symmetric=False))
+    _v(out, "ct-act-order", "static-asym", "qwen3_moe", dict(ct, actorder="static", symmetric=False))
+    _v(out, "ct-act-order", "group-sym-tf5", "mixtral", dict(ct, actorder="group"), extra={"layout": "tf5"})
+
+
 def _fp8_block(out):
     _v(out, "fp8-block", "e4m3", "qwen3", dict(method="fp8-block"), shards=2)
     _v(out, "fp8-block", "e4m3", "qwen3_moe", dict(method="fp8-block"))
     _v(out, "fp8-block", "e4m3", "deepseek_v2", dict(method="fp8-block"), layer=1)
+    _v(out, "fp8-block", "e4m3-fused", "qwen3_moe", dict(method="fp8-block"), extra={"layout": "fused"}, shards=2)
+    _v(out, "fp8-block", "e4m3-fused", "mixtral", dict(method="fp8-block"), extra={"layout": "fused"})
 
 
 def _ct_fp8(out):
@@ -152,7 +174,7 @@ def _ct_int8(out):
 
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
              "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
-             "ct-int4": _ct_int4, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
+             "ct-int4": _ct_int4, "ct-act-order": _ct_act_order, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
              "ct-int8": _ct_int8}
 assert set(_BUILDERS) == set(FAMILIES)
 

@@ -174,13 +174,25 @@ def _ct_minmax(w: np.ndarray, group: int):
 
 
 def ct_pack_int4(w: np.ndarray, *, strategy: str = "group", group_size: int = 128, symmetric: bool = True,
-                 scale_dtype: str = "BF16") -> Dict[str, Tensor]:
+                 scale_dtype: str = "BF16", actorder: Optional[str] = None,
+                 rng: Optional[np.random.Generator] = None) -> Dict[str, Tensor]:
     """pack-quantized: weight_packed I32 [N, K/8] (signed codes + 8, k ascending from bit 0),
     weight_scale [N, K/g] ([N, 1] for channel), weight_shape I64 [2], and for asymmetric
-    group/channel weight_zero_point I32 [ceil(N/8), K/g] packed along N the same way."""
+    group/channel weight_zero_point I32 [ceil(N/8), K/g] packed along N the same way.
+
+    actorder (GPTQModifier's activation ordering): "group" forms the groups in activation order
+    (group j holds the j-th g columns GPTQ visits) and stores weight_g_idx I32 [K], the group of
+    each column, with the weights still in column order; "static" (GPTQModifier's default, alias
+    of "weight") only visits the columns in that order: the groups stay in column order and no
+    g_idx is stored, so the tensors are the plain format's."""
     n, k = w.shape
     g = k if strategy == "channel" else group_size
-    lo, hi = _ct_minmax(w, g)
+    if actorder == "group":
+        g_idx = np.argsort(act_order_permutation(k, rng)) // g
+    else:
+        g_idx = np.arange(k) // g
+    order = np.argsort(g_idx, kind="stable")  # each group's columns together, groups ascending
+    lo, hi = _ct_minmax(w[:, order], g)
     if symmetric:
         scale = np.maximum(np.maximum(np.abs(lo), np.abs(hi)) / 7.5, np.finfo(np.float32).eps)
         zp = np.zeros_like(scale)
@@ -188,13 +200,14 @@ def ct_pack_int4(w: np.ndarray, *, strategy: str = "group", group_size: int = 12
         scale = np.maximum((hi - lo) / 15, np.finfo(np.float32).eps)
         zp = np.round(np.clip(-8 - lo / scale, -8, 7))
     stored = _stored_value(scale, scale_dtype)
-    gi = np.arange(k) // g
-    q = np.clip(np.round(w / stored[:, gi] + zp[:, gi]), -8, 7).astype(np.int64)
+    q = np.clip(np.round(w / stored[:, g_idx] + zp[:, g_idx]), -8, 7).astype(np.int64)
     out = {
         "weight_packed": Tensor("I32", _pack_cols(q + 8, 4).view(np.int32)),
         "weight_scale": _store_float(scale, scale_dtype),
         "weight_shape": tensor("I64", [n, k]),
     }
+    if actorder == "group":
+        out["weight_g_idx"] = tensor("I32", g_idx)
     if not symmetric:
         zp_u = zp.astype(np.int64) + 8
         pad = (-n) % 8

@@ -141,7 +141,15 @@ TEST_CASE("METRALE_BACKEND naming a backend that is not loaded: exit 3 on every 
     auto typo = run(command, {{"METRALE_BACKEND", "cpuu"}});
     CHECK(typo.code == 3);
     CHECK(has(typo.err, "METRALE_BACKEND=cpuu: backend 'cpuu' cannot be used (no manifest names it; did you mean 'cpu'?)"));
-    CHECK(typo.out.empty());
+    if (has(command, "--json")) {
+      // With --json the refusal is also one JSON object on stdout, and nothing else is.
+      const auto doc = nlohmann::json::parse(typo.out, nullptr, false);
+      REQUIRE(doc.is_object());
+      CHECK(doc.value("exit", 0) == 3);
+      CHECK(has(doc.value("error", std::string()), "backend 'cpuu' cannot be used"));
+    } else {
+      CHECK(typo.out.empty());
+    }
   }
   // Disabled: says by what.
   auto off = run("list", {{"METRALE_BACKEND", "cpu"}, {"METRALE_BACKENDS_DISABLE", "c?u"}});

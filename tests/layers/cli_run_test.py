@@ -4,7 +4,8 @@
 the JSON, weights saved with --save-weights load back to the same output, a config.json path
 works, --weights finds the config.json beside it (and says so when there is none), --input /
 --output carry activations through safetensors files (F32/F16 rounded to bf16), the per-expert
-MoE path shows in the audit, and bad input fails with a clear message.
+MoE path shows in the audit, and bad input fails with a clear message (with --json, also as one
+JSON object {"error", "status", "exit"} on stdout; refusals exit 3, errors 1, usage 2).
 Usage: cli_run_test.py <path to metrale>. Exit 77 when the CPU backend is not loaded."""
 import json
 import os
@@ -195,6 +196,45 @@ check(out.get("check", {}).get("passed") is True, "per-expert MoE fails the chec
 proc = run("--model", "no-such-model", expect_rc=1)
 check("neither a preset" in proc.stderr, f"unknown model: unclear message: {proc.stderr[-500:]}")
 run("--model", "small-dense", "--tokens", "0", expect_rc=1)
+
+
+def json_failure(args, code, status, needle, program_flag=False):
+    """With --json (the program's or run's own), a failure is also one JSON object on stdout."""
+    cmd = [METRALE, "--json", "run", "--quiet", *args] if program_flag else [METRALE, "run", "--quiet", "--json", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        failures.append(f"{' '.join(cmd)}: stdout is not one JSON object: {proc.stdout[:300]!r}")
+        return
+    check(proc.returncode == code and doc.get("exit") == code and doc.get("status") == status and
+          needle in doc.get("error", ""), f"{' '.join(cmd)}: exit {proc.returncode}, JSON {doc}; expected exit {code}, "
+                                          f"status {status}, an error naming {needle!r}")
+
+
+json_failure(["--model", "no-such-model"], 1, "not-found", "neither a preset")
+json_failure(["--model", "small-dense", "--tokens", "0"], 1, "invalid-argument", "--tokens must be at least 1", program_flag=True)
+json_failure(["--no-such-flag"], 2, "usage", "--no-such-flag")
+with tempfile.TemporaryDirectory() as tmp:
+    cfg = os.path.join(tmp, "config.json")
+    with open(cfg, "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "hidden_act": "relu2"}, f)
+    json_failure(["--model", cfg], 3, "incompatible", "hidden_act = \"relu2\" is not supported")
+    json_failure(["--model", cfg], 3, "incompatible", "hidden_act = \"relu2\" is not supported", program_flag=True)
+    with open(cfg, "w") as f:
+        f.write('{"hidden_size": 256, "num_experts": [8]}')
+    json_failure(["--model", cfg], 1, "invalid-argument", "num_experts: expected a non-negative integer below 2^32, found an array")
+# A refusal at start-up, before the command line is parsed (a lever naming no backend).
+proc = subprocess.run([METRALE, "--json", "list"], capture_output=True, text=True, env=dict(os.environ, METRALE_BACKEND="nosuch"))
+try:
+    doc = json.loads(proc.stdout)
+except json.JSONDecodeError:
+    doc = {}
+check(proc.returncode == 3 and doc.get("exit") == 3 and "nosuch" in doc.get("error", ""),
+      f"METRALE_BACKEND=nosuch metrale --json list: exit {proc.returncode}, stdout {proc.stdout[:300]!r}")
+# Without --json nothing reaches stdout.
+proc = run("--model", "no-such-model", expect_rc=1)
+check(proc.stdout == "", f"an error without --json wrote to stdout: {proc.stdout[:300]!r}")
 
 if failures:
     print("\n".join(failures), file=sys.stderr)

@@ -40,19 +40,29 @@ TEST_CASE("a Hugging Face config.json describes the FFN") {
 
 TEST_CASE("config errors name the source and the key") {
   auto err = [](const json& doc) { return error_of([&] { parse_model_config(doc, "cfg.json"); }); };
-  CHECK(contains(err({{"intermediate_size", 512}}), "cfg.json: missing 'hidden_size'"));
-  CHECK(contains(err({{"hidden_size", "big"}}), "'hidden_size' must be a non-negative integer"));
-  CHECK(contains(err({{"hidden_size", -5}}), "'hidden_size' must be a non-negative integer"));
+  CHECK(err({{"intermediate_size", 512}}) == "cfg.json: hidden_size: expected a positive integer (the model width), found nothing");
+  CHECK(err({{"hidden_size", "big"}}) == "cfg.json: hidden_size: expected a non-negative integer below 2^32, found string \"big\"");
+  CHECK(err({{"hidden_size", -5}}) == "cfg.json: hidden_size: expected a non-negative integer below 2^32, found number -5");
   CHECK(contains(err({{"hidden_size", 200}, {"intermediate_size", 512}}), "hidden_size = 200 is not a multiple of 128"));
   CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 500}}), "intermediate_size = 500 is not a multiple of 128"));
-  CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 512}, {"hidden_act", "relu2"}}), "hidden_act 'relu2' is not supported"));
+  CHECK(contains(err({{"hidden_size", 256}, {"intermediate_size", 512}, {"hidden_act", "relu2"}}), "cfg.json: hidden_act = \"relu2\" is not supported"));
   CHECK(contains(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 5}, {"moe_intermediate_size", 128}}),
                  "num_experts_per_tok = 5 must be in 1..4"));
   CHECK(contains(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}}), "needs moe_intermediate_size"));
   CHECK(contains(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 128},
                       {"norm_topk_prob", "yes"}}),
-                 "'norm_topk_prob' must be true or false"));
-  CHECK(contains(err(json::array()), "must be a JSON object"));
+                 "cfg.json: norm_topk_prob: expected true or false, found string \"yes\""));
+  CHECK(err(json::array()) == "cfg.json: expected a JSON object (a model config), found an array");
+  CHECK(err({{"hidden_size", 256}, {"model_type", 7}}) == "cfg.json: model_type: expected a string, found number 7");
+  CHECK(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 128},
+             {"mlp_only_layers", {1, "two"}}}) ==
+        "cfg.json: mlp_only_layers[1]: expected a non-negative integer below 2^32, found string \"two\"");
+  CHECK(err({{"hidden_size", 256}, {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 128},
+             {"routed_scaling_factor", "2.5"}}) == "cfg.json: routed_scaling_factor: expected a number, found string \"2.5\"");
+  // A well-formed config metrale cannot run is a refusal (exit 3), not an error.
+  CHECK_THROWS_AS(parse_model_config({{"hidden_size", 200}, {"intermediate_size", 512}}, "cfg.json"), metrale::Refusal);
+  CHECK_THROWS_AS(parse_model_config({{"hidden_size", 256}, {"hidden_act", "relu2"}}, "cfg.json"), metrale::Refusal);
+  CHECK_FALSE(error_of([] { parse_model_config({{"hidden_size", "big"}}, "cfg.json"); }).empty());
 }
 
 TEST_CASE("presets carry the real models' FFN shapes") {

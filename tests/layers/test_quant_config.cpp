@@ -3,10 +3,13 @@
 // (naming the field, its value and what is supported) for everything metrale does not run.
 #include <doctest/doctest.h>
 
+#include <io/checkpoint.hpp>
 #include <io/quant_config.hpp>
 #include <metrale/status.hpp>
 
 #include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
 
 #include <string>
 
@@ -39,6 +42,16 @@ std::string malformed(const json& doc) {
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+template <class Fn>
+std::string error_text(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "accepted";
+}
 
 }  // namespace
 
@@ -153,9 +166,15 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   fp8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}};
   q = parse_quant_config(fp8, "x");
   CHECK(q.scheme == WeightScheme::ct_fp8);
+  // Per-group scales exist for pack-quantized weights only.
+  fp8["config_groups"]["group_0"]["weights"]["strategy"] = "group";
+  fp8["config_groups"]["group_0"]["weights"]["group_size"] = 128;
+  CHECK(has(refusal(fp8), "weights.strategy = \"group\" is not supported: \"channel\", \"tensor\" or \"block\" for "
+                          "float-quantized weights"));
+  w8a8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}};
+  w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
+  CHECK(has(refusal(w8a8), "weights.strategy = \"group\" is not supported: \"channel\" for int-quantized weights"));
 
-  ct["config_groups"]["group_0"]["weights"]["actorder"] = "group";
-  CHECK(has(refusal(ct), "weights.actorder = \"group\""));
   ct["config_groups"]["group_0"]["weights"]["actorder"] = nullptr;
   ct["config_groups"]["group_1"] = ct["config_groups"]["group_0"];
   ct["config_groups"]["group_1"]["weights"]["num_bits"] = 8;
@@ -172,4 +191,91 @@ TEST_CASE("block FP8 declarations") {
   fp8["weight_block_size"] = {128, 128};
   fp8["activation_scheme"] = "static";
   CHECK(has(refusal(fp8), "activation_scheme = \"static\""));
+}
+
+// Every field is read through the checked accessors (io/config_json.hpp): a value of the wrong type
+// is an Error (never a json exception) naming the file, the field path and what was expected.
+TEST_CASE("malformed quantization_config fields name the file, the field path and the expected type") {
+  const auto err = [](const json& doc) {
+    try {
+      parse_quant_config(doc, "config.json");
+    } catch (const Refusal& r) {
+      return std::string("a refusal: ") + r.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not an Error: ") + e.what();
+    }
+    return std::string("accepted");
+  };
+  json ct{{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"config_groups", {{"group_0", 5}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0: expected an object (a quantization scheme), "
+                   "found number 5");
+  ct["config_groups"] = json::array();
+  CHECK(err(ct) == "config.json: quantization_config.config_groups: expected an object of quantization schemes (group "
+                   "name -> scheme), found an array");
+  ct["config_groups"] = {{"group_0", {{"weights", "int4"}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights: expected an object (the weight "
+                   "scheme), found string \"int4\"");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", 7}}}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights.strategy: expected a string, found number 7");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", "group"}, {"group_size", 1099511627904}}}}}};
+  CHECK(err(ct) == "config.json: quantization_config.config_groups.group_0.weights.group_size: expected an integer from "
+                   "-2147483648 to 2147483647, found number 1099511627904");
+  ct["config_groups"] = {{"group_0", {{"weights", {{"num_bits", 4}, {"strategy", "group"}, {"group_size", 128}}}}}};
+  ct["ignore"] = {"lm_head", 3};
+  CHECK(err(ct) == "config.json: quantization_config.ignore[1]: expected a string, found number 3");
+  CHECK(err(json::array()) == "config.json: quantization_config: expected an object (the quantization declaration), "
+                              "found an array");
+  CHECK(err({{"quant_method", "gptq"}, {"bits", 4}, {"sym", "yes"}}) ==
+        "config.json: quantization_config.sym: expected true or false, found string \"yes\"");
+  // quantize_config.json is the declaration itself: its fields have no quantization_config prefix.
+  CHECK(error_text([] { parse_quant_config({{"quant_method", "gptq"}, {"bits", "4"}}, "quantize_config.json", ""); }) ==
+        "quantize_config.json: bits: expected an integer from -2147483648 to 2147483647, found string \"4\"");
+}
+
+TEST_CASE("config.json and quantize_config.json: a malformed declaration names the file and the field") {
+  layers_test::TempDir dir;
+  layers_test::write_file(dir / "config.json", R"({"hidden_size": 256, "quantization_config": 5})");
+  const std::string file = (dir / "config.json").string();
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) ==
+        file + ": quantization_config: expected an object (the quantization declaration), found number 5");
+  layers_test::write_file(dir / "config.json", R"([1, 2])");
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) == file + ": expected a JSON object (the model config), found an array");
+  std::filesystem::remove(dir / "config.json");
+  layers_test::write_file(dir / "quantize_config.json", R"({"bits": 4, "desc_act": 1})");
+  CHECK(error_text([&] { read_checkpoint_quant(dir.path()); }) ==
+        (dir / "quantize_config.json").string() + ": desc_act: expected true or false, found number 1");
+}
+
+// GPTQModifier's actorder: "group" (and its alias "dynamic", or true) declares weight_g_idx and
+// runs as act-order; "weight" (alias "static", the default) is the plain format.
+TEST_CASE("compressed-tensors actorder as llm-compressor writes it") {
+  json weights{{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 128},
+               {"dynamic", false}, {"actorder", "static"}, {"observer", "minmax"}};
+  json ct{{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"format", "pack-quantized"}}}}}};
+  auto& order = ct["config_groups"]["group_0"]["weights"]["actorder"];
+  for (const json& plain : {json("static"), json("weight"), json("STATIC"), json(false), json(nullptr)}) {
+    order = plain;
+    const CheckpointQuant q = parse_quant_config(ct, "x");
+    CHECK_FALSE(q.desc_act);
+    CHECK(q.scheme == WeightScheme::ct_pack_int);
+    CHECK(q.summary() == "compressed-tensors, 4-bit int, group 128, symmetric");
+  }
+  for (const json& grouped : {json("group"), json("dynamic"), json(true)}) {
+    order = grouped;
+    const CheckpointQuant q = parse_quant_config(ct, "x");
+    CHECK(q.desc_act);
+    CHECK(q.summary() == "compressed-tensors, 4-bit int, group 128, symmetric, act-order");
+  }
+  order = "bogus";
+  CHECK(refusal(ct) == "m/config.json: quantization_config.config_groups.group_0.weights.actorder = \"bogus\" is not "
+                       "supported: null, \"group\" / \"dynamic\" (weight_g_idx) or \"weight\" / \"static\"");
+  order = 3;
+  CHECK(malformed(ct) == "m/config.json: quantization_config.config_groups.group_0.weights.actorder: expected a string, "
+                         "found number 3");
+  order = "group";
+  ct["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  CHECK(has(malformed(ct), "weights.actorder: expected null: activation ordering needs strategy \"group\""));
 }

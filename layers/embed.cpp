@@ -50,7 +50,7 @@ LayerSource with_default_tier(LayerSource source, const ActivationRequest& activ
 
 LayerRequest request_for(const FfnBuildOptions& options) {
   LayerRequest request;
-  request.moe = options.moe;
+  request.per_expert = !options.moe.use_grouped_kernel;
   if (options.activations.is_explicit) {
     request.activations = TierAsk{std::string(activation_quant_name(options.activations.tier)), "activations"};
   }

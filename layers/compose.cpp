@@ -129,7 +129,9 @@ LayerSource checkpoint_source(LoadedCheckpoint checkpoint) {
   s.weights = std::move(checkpoint.weights);
   s.formats = formats_of(s.weights);
   s.weights_source = checkpoint.description;
-  s.quantization = checkpoint.quant.summary() + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
+  s.layer = checkpoint.layer;
+  s.declared = checkpoint.quant.summary();
+  s.quantization = s.declared + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
   s.declared_activations = declared_activation_tier(checkpoint.quant);
   s.declared_source = checkpoint.quant.source;
   return s;

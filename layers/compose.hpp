@@ -35,7 +35,9 @@ struct LayerSource {
   FfnWeights weights;           // empty when only formats were needed (resolve_layer, synthetic)
   SyntheticFormats formats;     // the weights' formats
   std::string weights_source;   // the path, or "synthetic (seed N)"
-  std::string quantization;     // the checkpoint's declaration, or the synthetic formats
+  std::string quantization;     // the checkpoint's declaration, where and the layer; or the synthetic formats
+  std::optional<uint32_t> layer;  // a checkpoint's decoder layer
+  std::string declared;         // what a checkpoint declares (CheckpointQuant::summary()); empty: none
   std::optional<ActivationQuant> declared_activations;  // what the checkpoint declares
   std::string declared_source;  // where (its config.json)
 };

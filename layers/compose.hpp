@@ -6,6 +6,8 @@
 // the audit rows of its own lookups and enforces METRALE_LOCK on them (a Refusal naming each
 // difference). resolve_layer makes the same lookups without memory or launches (`metrale audit`).
 // The CLI's `run` and `audit` and EmbeddedFfn come through here; nothing else composes a layer.
+// Not installed: its types hold the layers' internals (ModelConfig, FfnWeights, FfnComponent);
+// programs open a layer through EmbeddedFfn (embed.hpp).
 //
 // Thread-safety: as the Backend's lookups; a concurrent build on the same backend would see its
 // rows interleave with this one's, so build one layer per backend at a time.

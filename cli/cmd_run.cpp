@@ -131,7 +131,7 @@ LayerRequest layer_request(const RunOptions& o, StderrProgress& progress) {
   request.layer = o.layer;
   request.seed = o.seed;
   apply_tier_flags(o.tiers, request);
-  request.moe.use_grouped_kernel = !o.per_expert;
+  request.per_expert = o.per_expert;
   request.progress = [&progress](const std::string& stage, double fraction) {
     if (fraction >= 1.0) progress.finish(stage);
     else progress.update(stage, fraction);

@@ -23,7 +23,7 @@ SyntheticFormats asked_formats(const LayerRequest& request, WeightTierRequest& a
   SyntheticFormats f;
   f.weights = asked.weights.value_or(WeightFormat::w4a16);
   f.experts = asked.experts;
-  f.group = request.group_size;
+  f.group = request.group_size.value_or(kW4a16GroupSize);
   return f;
 }
 
@@ -114,7 +114,7 @@ std::vector<AuditRow> rows_after(Backend& backend, uint64_t before) {
 
 FfnBuildOptions build_options(const LayerRequest& request, const LayerSource& source, ActivationRequest& activations) {
   activations = activation_request(request.activations, source.declared_activations, source.declared_source);
-  return FfnBuildOptions{request.moe, activations};
+  return FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, activations};
 }
 
 }  // namespace
@@ -129,7 +129,9 @@ LayerSource checkpoint_source(LoadedCheckpoint checkpoint) {
   s.weights = std::move(checkpoint.weights);
   s.formats = formats_of(s.weights);
   s.weights_source = checkpoint.description;
-  s.quantization = checkpoint.quant.summary() + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
+  s.layer = checkpoint.layer;
+  s.declared = checkpoint.quant.summary();
+  s.quantization = s.declared + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
   s.declared_activations = declared_activation_tier(checkpoint.quant);
   s.declared_source = checkpoint.quant.source;
   return s;

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The one composition of a layer (docs/layers.md, "Opening a layer"). A LayerRequest names a
-// model, its weights (a checkpoint, a file in the project's tensor names, or synthetic) and the
-// tiers asked for; open_layer reads each file once, resolves the config, the weights' formats and
-// the activation tier, builds the block on a backend, returns the audit rows of its own lookups
-// and enforces METRALE_LOCK on them (a Refusal naming each difference). resolve_layer makes the
-// same lookups without memory or launches (`metrale audit`). The CLI's `run` and `audit`,
-// EmbeddedFfn and the bindings come through here; nothing else composes a layer.
+// The one composition of a layer (docs/layers.md, "Opening a layer"). A LayerRequest
+// (layer_request.hpp) names a model, its weights (a checkpoint, a file in the project's tensor
+// names, or synthetic) and the tiers asked for; open_layer reads each file once, resolves the
+// config, the weights' formats and the activation tier, builds the block on a backend, returns
+// the audit rows of its own lookups and enforces METRALE_LOCK on them (a Refusal naming each
+// difference). resolve_layer makes the same lookups without memory or launches (`metrale audit`).
+// The CLI's `run` and `audit` and EmbeddedFfn come through here; nothing else composes a layer.
+// Not installed: its types hold the layers' internals (ModelConfig, FfnWeights, FfnComponent);
+// programs open a layer through EmbeddedFfn (embed.hpp).
 //
 // Thread-safety: as the Backend's lookups; a concurrent build on the same backend would see its
 // rows interleave with this one's, so build one layer per backend at a time.
 #pragma once
+
+#include "layer_request.hpp"
 
 #include "core/tier_request.hpp"
 #include "ffn/ffn.hpp"
@@ -21,30 +25,11 @@
 #include <metrale/backend.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace metrale::layers {
-
-inline constexpr const char* kDefaultModel = "small-dense";
-
-struct LayerRequest {
-  std::string model;    // a preset or a config.json (or its directory); empty: the config.json
-                        // beside `weights`, else kDefaultModel
-  std::string weights;  // a checkpoint (directory, .safetensors, index) or a file in the project's
-                        // tensor names; empty: synthetic weights from `seed`
-  std::optional<uint32_t> layer;  // the decoder layer (default: the lowest with an FFN)
-  uint64_t seed = 1;
-  TierAsk activations;    // bf16, int8 or fp8 (else the lever, the checkpoint's, bf16)
-  TierAsk weight_format;  // synthetic weights: int4, int4-zp, int8, fp8; a checkpoint's may only repeat its own
-  TierAsk expert_format;  // synthetic MoE experts, when they differ
-  uint32_t group_size = kW4a16GroupSize;  // synthetic zero-point weights
-  MoeBuildOptions moe;
-  // Optional: told when a long stage starts (fraction 0) and ends (1): "loading DIR", ...
-  std::function<void(const std::string& stage, double fraction)> progress;
-};
 
 // What a request's files hold (or a program's own weights): the layer's config and host weights.
 struct LayerSource {
@@ -52,7 +37,9 @@ struct LayerSource {
   FfnWeights weights;           // empty when only formats were needed (resolve_layer, synthetic)
   SyntheticFormats formats;     // the weights' formats
   std::string weights_source;   // the path, or "synthetic (seed N)"
-  std::string quantization;     // the checkpoint's declaration, or the synthetic formats
+  std::string quantization;     // the checkpoint's declaration, where and the layer; or the synthetic formats
+  std::optional<uint32_t> layer;  // a checkpoint's decoder layer
+  std::string declared;         // what a checkpoint declares (CheckpointQuant::summary()); empty: none
   std::optional<ActivationQuant> declared_activations;  // what the checkpoint declares
   std::string declared_source;  // where (its config.json)
 };

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "embed.hpp"
 
+#include "compose.hpp"
+#include "core/device_buffer.hpp"
 #include "core/levers.hpp"
 
 #include <metrale/levers.hpp>
@@ -26,11 +28,6 @@ Registry open_runtime(const DiscoveryOptions& options) {
   return registry;
 }
 
-ActivationRequest checkpoint_activations(const LoadedCheckpoint& checkpoint, std::string_view asked) {
-  return activation_request(TierAsk{std::string(asked), "activations"}, declared_activation_tier(checkpoint.quant),
-                            checkpoint.quant.source);
-}
-
 namespace {
 
 std::shared_ptr<Backend> checked_backend(std::shared_ptr<Backend> backend) {
@@ -38,68 +35,74 @@ std::shared_ptr<Backend> checked_backend(std::shared_ptr<Backend> backend) {
   return backend;
 }
 
-// The program's tier as a request: an explicit one is asked for, a default one is what the
-// weights declare (so it falls back visibly, as a checkpoint's declaration does).
-LayerSource with_default_tier(LayerSource source, const ActivationRequest& activations) {
-  if (!activations.is_explicit && activations.tier != ActivationQuant::bf16) {
-    source.declared_activations = activations.tier;
-    source.declared_source = activations.source;
-  }
-  return source;
-}
-
-LayerRequest request_for(const FfnBuildOptions& options) {
-  LayerRequest request;
-  request.moe = options.moe;
-  if (options.activations.is_explicit) {
-    request.activations = TierAsk{std::string(activation_quant_name(options.activations.tier)), "activations"};
-  }
-  return request;
+LayerInfo info_of(const OpenedLayer& layer) {
+  const LayerSource& s = layer.source;
+  return LayerInfo{.model = s.config.source,
+                   .weights_source = s.weights_source,
+                   .layer = s.layer,
+                   .declared = s.declared,
+                   .quantization = s.quantization,
+                   .activations = std::string(activation_quant_name(layer.activations.tier)),
+                   .activations_source = layer.activations.source,
+                   .tiers = layer.tiers()};
 }
 
 }  // namespace
 
+// The layer and what the public API hands out about it; the backend is declared first so that it
+// is destroyed after the layer and the buffers made on it.
+struct EmbeddedFfn::Impl {
+  std::shared_ptr<Backend> backend;
+  OpenedLayer layer;
+  LayerInfo info;
+  DeviceBuffer x;  // forward_host's input rows, grown to the largest m seen
+
+  Impl(std::shared_ptr<Backend> b, const LayerRequest& request)
+      : backend(checked_backend(std::move(b))), layer(open_layer(*backend, request)), info(info_of(layer)) {
+    layer.source.weights = {};  // on the device now: a checkpoint's host copy would double its memory
+  }
+};
+
 EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const LayerRequest& request)
-    : backend_(checked_backend(std::move(backend))), layer_(open_layer(*backend_, request)) {}
+    : impl_(std::make_unique<Impl>(std::move(backend), request)) {}
 
-EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, LayerSource source, const LayerRequest& request)
-    : backend_(checked_backend(std::move(backend))), layer_(open_layer(*backend_, std::move(source), request)) {}
-
-EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const ModelConfig& config, const FfnWeights& weights,
-                         const FfnBuildOptions& options)
-    : EmbeddedFfn(std::move(backend), with_default_tier(layer_source(config, weights), options.activations),
-                  request_for(options)) {}
-
-EmbeddedFfn::EmbeddedFfn(std::shared_ptr<Backend> backend, const LoadedCheckpoint& checkpoint,
-                         std::string_view activations)
-    : EmbeddedFfn(std::move(backend), checkpoint_source(checkpoint),
-                  [&] {
-                    LayerRequest request;
-                    request.activations = TierAsk{std::string(activations), "activations"};
-                    return request;
-                  }()) {}
+EmbeddedFfn::~EmbeddedFfn() = default;
+EmbeddedFfn::EmbeddedFfn(EmbeddedFfn&& other) noexcept = default;
+EmbeddedFfn& EmbeddedFfn::operator=(EmbeddedFfn&& other) noexcept = default;
 
 std::vector<uint16_t> EmbeddedFfn::forward_host(std::span<const uint16_t> x, uint32_t m, uint64_t stream) {
-  const ModelConfig& config_ = config();
-  const size_t values = size_t{m} * config_.hidden_size;
+  const ModelConfig& config = impl_->layer.source.config;
+  const size_t values = size_t{m} * config.hidden_size;
   if (m == 0 || x.size() != values) {
-    throw Error(Status::invalid_argument, "EmbeddedFfn::forward_host: " + config_.source + " takes m rows of hidden_size " +
-                                              std::to_string(config_.hidden_size) + " bf16 values; got " +
+    throw Error(Status::invalid_argument, "EmbeddedFfn::forward_host: " + config.source + " takes m rows of hidden_size " +
+                                              std::to_string(config.hidden_size) + " bf16 values; got " +
                                               std::to_string(x.size()) + " values for m = " + std::to_string(m));
   }
-  x_.ensure(*backend_, x.size_bytes());
-  x_.upload(x, 0, stream);
-  const DevicePtr y = layer_.ffn.forward(x_.ptr(), m, stream);
+  Backend& backend = *impl_->backend;
+  impl_->x.ensure(backend, x.size_bytes());
+  impl_->x.upload(x, 0, stream);
+  const DevicePtr y = impl_->layer.ffn.forward(impl_->x.ptr(), m, stream);
   std::vector<uint16_t> out(values);
-  backend_->copy_to_host(out.data(), y, out.size() * sizeof(uint16_t), stream);
-  backend_->synchronize(stream);
+  backend.copy_to_host(out.data(), y, out.size() * sizeof(uint16_t), stream);
+  backend.synchronize(stream);
   return out;
 }
 
 void EmbeddedFfn::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream) {
-  if (auto* dense = layer_.ffn.dense()) return dense->forward_into(x, m, out, stream);
-  if (auto* moe = layer_.ffn.moe()) return moe->forward_into(x, m, out, stream);
-  if (out != x) backend_->copy_device(out, x, size_t{m} * config().hidden_size * sizeof(uint16_t), stream);
+  FfnComponent& ffn = impl_->layer.ffn;
+  if (auto* dense = ffn.dense()) return dense->forward_into(x, m, out, stream);
+  if (auto* moe = ffn.moe()) return moe->forward_into(x, m, out, stream);
+  if (out != x) impl_->backend->copy_device(out, x, size_t{m} * hidden_size() * sizeof(uint16_t), stream);
 }
+
+std::vector<PlanStep> EmbeddedFfn::plan(uint32_t m) const { return impl_->layer.ffn.plan(m); }
+
+uint32_t EmbeddedFfn::hidden_size() const noexcept { return impl_->layer.source.config.hidden_size; }
+
+const LayerInfo& EmbeddedFfn::info() const noexcept { return impl_->info; }
+
+Backend& EmbeddedFfn::backend() const noexcept { return *impl_->backend; }
+
+const std::vector<AuditRow>& EmbeddedFfn::build_audit() const noexcept { return impl_->layer.audit; }
 
 }  // namespace metrale::layers

@@ -1,27 +1,27 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The embedding shortcuts (docs/embedding.md): what a program linking the layers would otherwise
-// write itself, as the CLI does — open the runtime with every lever declared and checked, take a
-// checkpoint's declared activation tier as the default, and run one layer's FFN on host rows or on
-// the caller's device buffers. The layer is composed by open_layer (compose.hpp), so a program
-// gets what `metrale run` gets, METRALE_LOCK included: a build that differs from the lock is a
-// Refusal naming each difference.
+// The embedding API (docs/embedding.md): what a program linking the installed layers writes
+// instead of the CLI — open the runtime with every lever declared and checked, open one layer's
+// FFN from a LayerRequest (a checkpoint, a file in the project's tensor names, or synthetic
+// weights) and run it on host rows or on the caller's device buffers. The layer is composed as
+// `metrale run` composes it (open_layer, inside the library), METRALE_LOCK included: a build that
+// differs from the lock is a Refusal naming each difference.
+//
+// Installed, with the headers it includes: nothing here names the layers' internals, so they can
+// change without changing a program's build (EmbeddedFfn keeps them behind a pointer).
 #pragma once
 
-#include "compose.hpp"
-#include "io/checkpoint.hpp"
-#include "io/config.hpp"
-#include "core/device_buffer.hpp"
-#include "ffn/ffn.hpp"
-#include "core/tier_request.hpp"
-#include "io/weights.hpp"
+#include "core/layer.hpp"
+#include "layer_request.hpp"
 
+#include <metrale/audit.hpp>
 #include <metrale/backend.hpp>
 #include <metrale/registry.hpp>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
-#include <string_view>
+#include <string>
 #include <vector>
 
 namespace metrale::layers {
@@ -31,23 +31,34 @@ namespace metrale::layers {
 // unknown METRALE_* variables, then loads the plugins. Not thread-safe (Registry::scan, load).
 Registry open_runtime(const DiscoveryOptions& options = {});
 
-// The activation tier of a checkpoint's layer, in metrale run's order: `asked` ("bf16", "int8" or
-// "fp8"; empty: none) is explicit, else METRALE_ACTIVATION_QUANTIZATION, else what the checkpoint
-// declares, else bf16. Throws Refusal for an unknown tier name.
-ActivationRequest checkpoint_activations(const LoadedCheckpoint& checkpoint, std::string_view asked = {});
+// What a layer was opened from and the tiers it runs, as `metrale run` reports them.
+struct LayerInfo {
+  std::string model;           // the config's source: "preset small-dense" or a config.json's path
+  std::string weights_source;  // the weights' path as given, or "synthetic (seed N)"
+  std::optional<uint32_t> layer;  // a checkpoint's decoder layer
+  std::string declared;        // what a checkpoint declares ("gptq v1, 4-bit int, group 128, symmetric"); empty: none
+  std::string quantization;    // `metrale run`'s: the declaration, where and the layer; or the synthetic formats
+  std::string activations;     // the activation tier: "bf16", "int8" or "fp8"
+  // Why that tier: "default", the request's TierAsk ("activations int8"), the lever
+  // ("METRALE_ACTIVATION_QUANTIZATION=int8") or the checkpoint's config.json.
+  std::string activations_source;
+  std::vector<std::string> tiers;  // each projection set's tier ("w4a8: int8 activations (...)"), in audit order
+};
 
 // One layer's FFN on a backend it keeps alive (the Backend outlives the layer by construction).
-// Like the layers it wraps it is not reentrant: one EmbeddedFfn per thread.
+// Like the layers it wraps it is not reentrant: one EmbeddedFfn per thread (several may share a
+// backend). Movable; a moved-from EmbeddedFfn may only be destroyed or assigned to.
 class EmbeddedFfn {
  public:
-  // open_layer(*backend, request): the request's checkpoint (or synthetic weights), config and tiers.
+  // Opens the request's layer on `backend`: reads each file once, resolves the config, the
+  // formats and the tiers, builds it (one audit row per kernel lookup) and checks METRALE_LOCK.
+  // Throws Error(invalid_argument) for a null backend, what reading or building throws (errors
+  // name the file, the tensor or the field), and a Refusal for an explicit request the backend
+  // cannot honour, a declaration the loaders do not support, or a difference from the lock.
   EmbeddedFfn(std::shared_ptr<Backend> backend, const LayerRequest& request);
-  // The program's own weights: `config` is the layer's FFN config (LoadedCheckpoint::config, or
-  // ModelConfig::for_layer of a model's); options.activations is the tier as asked.
-  EmbeddedFfn(std::shared_ptr<Backend> backend, const ModelConfig& config, const FfnWeights& weights,
-              const FfnBuildOptions& options = {});
-  // The checkpoint's layer with its activation tier (checkpoint_activations(checkpoint, activations)).
-  EmbeddedFfn(std::shared_ptr<Backend> backend, const LoadedCheckpoint& checkpoint, std::string_view activations = {});
+  ~EmbeddedFfn();
+  EmbeddedFfn(EmbeddedFfn&& other) noexcept;
+  EmbeddedFfn& operator=(EmbeddedFfn&& other) noexcept;
 
   // y = FFN(x) for m rows of bf16 [m, hidden] on the host: upload, forward, copy back, wait.
   // Throws Error(invalid_argument) when m is 0 or x does not hold m * hidden values.
@@ -56,18 +67,18 @@ class EmbeddedFfn {
   // range inside one: backends check copies against their own allocations), bf16 [m, hidden]
   // each; asynchronous on `stream` (synchronize before reading `out`). A None FFN copies x.
   void forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t stream = 0);
+  // The launches a forward of m rows takes, in order (`metrale run`'s plan).
+  std::vector<PlanStep> plan(uint32_t m) const;
 
-  FfnComponent& component() noexcept { return layer_.ffn; }
-  const ModelConfig& config() const noexcept { return layer_.source.config; }
-  Backend& backend() const noexcept { return *backend_; }
+  uint32_t hidden_size() const noexcept;
+  const LayerInfo& info() const noexcept;
+  Backend& backend() const noexcept;
   // The audit rows the build appended (the lookups this layer made), in order.
-  const std::vector<AuditRow>& build_audit() const noexcept { return layer_.audit; }
+  const std::vector<AuditRow>& build_audit() const noexcept;
 
  private:
-  EmbeddedFfn(std::shared_ptr<Backend> backend, LayerSource source, const LayerRequest& request);
-  std::shared_ptr<Backend> backend_;  // declared first: destroyed after the layer and its buffers
-  OpenedLayer layer_;
-  DeviceBuffer x_;  // forward_host's input rows, grown to the largest m seen
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace metrale::layers

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/quant_matrix.hpp"
+#include "core/tier_ask.hpp"
 #include "core/tiers.hpp"
 
 #include <optional>
@@ -17,15 +18,6 @@ namespace metrale::layers {
 inline constexpr std::string_view kActivationQuantizationLever = "METRALE_ACTIVATION_QUANTIZATION";
 inline constexpr std::string_view kWeightQuantizationLever = "METRALE_WEIGHT_QUANTIZATION";
 inline constexpr std::string_view kExpertQuantizationLever = "METRALE_EXPERT_QUANTIZATION";
-
-// A tier asked for by name, and by what: `value` as given ("int8"; empty: not asked) and `by`,
-// the caller's name for the option that carries it ("--activation-quantization" in the CLI), so
-// that messages and the audit say "--activation-quantization int8". The layers know no flag.
-struct TierAsk {
-  std::string value;
-  std::string by;
-  std::string source() const { return by + " " + value; }
-};
 
 // The activation tier a build was asked for.
 struct ActivationRequest {

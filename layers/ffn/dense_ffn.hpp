@@ -9,7 +9,7 @@
 #pragma once
 
 #include "io/config.hpp"
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "linear/projection.hpp"
 #include "linear/projection_set.hpp"
 #include "io/weights.hpp"

@@ -18,7 +18,7 @@
 
 #include "io/config.hpp"
 #include "ffn/dense_ffn.hpp"
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "linear/projection.hpp"
 #include "linear/projection_set.hpp"
 #include "io/weights.hpp"

@@ -2,6 +2,7 @@
 #include "io/activation_io.hpp"
 
 #include "core/numeric.hpp"
+#include "io/safetensors.hpp"
 
 #include <metrale/status.hpp>
 

@@ -4,7 +4,7 @@
 // (nearest, ties to even) on the way in; outputs are written as BF16. docs/layers.md.
 #pragma once
 
-#include "io/safetensors.hpp"
+#include "io/dtype.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -10,6 +10,8 @@
 // last. Messages name the file and the tensor and never quote the header's bytes beyond names.
 #pragma once
 
+#include "io/dtype.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -20,12 +22,6 @@
 #include <vector>
 
 namespace metrale::layers {
-
-enum class Dtype { boolean, u8, i8, i16, u16, f16, bf16, i32, u32, f32, f64, i64, u64, f8_e4m3, f8_e5m2 };
-
-std::string_view dtype_name(Dtype dtype) noexcept;  // "F16", "BF16", "I32"...
-std::optional<Dtype> dtype_from_name(std::string_view name) noexcept;
-size_t dtype_size(Dtype dtype) noexcept;
 
 // "[2, 3]"
 std::string shape_string(std::span<const uint64_t> shape);

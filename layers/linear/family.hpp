@@ -7,7 +7,7 @@
 // module `quant` (act-order gather, int8/fp8 quantization).
 #pragma once
 
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "linear/projection.hpp"
 #include "core/quant_matrix.hpp"
 #include "core/tiers.hpp"

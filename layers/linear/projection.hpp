@@ -9,7 +9,7 @@
 // Every section-7 decision goes through layers/linear/selectors.hpp.
 #pragma once
 
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "core/layer.hpp"
 
 #include "linear/selectors.hpp"
@@ -55,7 +55,7 @@ ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const P
                                              std::source_location site = std::source_location::current());
 
 // Throws Error(incompatible) unless every kernel of `kernels` reads weights in `layout`
-// (require_weight_layout of device_buffer.hpp on each non-null handle).
+// (require_weight_layout of device_quant_matrix.hpp on each non-null handle).
 void require_weight_layout(const Backend& backend, const ProjectionKernels& kernels, std::string_view layout);
 
 // The launch for m rows of an [n, k] projection. Throws Error(unavailable) when no kernel serves.

@@ -12,7 +12,7 @@
 // every row the resolution appended records the tier it ended at (AuditRow::tier).
 #pragma once
 
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "linear/family.hpp"
 #include "linear/projection.hpp"
 #include "core/tier_request.hpp"

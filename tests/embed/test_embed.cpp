@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The embedding shortcuts (layers/embed.hpp, docs/embedding.md) on the CPU backend: open_runtime
-// refuses a bad lever value, EmbeddedFfn gives what FfnComponent gives on host rows and into the
-// caller's device buffers, checks its arguments and keeps the audit rows of its build;
-// checkpoint_activations follows `metrale run`'s order.
+// The embedding API (layers/embed.hpp, docs/embedding.md) on the CPU backend: open_runtime refuses
+// a bad lever value; an EmbeddedFfn opened from a LayerRequest gives what the layers give on host
+// rows and into the caller's device buffers, checks its arguments, reports what it was opened
+// from and its activation tier in `metrale run`'s order, keeps the audit rows of its build and
+// obeys METRALE_LOCK. The tests link the in-tree library and compare with its internals.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "test_support.hpp"
 
+#include <layers/compose.hpp>
+#include <layers/core/device_buffer.hpp>
 #include <layers/embed.hpp>
 #include <layers/reference/reference.hpp>
 
@@ -33,7 +36,14 @@ std::shared_ptr<Backend> cpu_backend() {
   return registry.find("cpu");
 }
 
-// What the layers give without the shortcut: build, upload, forward, copy back.
+LayerRequest synthetic(const char* model, uint64_t seed) {
+  LayerRequest request;
+  request.model = model;
+  request.seed = seed;
+  return request;
+}
+
+// What the layers give without the embedding API: build, upload, forward, copy back.
 std::vector<uint16_t> plain_forward(const ModelConfig& config, const FfnWeights& weights,
                                     const std::vector<uint16_t>& x, uint32_t m) {
   Backend& backend = *cpu_backend();
@@ -47,8 +57,11 @@ std::vector<uint16_t> plain_forward(const ModelConfig& config, const FfnWeights&
   return out;
 }
 
+// A checkpoint's layer declaring `activations`, with synthetic weights (no files).
 LoadedCheckpoint declaring(DeclaredActivations activations) {
   LoadedCheckpoint checkpoint;
+  checkpoint.config = *preset_config("small-dense");
+  checkpoint.weights = synthetic_ffn_weights(checkpoint.config, 7);
   checkpoint.quant.activations = activations;
   checkpoint.quant.source = "ckpt/config.json: quantization_config";
   return checkpoint;
@@ -63,16 +76,16 @@ TEST_CASE("open_runtime loads the manifests it is given and refuses a bad lever 
   CHECK_THROWS_AS(open_runtime(cpu_only()), Refusal);
 }
 
-TEST_CASE("EmbeddedFfn gives FfnComponent's output on host rows and into device buffers") {
+TEST_CASE("EmbeddedFfn gives the layers' output on host rows and into device buffers") {
   for (const char* preset : {"small-dense", "small-moe"}) {
     CAPTURE(preset);
     const ModelConfig config = *preset_config(preset);
-    const FfnWeights weights = synthetic_ffn_weights(config, 7);
     const uint32_t m = 5;
     const std::vector<uint16_t> x = synthetic_activations(m, config.hidden_size, 8);
-    const std::vector<uint16_t> want = plain_forward(config, weights, x, m);
+    const std::vector<uint16_t> want = plain_forward(config, synthetic_ffn_weights(config, 7), x, m);
 
-    EmbeddedFfn ffn(cpu_backend(), config, weights);
+    EmbeddedFfn ffn(cpu_backend(), synthetic(preset, 7));
+    CHECK(ffn.hidden_size() == config.hidden_size);
     CHECK(ffn.forward_host(x, m) == want);
     CHECK(ffn.forward_host(std::span(x).first(config.hidden_size), 1) ==
           std::vector<uint16_t>(want.begin(), want.begin() + config.hidden_size));
@@ -89,42 +102,74 @@ TEST_CASE("EmbeddedFfn gives FfnComponent's output on host rows and into device 
                       [](const AuditRow& row) { return row.backend == "cpu"; }));
     CHECK(std::any_of(ffn.build_audit().begin(), ffn.build_audit().end(),
                       [](const AuditRow& row) { return row.outcome == LookupOutcome::resolved; }));
+    const std::vector<PlanStep> plan = ffn.plan(m);
+    REQUIRE_FALSE(plan.empty());
+    CHECK(plan.front().step.starts_with("ffn."));
+
+    // Moved, it is the same layer.
+    EmbeddedFfn moved = std::move(ffn);
+    CHECK(moved.forward_host(x, m) == want);
   }
 }
 
-TEST_CASE("EmbeddedFfn checks its arguments") {
+TEST_CASE("EmbeddedFfn opens a file of the program's own weights as it opens a checkpoint") {
   const ModelConfig config = *preset_config("small-dense");
-  const FfnWeights weights = synthetic_ffn_weights(config, 7);
-  CHECK_THROWS_AS(EmbeddedFfn(nullptr, config, weights), Error);
-  EmbeddedFfn ffn(cpu_backend(), config, weights);
-  const std::vector<uint16_t> x = synthetic_activations(2, config.hidden_size, 8);
+  const FfnWeights weights = synthetic_ffn_weights(config, 11);
+  testing::TempDir dir;
+  save_ffn_weights(weights, config, dir / "ffn.safetensors");
+  LayerRequest request = synthetic("small-dense", 1);
+  request.weights = (dir / "ffn.safetensors").string();
+  EmbeddedFfn ffn(cpu_backend(), request);
+  CHECK(ffn.info().weights_source == request.weights);
+  CHECK(ffn.info().model == "preset small-dense");
+  const std::vector<uint16_t> x = synthetic_activations(3, config.hidden_size, 8);
+  CHECK(ffn.forward_host(x, 3) == plain_forward(config, weights, x, 3));
+}
+
+TEST_CASE("EmbeddedFfn checks its arguments") {
+  CHECK_THROWS_AS(EmbeddedFfn(nullptr, synthetic("small-dense", 7)), Error);
+  EmbeddedFfn ffn(cpu_backend(), synthetic("small-dense", 7));
+  const uint32_t hidden = ffn.hidden_size();
+  const std::vector<uint16_t> x(size_t{2} * hidden);
   try {
     ffn.forward_host(x, 3);
     FAIL("a row count that does not match the values must throw");
   } catch (const Error& e) {
     CHECK(e.status() == Status::invalid_argument);
-    CHECK(std::string(e.what()).find("hidden_size " + std::to_string(config.hidden_size)) != std::string::npos);
+    CHECK(std::string(e.what()).find("hidden_size " + std::to_string(hidden)) != std::string::npos);
   }
   CHECK_THROWS_AS(ffn.forward_host({}, 0), Error);
 }
 
-TEST_CASE("checkpoint_activations: asked, else the lever, else the checkpoint, else bf16") {
-  const ActivationRequest asked = checkpoint_activations(declaring(DeclaredActivations::bf16), "int8");
-  CHECK(asked.tier == ActivationQuant::int8);
-  CHECK(asked.is_explicit);
-  CHECK_THROWS_AS(checkpoint_activations(declaring(DeclaredActivations::bf16), "int3"), Refusal);
+TEST_CASE("EmbeddedFfn's activation tier: asked, else the lever, else the checkpoint's, else bf16") {
+  LayerRequest request = synthetic("small-dense", 7);
+  const LayerInfo plain = EmbeddedFfn(cpu_backend(), request).info();
+  CHECK(plain.activations == "bf16");
+  CHECK(plain.activations_source == "default");
+  CHECK(plain.weights_source == "synthetic (seed 7)");
+  CHECK_FALSE(plain.layer);
+  CHECK_FALSE(plain.tiers.empty());
 
-  const ActivationRequest declared = checkpoint_activations(declaring(DeclaredActivations::int8_dynamic_token));
-  CHECK(declared.tier == ActivationQuant::int8);
-  CHECK_FALSE(declared.is_explicit);
-  CHECK(declared.source.find("ckpt/config.json") != std::string::npos);
-  CHECK(checkpoint_activations(declaring(DeclaredActivations::fp8_dynamic_token)).tier == ActivationQuant::fp8);
-  CHECK(checkpoint_activations(declaring(DeclaredActivations::bf16)).tier == ActivationQuant::bf16);
+  request.activations = TierAsk{"int8", "activations"};
+  const LayerInfo asked = EmbeddedFfn(cpu_backend(), request).info();
+  CHECK(asked.activations == "int8");
+  CHECK(asked.activations_source == "activations int8");
+  request.activations = TierAsk{"int3", "activations"};
+  CHECK_THROWS_AS(EmbeddedFfn(cpu_backend(), request), Refusal);
 
-  metrale::testing::EnvGuard lever{{"METRALE_ACTIVATION_QUANTIZATION", "bf16"}};
-  const ActivationRequest by_lever = checkpoint_activations(declaring(DeclaredActivations::int8_dynamic_token));
-  CHECK(by_lever.tier == ActivationQuant::bf16);
-  CHECK(by_lever.is_explicit);
+  // A checkpoint's declaration is the default (the composition EmbeddedFfn opens it through).
+  const OpenedLayer declared =
+      open_layer(*cpu_backend(), checkpoint_source(declaring(DeclaredActivations::int8_dynamic_token)), LayerRequest{});
+  CHECK(declared.activations.tier == ActivationQuant::int8);
+  CHECK_FALSE(declared.activations.is_explicit);
+  CHECK(declared.activations.source.find("ckpt/config.json") != std::string::npos);
+  CHECK(open_layer(*cpu_backend(), checkpoint_source(declaring(DeclaredActivations::bf16)), LayerRequest{})
+            .activations.tier == ActivationQuant::bf16);
+
+  metrale::testing::EnvGuard lever{{"METRALE_ACTIVATION_QUANTIZATION", "int8"}};
+  const LayerInfo by_lever = EmbeddedFfn(cpu_backend(), synthetic("small-dense", 7)).info();
+  CHECK(by_lever.activations == "int8");
+  CHECK(by_lever.activations_source.find("METRALE_ACTIVATION_QUANTIZATION") != std::string::npos);
 }
 
 TEST_CASE("EmbeddedFfn obeys METRALE_LOCK: the same build starts, another tier or backend is a Refusal") {
@@ -149,10 +194,13 @@ TEST_CASE("EmbeddedFfn obeys METRALE_LOCK: the same build starts, another tier o
     CHECK(what.find("layers/ffn/dense_ffn.cpp:") != std::string::npos);
     CHECK(what.find("bf16/w4a16 in the lock, int8/w4a8 in the current configuration") != std::string::npos);
   }
-  // The program's own weights go through the same composition, lock included.
+  LayerRequest w8 = request;
+  w8.weight_format = TierAsk{"int8", "weights"};
+  CHECK_THROWS_AS(EmbeddedFfn(cpu_backend(), w8), Refusal);
+  // A program's own weights in memory (in-tree only) go through the same composition, lock included.
   const ModelConfig config = *preset_config("small-dense");
-  const FfnWeights weights = synthetic_ffn_weights(config, 7);
-  CHECK_NOTHROW(EmbeddedFfn(cpu_backend(), config, weights));
-  CHECK_THROWS_AS(EmbeddedFfn(cpu_backend(), config, synthetic_ffn_weights(config, 7, SyntheticFormats{.weights = WeightFormat::w8_zp, .experts = {}})),
+  CHECK_NOTHROW(open_layer(backend, layer_source(config, synthetic_ffn_weights(config, 7)), LayerRequest{}));
+  const SyntheticFormats int8_weights{.weights = WeightFormat::w8_zp, .experts = {}};
+  CHECK_THROWS_AS(open_layer(backend, layer_source(config, synthetic_ffn_weights(config, 7, int8_weights)), LayerRequest{}),
                   Refusal);
 }

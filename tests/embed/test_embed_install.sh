@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Embedding against an installed metrale (docs/embedding.md): install this build into a temp root,
-# check what an embedder needs is there (libmetrale-layers, its headers, metrale-layers.pc, the
-# CMake package), compile every installed layers header against nothing but the installed tree,
-# then build docs/examples/embed out of tree twice -- with Meson and pkg-config, and with CMake and
-# find_package(metrale) -- and run both on two small checkpoints (dense, MoE): each must print the
+# check what an embedder needs is there (libmetrale-layers, metrale-layers.pc, the CMake package)
+# and that the layers headers installed are the public ones docs/embedding.md lists, each compiling
+# alone against nothing but the installed tree, then build docs/examples/embed out of tree twice --
+# with Meson and pkg-config, and with CMake and find_package(metrale) -- and run both on two small checkpoints (dense, MoE): each must print the
 # same, and write the y that the installed `metrale run --weights --layer --input --output` writes
 # for the same rows, bit for bit.
 # Usage: test_embed_install.sh BUILD_DIR SOURCE_DIR PREFIX BINDIR LIBDIR INCLUDEDIR PYTHON3
@@ -24,7 +24,7 @@ lib="$staged/$libdir"
 inc="$staged/$includedir"
 for f in "$lib/libmetrale-layers.so" "$lib/libmetrale.so" "$lib/pkgconfig/metrale-layers.pc" "$lib/pkgconfig/metrale.pc" \
          "$lib/cmake/metrale/metraleConfig.cmake" "$lib/cmake/metrale/metraleConfigVersion.cmake" \
-         "$inc/metrale/layers/embed.hpp" "$inc/metrale/layers/io/checkpoint.hpp" "$inc/metrale/registry.hpp"; do
+         "$inc/metrale/layers/embed.hpp" "$inc/metrale/registry.hpp"; do
   [ -e "$f" ] || fail "not installed: ${f#"$root/dest"}"
 done
 
@@ -33,12 +33,21 @@ export PKG_CONFIG_SYSROOT_DIR="$root/dest"
 pkg-config --exists metrale-layers || fail "metrale-layers.pc: $(pkg-config --print-errors metrale-layers 2>&1)"
 pkg-config --print-requires metrale-layers | grep -q '^metrale\b' || fail "metrale-layers.pc does not require metrale"
 
-# Every installed layers header resolves its includes inside the installed tree (no source tree).
-headers=$(cd "$inc" && find metrale/layers -name '*.hpp' | sort)
-[ "$(wc -l <<<"$headers")" -ge 20 ] || fail "only $(wc -l <<<"$headers") layers headers installed"
-sed 's/.*/#include <&>/' <<<"$headers" >"$root/all_headers.cpp"
-# shellcheck disable=SC2046  # pkg-config's flags are words
-quiet "$root/headers.log" c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror $(pkg-config --cflags metrale-layers) "$root/all_headers.cpp"
+# The installed layers headers are exactly the public ones docs/embedding.md lists (a row
+# "| `<metrale/layers/...>` |" each), and each resolves its includes inside the installed tree
+# alone: compiled by itself, with nothing of the source tree.
+headers=$(cd "$inc" && find metrale/layers -type f | sort)
+# shellcheck disable=SC2016  # backquotes of Markdown, not a command
+documented=$(sed -n 's/^| `<\(metrale\/layers\/[^>]*\)>` |.*/\1/p' "$source/docs/embedding.md" | sort)
+[ -n "$documented" ] || fail "docs/embedding.md lists no layers header"
+[ "$headers" = "$documented" ] ||
+  { diff <(echo "$documented") <(echo "$headers"); fail "the installed layers headers (+) are not the ones docs/embedding.md lists (-)"; }
+for header in $headers; do
+  echo "#include <$header>" >"$root/one_header.cpp"
+  # shellcheck disable=SC2046  # pkg-config's flags are words
+  c++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror $(pkg-config --cflags metrale-layers) "$root/one_header.cpp" \
+    >"$root/header.log" 2>&1 || { cat "$root/header.log"; fail "<$header> does not compile alone against the install"; }
+done
 
 # Out of tree: a copy of the example, so nothing of the source tree's build leaks in.
 cp -r "$source/docs/examples/embed" "$root/example"

@@ -5,7 +5,7 @@
 
 #include "bench/bench.hpp"
 
-#include "core/device_buffer.hpp"
+#include "core/device_quant_matrix.hpp"
 #include "linear/family.hpp"
 #include "reference/reference.hpp"
 

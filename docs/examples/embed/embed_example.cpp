@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Embedding metrale's layers (docs/embedding.md): open the runtime, pick a backend (the default
-// one, or METRALE_BACKEND), load one decoder layer's FFN from a checkpoint directory, run it on rows
+// one, or METRALE_BACKEND), open one decoder layer's FFN of a checkpoint directory, run it on rows
 // in host memory and again on device buffers, print a few outputs and the audit rows.
 //
 //   embed_example CHECKPOINT_DIR LAYER M [OUT_DIR]
@@ -10,8 +10,9 @@
 // OUT_DIR/y.safetensors (tensor "y"), the files `metrale run --input / --output` reads and writes.
 // Exit codes as the CLI's: 0 ok, 1 error, 2 usage, 3 refusal.
 #include <metrale/layers/embed.hpp>
-#include <metrale/layers/io/activation_io.hpp>
+#include <metrale/layers/core/device_buffer.hpp>
 #include <metrale/layers/core/numeric.hpp>
+#include <metrale/layers/io/activation_io.hpp>
 #include <metrale/audit.hpp>
 #include <metrale/status.hpp>
 
@@ -67,11 +68,14 @@ void print_audit(const ml::EmbeddedFfn& ffn) {
 int run(const std::filesystem::path& checkpoint_dir, uint32_t layer, uint32_t m, const char* out_dir) {
   metrale::Registry registry = ml::open_runtime();
   std::shared_ptr<metrale::Backend> backend = registry.select();  // METRALE_BACKEND, else the default
-  const ml::LoadedCheckpoint checkpoint = ml::load_checkpoint(checkpoint_dir, layer);
-  ml::EmbeddedFfn ffn(backend, checkpoint);  // the checkpoint's activation tier, as `metrale run`
-  const uint32_t hidden = ffn.config().hidden_size;
+  ml::LayerRequest request;
+  request.weights = checkpoint_dir.string();  // its config.json gives the model
+  request.layer = layer;
+  ml::EmbeddedFfn ffn(backend, request);  // the checkpoint's activation tier, as `metrale run`
+  const ml::LayerInfo& info = ffn.info();
+  const uint32_t hidden = ffn.hidden_size();
   std::printf("backend  %s (%s)\n", backend->name().c_str(), backend->device_name().c_str());
-  std::printf("layer    %u of %s: %s\n", checkpoint.layer, checkpoint.description.c_str(), checkpoint.quant.summary().c_str());
+  std::printf("layer    %u of %s: %s\n", info.layer.value_or(layer), info.weights_source.c_str(), info.declared.c_str());
 
   const std::vector<uint16_t> x = input_rows(m, hidden);
   const std::vector<uint16_t> y = ffn.forward_host(x, m);

@@ -113,7 +113,7 @@ TEST_CASE("the audit shows what the dense layer resolved and the fallbacks it to
   const bool some_below = 256 < min_k;   // gate_up K
   const bool some_above = 512 >= min_k;  // down K
 
-  for (const auto& row : rows) CHECK(contains(row.site.file, "layers/model/"));
+  for (const auto& row : rows) CHECK(contains(row.site.file, "layers/ffn/"));
   REQUIRE(find_row(rows, "w4a16_gemv"));
   CHECK(find_row(rows, "w4a16_gemv")->outcome == LookupOutcome::resolved);
   CHECK(find_row(rows, "w4a16_gemv_b8")->outcome == LookupOutcome::resolved);

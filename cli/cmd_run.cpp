@@ -305,7 +305,7 @@ FfnComponent build_layers(Backend& b, const RunOptions& o, const RunWeights& w, 
   for (const auto& row : b.audit().snapshot()) {
     if (row.sequence <= before || row.backend != b.name()) continue;
     r.audit.push_back(row);
-    if (!row.tier.empty() && std::find(r.tiers.begin(), r.tiers.end(), row.tier) == r.tiers.end()) r.tiers.push_back(row.tier);
+    if (const auto* tier = row.annotation("tier_note"); tier && std::find(r.tiers.begin(), r.tiers.end(), *tier) == r.tiers.end()) r.tiers.push_back(*tier);
   }
   return ffn;
 }

@@ -121,9 +121,11 @@ uint64_t AuditLog::append(AuditRow row) {
 }
 
 uint64_t AuditLog::append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
-                          LookupOutcome outcome, std::string lever, std::vector<AuditAnnotation> annotations) {
+                          LookupOutcome outcome, std::string lever, const std::vector<AuditAnnotation>& annotations) {
   std::lock_guard lock(mutex_);
-  return append_locked(Stored{0, site, true, std::move(resolved), kind, outcome, std::move(lever), std::move(annotations)});
+  // Copied only when there are any: the warm path has none.
+  return append_locked(Stored{0, site, true, std::move(resolved), kind, outcome, std::move(lever),
+                              annotations.empty() ? std::vector<AuditAnnotation>() : annotations});
 }
 
 uint64_t AuditLog::last_sequence() const {

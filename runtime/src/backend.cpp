@@ -26,6 +26,18 @@ std::string join_params(const std::vector<KernelParam>& params) {
   return join_types(types);
 }
 
+bool same_types(std::span<const metrale_param_type> types, const std::vector<KernelParam>& params) {
+  if (types.size() != params.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (types[i] != params[i].type) return false;
+  return true;
+}
+
+// The requests of kernel() and try_kernel(), built once: their warm path constructs none.
+const Backend::LookupRequest kTryRequest{};
+const Backend::LookupRequest kRequireRequest{
+    .kind = LookupKind::require, .expected = {}, .lever = {}, .refuse_because = {}, .annotations = {}};
+
 std::string key_of(std::string_view module, std::string_view name) {
   return std::string(module) + "/" + std::string(name);
 }
@@ -182,24 +194,6 @@ const Backend::Cached& Backend::cached_resolution(std::string_view module, std::
   return resolutions_.try_emplace(KernelKey{std::string(module), std::string(name)}, std::move(cached)).first->second;
 }
 
-Backend::Found Backend::find_listed(std::string_view module, std::string_view name, const LookupRequest& request) {
-  const Cached& cached = cached_resolution(module, name);
-  Found found{cached.handle, cached.failure, cached.prototype, request.lever, request.refuse_because};
-  if (found.handle && !request.expected.empty() && cached.listed) {
-    const auto& params = cached.listed->params;
-    bool same = request.expected.size() == params.size();
-    for (size_t i = 0; same && i < params.size(); ++i) same = request.expected[i] == params[i].type;
-    if (!same) {
-      found.handle = {};
-      found.failure = Status::incompatible;
-      found.prototype = make_prototype(module, name, found.handle,
-                                       "signature differs: caller expects " + join_types(request.expected) +
-                                           ", manifest declares " + join_params(params));
-    }
-  }
-  return found;
-}
-
 Backend::Found Backend::find_substitute(std::string_view module, std::string_view name, const std::string& substitute,
                                         const LookupRequest& request) {
   // A kernel developer's substitute: it must resolve and declare the caller's parameters, or
@@ -207,8 +201,6 @@ Backend::Found Backend::find_substitute(std::string_view module, std::string_vie
   auto slash = substitute.find('/');
   std::string sub_module = substitute.substr(0, slash), sub_name = substitute.substr(slash + 1);
   Found found;
-  std::string note = lever_note("METRALE_KERNEL_SUBST");
-  found.lever = request.lever.empty() ? note : request.lever + ", " + note;
   std::vector<metrale_param_type> expected(request.expected.begin(), request.expected.end());
   if (expected.empty()) {
     if (const ManifestKernel* original = manifest_.find_kernel(module, name))
@@ -227,28 +219,47 @@ Backend::Found Backend::find_substitute(std::string_view module, std::string_vie
   }
   if (found.failure == Status::ok) found.handle = find_kernel(sub_module, sub_name, expected, found.failure, reason);
   if (found.handle) reason = "substituted by " + substitute + ": " + reason;
-  found.refusal = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + substitute + ", which cannot be used";
+  found.substitution = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + substitute + ", which cannot be used";
   found.prototype = make_prototype(module, name, found.handle, std::move(reason), substitute);
   return found;
 }
 
 KernelHandle Backend::lookup_into(std::string_view module, std::string_view name, const LookupRequest& request,
                                   const std::source_location& site, Resolution* out) {
-  auto substitute = substitute_for(module, name);
-  Found found = substitute ? find_substitute(module, name, *substitute, request) : find_listed(module, name, request);
+  Found found;
+  std::string lever = request.lever;
+  const std::string* refusal = &request.refuse_because;
+  if (auto substitute = substitute_for(module, name)) {
+    found = find_substitute(module, name, *substitute, request);
+    const std::string note = lever_note("METRALE_KERNEL_SUBST");
+    lever = lever.empty() ? note : lever + ", " + note;
+    refusal = &found.substitution;
+  } else {
+    // The warm path: the cached answer, the caller's signature checked against the manifest.
+    const Cached& cached = cached_resolution(module, name);
+    found.handle = cached.handle;
+    found.failure = cached.failure;
+    found.prototype = cached.prototype;
+    if (found.handle && !request.expected.empty() && cached.listed && !same_types(request.expected, cached.listed->params)) {
+      found.handle = {};
+      found.failure = Status::incompatible;
+      found.prototype = make_prototype(module, name, found.handle,
+                                       "signature differs: caller expects " + join_types(request.expected) +
+                                           ", manifest declares " + join_params(cached.listed->params));
+    }
+  }
   LookupOutcome outcome = LookupOutcome::resolved;
   if (!found.handle) {
-    if (!found.refusal.empty()) outcome = LookupOutcome::refused;
+    if (!refusal->empty()) outcome = LookupOutcome::refused;
     else outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
   }
-  const uint64_t sequence =
-      audit_->append(site, found.prototype, request.kind, outcome, std::move(found.lever), request.annotations);
+  const uint64_t sequence = audit_->append(site, found.prototype, request.kind, outcome, std::move(lever), request.annotations);
   if (out) *out = Resolution{found.handle, outcome, found.prototype->reason, sequence};
   if (found.handle) return found.handle;
   auto what = [&] {
     return key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + found.prototype->reason;
   };
-  if (!found.refusal.empty()) throw Refusal(found.refusal + ": " + what());
+  if (!refusal->empty()) throw Refusal(*refusal + ": " + what());
   if (request.kind == LookupKind::require) throw Error(found.failure, what());
   if (logger()->should_log(spdlog::level::debug)) logger()->debug("try_kernel {} -> null", what());
   return {};
@@ -276,9 +287,7 @@ std::optional<std::string> Backend::substitute_for(std::string_view module, std:
 }
 
 KernelHandle Backend::kernel(std::string_view module, std::string_view name, std::source_location site) {
-  LookupRequest request;
-  request.kind = LookupKind::require;
-  return lookup(module, name, request, site);
+  return lookup(module, name, kRequireRequest, site);
 }
 
 KernelHandle Backend::kernel(std::string_view module, std::string_view name,
@@ -290,7 +299,7 @@ KernelHandle Backend::kernel(std::string_view module, std::string_view name,
 }
 
 KernelHandle Backend::try_kernel(std::string_view module, std::string_view name, std::source_location site) {
-  return lookup(module, name, LookupRequest{}, site);
+  return lookup(module, name, kTryRequest, site);
 }
 
 const ManifestKernel& Backend::manifest_entry(KernelHandle handle) const {

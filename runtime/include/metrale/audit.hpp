@@ -80,7 +80,7 @@ class AuditLog {
   // annotations, and is shared by every row of the same resolution, so a warm lookup without a
   // lever or annotations allocates nothing here. The site is formatted when rows are read.
   uint64_t append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
-                  LookupOutcome outcome, std::string lever, std::vector<AuditAnnotation> annotations = {});
+                  LookupOutcome outcome, std::string lever, const std::vector<AuditAnnotation>& annotations = {});
   // The sequence number of the last row appended (0 when none).
   uint64_t last_sequence() const;
   // The rows kept, in sequence order.

@@ -217,8 +217,7 @@ class Backend {
     KernelHandle handle;
     Status failure = Status::ok;
     std::shared_ptr<const AuditRow> prototype;
-    std::string lever;    // the request's, plus METRALE_KERNEL_SUBST's note when it substituted
-    std::string refusal;  // non-empty: a miss is a Refusal with this text
+    std::string substitution;  // under METRALE_KERNEL_SUBST: the Refusal a miss is; else ""
   };
   using KernelKey = std::pair<std::string, std::string>;
   using KernelKeyView = std::pair<std::string_view, std::string_view>;
@@ -234,8 +233,6 @@ class Backend {
   const Cached& cached_resolution(std::string_view module, std::string_view name);
   std::shared_ptr<const AuditRow> make_prototype(std::string_view module, std::string_view name, KernelHandle handle,
                                                  std::string reason, std::string substitute = {}) const;
-  // The cached answer, with the caller's signature checked against the manifest.
-  Found find_listed(std::string_view module, std::string_view name, const LookupRequest& request);
   // The answer under METRALE_KERNEL_SUBST's `substitute` ("module/name") for module/name.
   Found find_substitute(std::string_view module, std::string_view name, const std::string& substitute,
                         const LookupRequest& request);

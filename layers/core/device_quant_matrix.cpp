@@ -18,10 +18,8 @@ constexpr uint32_t kRepackRowsPerBlock = 64;
 
 }  // namespace
 
-KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site) {
-  const Backend::LookupRequest request{
-      .kind = LookupKind::try_lookup, .expected = kW4a16RepackSignature, .lever = {}, .refuse_because = {}};
-  return backend.lookup("w4a16", "w4a16_repack", request, site);
+KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site, const LookupNotes& notes) {
+  return backend.lookup("w4a16", "w4a16_repack", noted_request(notes, LookupKind::try_lookup, kW4a16RepackSignature), site);
 }
 
 std::string weight_layout_of(const Backend& backend, KernelHandle kernel, std::string_view canonical) {

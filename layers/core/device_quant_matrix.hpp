@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/device_buffer.hpp"
+#include "core/lookup_notes.hpp"
 #include "core/quant_matrix.hpp"
 
 #include <metrale/backend.hpp>
@@ -20,9 +21,10 @@ namespace metrale::layers {
 // reads its family's canonical layout: this one for the w4a16 module.
 inline constexpr std::string_view kCanonicalW4a16Layout = "w4a16-nk-g128";
 
-// The backend's w4a16/w4a16_repack (a try lookup: one audit row at `site`), or the null handle
-// when it declares none and keeps the canonical layout.
-KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site = std::source_location::current());
+// The backend's w4a16/w4a16_repack (a try lookup: one audit row at `site`, carrying `notes`), or
+// the null handle when it declares none and keeps the canonical layout.
+KernelHandle resolve_w4a16_repack(Backend& backend, std::source_location site = std::source_location::current(),
+                                  const LookupNotes& notes = {});
 
 // The layout `kernel` reads or, for a repack kernel, writes: its manifest weight_layout; else
 // `canonical` (the entry names none, or `kernel` is null: no repack, the bytes stay canonical).

@@ -14,7 +14,8 @@ constexpr size_t kBf16 = 2;
 }  // namespace
 
 KernelHandle resolve_act(Backend& backend, Activation activation, std::source_location site) {
-  Backend::LookupRequest request{.kind = LookupKind::require, .expected = kActSignature, .lever = {}, .refuse_because = {}};
+  Backend::LookupRequest request{
+      .kind = LookupKind::require, .expected = kActSignature, .lever = {}, .refuse_because = {}, .annotations = {}};
   return backend.lookup("act", activation == Activation::silu ? "silu_mul" : "gelu_mul", request, site);
 }
 

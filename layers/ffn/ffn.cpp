@@ -3,8 +3,6 @@
 
 #include <metrale/status.hpp>
 
-#include <algorithm>
-
 namespace metrale::layers {
 
 FfnComponent FfnComponent::build(Backend& backend, const ModelConfig& config, const FfnWeights& weights,
@@ -94,8 +92,7 @@ size_t FfnComponent::last_weight_bytes() {
 std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& config, const FfnBuildOptions& options,
                                           const SyntheticFormats& formats) {
   config.validate();
-  uint64_t before = 0;
-  for (const auto& row : backend.audit().snapshot()) before = std::max(before, row.sequence);
+  const uint64_t before = backend.audit().last_sequence();
   const DenseFfnTier dense_tier{formats.weights, formats.act_order, options.activations};
   switch (config.ffn_kind()) {
     case FfnKind::none: break;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 namespace metrale::layers {
 
@@ -29,7 +30,7 @@ constexpr uint32_t kGroupedDecodeMaxRows = 8;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 Backend::LookupRequest request(LookupKind kind, std::span<const P> signature) {
-  return Backend::LookupRequest{.kind = kind, .expected = signature, .lever = {}, .refuse_because = {}};
+  return Backend::LookupRequest{.kind = kind, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
 }
 
 LaunchShape shape(std::array<uint32_t, 3> grid, uint32_t block, uint64_t stream) {
@@ -41,18 +42,18 @@ LaunchShape shape(std::array<uint32_t, 3> grid, uint32_t block, uint64_t stream)
 }
 
 // METRALE_FP8_MOE_GROUPED_DECODE=1 is an explicit request: refuse when it cannot be honoured.
-void check_grouped_decode(Backend& backend, const MoeKernels& k, GroupedDecodeRequest want, uint64_t before) {
+// `align` is the moe/moe_align lookup's reason when it missed.
+void check_grouped_decode(Backend& backend, const MoeKernels& k, GroupedDecodeRequest want, const std::string& align) {
   if (want != GroupedDecodeRequest::require) return;
   const std::string lever = lever_note(kGroupedDecodeLever);
   if (k.experts.family != KernelFamily::fp8) {
     throw Refusal(lever + " asks for the cross-row grouped FP8 MoE decode, but the experts run as " +
                   std::string(family_info(k.experts.family).module) + ", not FP8");
   }
-  for (auto [handle, name] : {std::pair{k.experts.quant.grouped_gemv, "fp8/fp8_grouped_gemv"}, std::pair{k.align, "moe/moe_align"}}) {
+  const std::string gemv = "fp8/fp8_grouped_gemv";
+  for (auto [handle, name, reason] : {std::tuple{k.experts.quant.grouped_gemv, gemv, k.experts.quant.why_absent(gemv)},
+                                      std::tuple{k.align, std::string("moe/moe_align"), align}}) {
     if (handle) continue;
-    std::string reason = "not provided";
-    for (const auto& row : backend.audit().snapshot())
-      if (row.sequence > before && row.module + "/" + row.kernel == name) reason = row.reason;
     throw Refusal(lever + " asks for the cross-row grouped FP8 MoE decode, but backend '" + backend.name() + "' lacks " +
                   name + ": " + reason);
   }
@@ -74,7 +75,6 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
                              bool act_order, const ActivationRequest& activations) {
   c.validate();
   if (c.ffn_kind() != FfnKind::moe) throw Error(Status::invalid_argument, c.source + ": not a MoE config (num_experts = 0)");
-  const uint64_t before = backend.audit().last_sequence();
   const GroupedDecodeRequest decode = grouped_decode_request();
   MoeKernels k;
   k.router_gemm = backend.lookup("moe", "router_gemm", request(LookupKind::require, kRouterSig));
@@ -93,8 +93,13 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   k.experts = resolve_projection_set(backend, experts);
   k.act = resolve_act(backend, c.activation, std::source_location::current());
   k.combine = backend.lookup("moe", "moe_combine", request(LookupKind::require, kCombineSig));
-  if (k.grouped()) k.align = backend.lookup("moe", "moe_align", request(LookupKind::try_lookup, kAlignSig));
-  check_grouped_decode(backend, k, decode, before);
+  std::string align_reason = "not provided";  // no lookup without the grouped kernels
+  if (k.grouped()) {
+    Backend::Resolution align = backend.resolve("moe", "moe_align", request(LookupKind::try_lookup, kAlignSig));
+    k.align = align.handle;
+    align_reason = std::move(align.reason);
+  }
+  check_grouped_decode(backend, k, decode, align_reason);
   return k;
 }
 

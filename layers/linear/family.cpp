@@ -58,19 +58,23 @@ struct Lookup {
   Backend& backend;
   const FamilyRequest& request;
   std::source_location site;
-  std::string& missing;
+  KernelMiss& missing;
+  std::vector<KernelMiss>& absent;
 
-  KernelHandle get(std::string_view module, const std::string& name, std::span<const P> signature) const {
-    return backend.lookup(module, name,
-                          Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = signature,
-                                                 .lever = request.lever, .refuse_because = {}},
-                          site);
+  Backend::Resolution find(std::string_view module, const std::string& name, std::span<const P> signature) const {
+    return backend.resolve(module, name, noted_request(request.notes, LookupKind::try_lookup, signature), site);
   }
-  // A kernel the family cannot run without: notes the first one missing.
+  // A kernel the family runs without: a miss is kept with its reason.
+  KernelHandle get(std::string_view module, const std::string& name, std::span<const P> signature) const {
+    Backend::Resolution r = find(module, name, signature);
+    if (!r) absent.push_back({std::string(module) + "/" + name, std::move(r.reason)});
+    return r.handle;
+  }
+  // A kernel the family cannot run without: the first one missing is kept with its reason.
   KernelHandle need(std::string_view module, const std::string& name, std::span<const P> signature) const {
-    KernelHandle h = get(module, name, signature);
-    if (!h && missing.empty()) missing = std::string(module) + "/" + name;
-    return h;
+    Backend::Resolution r = find(module, name, signature);
+    if (!r && missing.kernel.empty()) missing = {std::string(module) + "/" + name, std::move(r.reason)};
+    return r.handle;
   }
 };
 
@@ -121,15 +125,21 @@ std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant acti
   return std::nullopt;
 }
 
-std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, std::string& missing,
+std::string FamilyKernels::why_absent(std::string_view kernel) const {
+  for (const auto& miss : absent)
+    if (miss.kernel == kernel) return miss.reason;
+  return "not provided";
+}
+
+std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
                                             std::source_location site) {
   const FamilyInfo& f = family_info(request.family);
   if (request.family == KernelFamily::w4a16) {
     throw Error(Status::internal, "resolve_family: the W4A16 family resolves through resolve_projection_kernels");
   }
-  missing.clear();
-  const Lookup l{backend, request, site, missing};
+  missing = {};
   FamilyKernels k;
+  const Lookup l{backend, request, site, missing, k.absent};
   k.family = request.family;
   if (f.weights == WeightFormat::fp8) {
     resolve_fp8(l, f, k);
@@ -140,7 +150,7 @@ std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyReques
     k.quantize = l.need("quant", f.activations == ActivationQuant::int8 ? "quantize_int8" : "quantize_fp8", kQuantize);
   }
   if (request.act_order) k.gather = l.need("quant", "gather_k", kGather);
-  if (!missing.empty()) return std::nullopt;
+  if (!missing.kernel.empty()) return std::nullopt;
   const std::string canonical = weight_format_name(f.weights);
   const std::string repack_name = std::string(f.module) + "/" + std::string(f.prefix) + "_repack";
   k.layout = weight_layout_of(backend, k.repack, canonical);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/device_quant_matrix.hpp"
+#include "core/lookup_notes.hpp"
 #include "linear/projection.hpp"
 #include "core/quant_matrix.hpp"
 #include "core/tiers.hpp"
@@ -18,6 +19,7 @@
 #include <source_location>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace metrale::layers {
 
@@ -42,7 +44,13 @@ struct FamilyRequest {
   bool grouped = false;        // MoE experts: try the grouped GEMM (else per-expert launches)
   bool act_order = false;      // the weights carry a permutation: quant/gather_k is required
   bool grouped_decode = false; // try the cross-row grouped decode (fp8 only)
-  std::string lever;           // "NAME=value" that steered the tier, for the audit rows
+  LookupNotes notes;           // on every lookup's audit row: the lever that steered the tier, the tier
+};
+
+// A kernel a lookup did not get, and why (the lookup's Resolution reason).
+struct KernelMiss {
+  std::string kernel;  // "module/name"
+  std::string reason;  // "not in manifest: ...", "gated: ..."
 };
 
 // The resolved kernels of a family site. gemv may be null (the GEMM serves every m); gemm is
@@ -51,13 +59,18 @@ struct FamilyKernels {
   KernelFamily family = KernelFamily::w4a16_zp;
   KernelHandle gemv, gemm, grouped, grouped_gemv, repack, quantize, gather;
   std::string layout;  // the layout the weights will be in (the repack's, or canonical)
+  std::vector<KernelMiss> absent;  // the optional kernels looked up and not got
+
+  // Why `kernel` ("module/name") is absent: its lookup's reason, or "not provided" when it was
+  // not looked up.
+  std::string why_absent(std::string_view kernel) const;
 };
 
 // Resolves with try lookups (one audit row each, site `site`). Returns nullopt and sets `missing`
-// to "module/kernel" of the first required kernel the backend lacks (gemm, the activation
-// quantizer for int8/fp8 families, gather_k with act-order). Throws Error(incompatible) when a
-// resolved kernel reads another layout than the repack writes.
-std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, std::string& missing,
+// to the first required kernel the backend lacks (gemm, the activation quantizer for int8/fp8
+// families, gather_k with act-order) and why. Throws Error(incompatible) when a resolved kernel
+// reads another layout than the repack writes.
+std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
                                             std::source_location site = std::source_location::current());
 
 // Launch of one projection: y[m, n] = x[m, k] * W^T for matrix `index`. For int8/fp8 families

@@ -4,17 +4,12 @@
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
-#include <algorithm>
 
 namespace metrale::layers {
 
 namespace {
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-
-Backend::LookupRequest try_w4a16() {
-  return Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {}, .refuse_because = {}};
-}
 
 }  // namespace
 
@@ -31,31 +26,32 @@ const char* projection_tier_name(ProjectionTier tier) noexcept {
 }
 
 ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const ProjectionShape> shapes,
-                                             std::string_view model_type, std::source_location site) {
+                                             std::string_view model_type, std::source_location site,
+                                             const LookupNotes& notes) {
   const uint32_t min_k = w4a16_k64_min_k();
   bool need_tgemm = false;
   bool need_k64 = false;
   for (const auto& s : shapes) (s.k >= min_k ? need_k64 : need_tgemm) = true;
 
-  // The lever that placed the k64 switch, noted on the tile-GEMM rows so the audit shows why.
+  // The lever that placed the k64 switch goes on the tile-GEMM lookups so the audit shows why.
   std::string switch_lever = lever_note("METRALE_W4A16_K64_MIN_K");
   if (switch_lever.empty()) switch_lever = lever_note("METRALE_NO_W4A16_K64");
-  uint64_t before = 0;
-  for (const auto& row : backend.audit().snapshot()) before = std::max(before, row.sequence);
+  LookupNotes tiles = notes;
+  if (!switch_lever.empty()) tiles.lever += (tiles.lever.empty() ? "" : ", ") + switch_lever;
 
   ProjectionKernels k;
-  k.gemv = backend.lookup("w4a16", "w4a16_gemv", try_w4a16(), site);
-  k.gemv_b8 = backend.lookup("w4a16", "w4a16_gemv_b8", try_w4a16(), site);
+  k.gemv = backend.lookup("w4a16", "w4a16_gemv", noted_request(notes, LookupKind::try_lookup, kW4a16GemmSignature), site);
+  k.gemv_b8 = backend.lookup("w4a16", "w4a16_gemv_b8", noted_request(notes, LookupKind::try_lookup, kW4a16GemmSignature), site);
   if (need_tgemm) {
     // v3 first: under METRALE_W4A16_VARIANT=v3 both resolve and v3 serves.
-    k.m128 = w4a16_v3_kernel(backend, site);
-    if (KernelHandle v2 = w4a16_v2_kernel(backend, site); !k.m128) k.m128 = v2;
-    if (tgemm_probe_ok(model_type)) k.tile.tgemm = tgemm_kernel(backend, site);
+    k.m128 = w4a16_v3_kernel(backend, site, tiles);
+    if (KernelHandle v2 = w4a16_v2_kernel(backend, site, tiles); !k.m128) k.m128 = v2;
+    if (tgemm_probe_ok(model_type)) k.tile.tgemm = tgemm_kernel(backend, site, tiles);
     if (!k.tile.tgemm && !k.m128) need_k64 = true;  // the deep-K kernel is the last tile GEMM left
   }
   if (need_k64) {
     try {
-      k.tile.k64 = k64_kernel(backend, site);
+      k.tile.k64 = k64_kernel(backend, site, tiles);
     } catch (const Error& e) {
       std::string who;
       for (const auto& s : shapes) who += (who.empty() ? "" : ", ") + s.name + " [" + std::to_string(s.n) + ", " + std::to_string(s.k) + "]";
@@ -65,14 +61,7 @@ ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const P
                                                                                           std::to_string(min_k) + " and ") +
                                   "the deep-K kernel is missing: " + e.what());
     }
-    k.tile.k64_n64 = k64_n64_kernel(backend, site);
-  }
-  if (!switch_lever.empty()) {
-    for (const auto& row : backend.audit().snapshot()) {
-      if (row.sequence > before && row.backend == backend.name() && row.kernel.starts_with("w4a16_gemm_t")) {
-        backend.audit().note_lever(row.sequence, switch_lever);
-      }
-    }
+    k.tile.k64_n64 = k64_n64_kernel(backend, site, tiles);
   }
   return k;
 }

@@ -48,11 +48,13 @@ struct ProjectionLaunch {
 
 // Resolves the kernels for every projection in `shapes` (one layer), recording `site` in the
 // audit: the GEMV tiers always; tgemm (and the opt-in m128 variant) when some K is below the
-// k64 threshold; the deep-K pair when some K reaches it, or when tgemm came back null.
-// Throws Error when no tile GEMM can serve some projection.
+// k64 threshold; the deep-K pair when some K reaches it, or when tgemm came back null. Every row
+// carries `notes` (the caller's tier and lever); the tile-GEMM rows also the lever that placed
+// the k64 switch. Throws Error when no tile GEMM can serve some projection.
 ProjectionKernels resolve_projection_kernels(Backend& backend, std::span<const ProjectionShape> shapes,
                                              std::string_view model_type,
-                                             std::source_location site = std::source_location::current());
+                                             std::source_location site = std::source_location::current(),
+                                             const LookupNotes& notes = {});
 
 // Throws Error(incompatible) unless every kernel of `kernels` reads weights in `layout`
 // (require_weight_layout of device_quant_matrix.hpp on each non-null handle).

@@ -16,13 +16,20 @@ constexpr std::array<metrale_param_type, 8> kW4a16GroupedSignature{
     METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
     METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
 
-// The reason the audit gave for the lookup of `kernel` ("module/name") after `before`.
-std::string lookup_reason(Backend& backend, uint64_t before, const std::string& kernel) {
-  std::string reason = "not provided";
-  for (const auto& row : backend.audit().snapshot()) {
-    if (row.sequence > before && row.module + "/" + row.kernel == kernel) reason = row.reason;
-  }
-  return reason;
+// The annotations of every lookup made under one tier attempt: the pin a lock compares,
+// "<activations>/<family module>", and the human text (where the tier came from, the fallback
+// that led here), which the set keeps as ProjectionSet::tier.
+std::vector<AuditAnnotation> tier_annotations(KernelFamily family, ActivationQuant act, const std::string& text) {
+  const std::string pin = std::string(activation_quant_name(act)) + "/" + std::string(family_info(family).module);
+  return {AuditAnnotation{"tier", pin, true}, AuditAnnotation{"tier_note", text, false}};
+}
+
+// "w4a8: int8 activations (m/config.json)"; after a fall back, "w4a16_zp: bf16 activations
+// (default); <the note saying why>".
+std::string tier_text(KernelFamily family, ActivationQuant act, const std::string& source, const std::string& note) {
+  std::string text = std::string(family_info(family).module) + ": " + activation_quant_name(act) + " activations (" +
+                     (note.empty() ? source : "default") + ")";
+  return note.empty() ? text : text + "; " + note;
 }
 
 // Which weight formats an activation tier runs with, for refusals.
@@ -33,15 +40,14 @@ std::string formats_for(ActivationQuant a) {
 
 // The W4A16 family: MoE experts try the grouped GEMM first and need the section-7 projection
 // chain only without it (per-expert launches).
-void resolve_w4a16(Backend& backend, const ProjectionSetRequest& r, ProjectionSet& set, std::source_location site) {
+void resolve_w4a16(Backend& backend, const ProjectionSetRequest& r, ProjectionSet& set, const LookupNotes& notes,
+                   std::source_location site) {
   if (r.grouped) {
-    set.quant.grouped = backend.lookup("moe", "w4a16_grouped_gemm",
-                                       Backend::LookupRequest{.kind = LookupKind::try_lookup, .expected = kW4a16GroupedSignature,
-                                                              .lever = {}, .refuse_because = {}},
-                                       site);
+    set.quant.grouped =
+        backend.lookup("moe", "w4a16_grouped_gemm", noted_request(notes, LookupKind::try_lookup, kW4a16GroupedSignature), site);
   }
-  if (!set.quant.grouped) set.w4a16 = resolve_projection_kernels(backend, r.shapes, r.model_type, site);
-  set.repack = resolve_w4a16_repack(backend, site);
+  if (!set.quant.grouped) set.w4a16 = resolve_projection_kernels(backend, r.shapes, r.model_type, site, notes);
+  set.repack = resolve_w4a16_repack(backend, site, notes);
   set.layout = weight_layout_of(backend, set.repack);
   require_weight_layout(backend, set.w4a16, set.layout);
   require_weight_layout(backend, set.quant.grouped, set.layout);
@@ -65,7 +71,6 @@ DeviceQuantMatrix ProjectionSet::upload(Backend& backend, const QuantMatrix& wei
 }
 
 ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetRequest& r, std::source_location site) {
-  const uint64_t before = backend.audit().last_sequence();
   ActivationQuant act = r.activations.tier;
   // W4A16 weights with a permutation run as the zero-point family (the W4A16 chain gathers nothing).
   const WeightFormat weights = r.format == WeightFormat::w4a16 && r.act_order ? WeightFormat::w4_zp : r.format;
@@ -82,22 +87,26 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
     act = ActivationQuant::bf16;
     family = family_for(weights, act);
   }
+  const std::string lever = r.activations.source.starts_with(std::string(kActivationQuantizationLever)) ? r.activations.source : "";
   ProjectionSet set;
+  // Each attempt's lookups carry the tier they are made under: a fall back's abandoned rows say
+  // which tier was tried, the rows after it the tier the set ended at.
   for (;;) {
+    set.tier = tier_text(*family, act, r.activations.source, note);
+    const std::vector<AuditAnnotation> annotations = tier_annotations(*family, act, set.tier);
     if (*family == KernelFamily::w4a16) {
-      resolve_w4a16(backend, r, set, site);
+      resolve_w4a16(backend, r, set, LookupNotes{{}, annotations}, site);
       break;
     }
-    const std::string lever = r.activations.source.starts_with(std::string(kActivationQuantizationLever)) ? r.activations.source : "";
-    std::string missing;
-    const FamilyRequest request{*family, r.grouped, r.act_order, r.grouped_decode, lever};
+    KernelMiss missing;
+    const FamilyRequest request{*family, r.grouped, r.act_order, r.grouped_decode, LookupNotes{lever, annotations}};
     if (auto kernels = resolve_family(backend, request, missing, site)) {
       set.quant = *kernels;
       set.repack = kernels->repack;
       set.layout = kernels->layout;
       break;
     }
-    const std::string why = missing + " on backend '" + backend.name() + "': " + lookup_reason(backend, before, missing);
+    const std::string why = missing.kernel + " on backend '" + backend.name() + "': " + missing.reason;
     if (act == ActivationQuant::bf16) {
       throw Refusal(r.name + " has " + format + " weights, which need " + why);
     }
@@ -110,10 +119,6 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
   }
   set.family = *family;
   set.activations = act;
-  set.tier = std::string(family_info(set.family).module) + ": " + activation_quant_name(act) + " activations (" +
-             (note.empty() ? r.activations.source : "default") + ")";
-  if (!note.empty()) set.tier += "; " + note;
-  backend.audit().note_tier(before, set.tier);
   return set;
 }
 

@@ -8,8 +8,10 @@
 // made in it). The activation tier is asked for explicitly (--activation-quantization or
 // METRALE_ACTIVATION_QUANTIZATION), or by default (what the checkpoint declares, else bf16). A
 // family the backend lacks is a Refusal (exit 3) naming the flag or lever, the kernel and the
-// backend when the tier was explicit, and falls back to bf16 activations when it was a default;
-// every row the resolution appended records the tier it ended at (AuditRow::tier).
+// backend when the tier was explicit, and falls back to bf16 activations when it was a default.
+// Every lookup carries the tier it is made under as annotations (audit.hpp): `tier`, pinned,
+// "<activations>/<family module>" ("int8/w4a8"), and `tier_note`, the text of ProjectionSet::tier
+// at that attempt. The rows of an attempt that fell back keep the tier they were made under.
 #pragma once
 
 #include "core/device_quant_matrix.hpp"
@@ -45,7 +47,7 @@ struct ProjectionSet {
   FamilyKernels quant;      // any other family
   KernelHandle repack;      // the family's repack; null: the weights stay canonical
   std::string layout;       // the layout the weights will be in
-  std::string tier;         // "w4a8: int8 activations (m/config.json)", as the audit shows it
+  std::string tier;         // "w4a8: int8 activations (m/config.json)": the tier_note of its rows
 
   bool act_order() const noexcept { return static_cast<bool>(quant.gather); }
   // The weights as this set's kernels read them: W4A16 weights under int8 activations become

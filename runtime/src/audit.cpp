@@ -41,6 +41,12 @@ Site Site::from(const std::source_location& location) {
   return Site{std::string(file), location.line(), name};
 }
 
+const std::string* AuditRow::annotation(std::string_view key) const noexcept {
+  for (const auto& a : annotations)
+    if (a.key == key) return &a.value;
+  return nullptr;
+}
+
 std::string Site::to_string() const {
   std::string out = file + ":" + std::to_string(line);
   if (!function.empty()) out += " " + function;
@@ -111,27 +117,15 @@ uint64_t AuditLog::append(AuditRow row) {
   auto prototype = std::make_shared<const AuditRow>(std::move(row));
   std::lock_guard lock(mutex_);
   return append_locked(Stored{0, std::source_location(), false, prototype, prototype->kind, prototype->outcome,
-                              prototype->lever, prototype->tier});
+                              prototype->lever, prototype->annotations});
 }
 
 uint64_t AuditLog::append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
-                          LookupOutcome outcome, std::string lever) {
+                          LookupOutcome outcome, std::string lever, const std::vector<AuditAnnotation>& annotations) {
   std::lock_guard lock(mutex_);
-  return append_locked(Stored{0, site, true, std::move(resolved), kind, outcome, std::move(lever), {}});
-}
-
-void AuditLog::note_lever(uint64_t sequence, const std::string& lever) {
-  std::lock_guard lock(mutex_);
-  auto it = std::find_if(rows_.begin(), rows_.end(), [&](const Stored& s) { return s.sequence == sequence; });
-  if (it == rows_.end()) return;  // never kept, or since replaced by a later lookup
-  it->lever = it->lever.empty() ? lever : it->lever + ", " + lever;
-}
-
-void AuditLog::note_tier(uint64_t after, const std::string& tier) {
-  std::lock_guard lock(mutex_);
-  // Rows are not in sequence order once a kept slot is replaced by a later lookup: scan them all.
-  for (Stored& s : rows_)
-    if (s.sequence > after) s.tier = tier;
+  // Copied only when there are any: the warm path has none.
+  return append_locked(Stored{0, site, true, std::move(resolved), kind, outcome, std::move(lever),
+                              annotations.empty() ? std::vector<AuditAnnotation>() : annotations});
 }
 
 uint64_t AuditLog::last_sequence() const {
@@ -155,7 +149,7 @@ std::vector<AuditRow> AuditLog::snapshot() const {
     row.kind = s.kind;
     row.outcome = s.outcome;
     row.lever = s.lever;
-    row.tier = s.tier;
+    row.annotations = s.annotations;
     rows.push_back(std::move(row));
   }
   return rows;
@@ -179,9 +173,19 @@ void AuditLog::clear() {
   dropped_ = 0;
 }
 
+namespace {
+
+std::string annotations_text(const std::vector<AuditAnnotation>& annotations) {
+  std::string out;
+  for (const auto& a : annotations) out += (out.empty() ? "" : "; ") + a.key + "=" + a.value;
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
 std::string render_audit_table(const std::vector<AuditRow>& rows) {
-  // The tier column appears when some site recorded one (layer code does; bare lookups do not).
-  const bool tiers = std::any_of(rows.begin(), rows.end(), [](const AuditRow& r) { return !r.tier.empty(); });
+  // The column appears when some site annotated its lookups (layer code does; bare lookups do not).
+  const bool annotated = std::any_of(rows.begin(), rows.end(), [](const AuditRow& r) { return !r.annotations.empty(); });
   std::vector<std::vector<std::string>> cells;
   cells.reserve(rows.size());
   for (const auto& row : rows) {
@@ -191,16 +195,22 @@ std::string render_audit_table(const std::vector<AuditRow>& rows) {
                      row.module + "/" + row.kernel + (row.substitute.empty() ? "" : " -> " + row.substitute),
                      lookup_kind_name(row.kind), lookup_outcome_name(row.outcome),
                      handle.str(), row.lever.empty() ? "-" : row.lever, row.reason});
-    if (tiers) cells.back().insert(cells.back().end() - 1, row.tier.empty() ? "-" : row.tier);
+    if (annotated) cells.back().insert(cells.back().end() - 1, annotations_text(row.annotations));
   }
   std::vector<std::string> header{"#", "site", "backend", "target", "kernel", "kind", "outcome", "handle", "lever", "reason"};
-  if (tiers) header.insert(header.end() - 1, "tier");
+  if (annotated) header.insert(header.end() - 1, "annotations");
   return render_table(header, cells);
 }
 
 std::string render_audit_json(const std::vector<AuditRow>& rows) {
   auto array = nlohmann::json::array();
   for (const auto& row : rows) {
+    auto annotations = nlohmann::json::object();
+    auto pinned = nlohmann::json::array();
+    for (const auto& a : row.annotations) {
+      annotations[a.key] = a.value;
+      if (a.pinned) pinned.push_back(a.key);
+    }
     array.push_back({{"sequence", row.sequence},
                      {"site", {{"file", row.site.file}, {"line", row.site.line}, {"function", row.site.function}}},
                      {"backend", row.backend},
@@ -212,7 +222,8 @@ std::string render_audit_json(const std::vector<AuditRow>& rows) {
                      {"outcome", lookup_outcome_name(row.outcome)},
                      {"reason", row.reason},
                      {"lever", row.lever.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.lever)},
-                     {"tier", row.tier.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.tier)},
+                     {"annotations", std::move(annotations)},
+                     {"pinned", std::move(pinned)},
                      {"handle", row.handle}});
   }
   return array.dump(2);

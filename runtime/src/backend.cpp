@@ -32,6 +32,18 @@ std::string join_params(const std::vector<KernelParam>& params) {
   return join_types(types);
 }
 
+bool same_types(std::span<const metrale_param_type> types, const std::vector<KernelParam>& params) {
+  if (types.size() != params.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (types[i] != params[i].type) return false;
+  return true;
+}
+
+// The requests of kernel() and try_kernel(), built once: their warm path constructs none.
+const Backend::LookupRequest kTryRequest{};
+const Backend::LookupRequest kRequireRequest{
+    .kind = LookupKind::require, .expected = {}, .lever = {}, .refuse_because = {}, .annotations = {}};
+
 std::string key_of(std::string_view module, std::string_view name) {
   return std::string(module) + "/" + std::string(name);
 }
@@ -101,8 +113,8 @@ std::string Backend::gate_reason(const ManifestKernel& kernel) const {
   return {};
 }
 
-KernelHandle Backend::resolve(std::string_view module, std::string_view name,
-                              std::span<const metrale_param_type> expected, Status& failure, std::string& reason) {
+KernelHandle Backend::find_kernel(std::string_view module, std::string_view name,
+                                  std::span<const metrale_param_type> expected, Status& failure, std::string& reason) {
   const ManifestModule* listed_module = nullptr;
   for (const auto& m : manifest_.modules)
     if (m.name == module) listed_module = &m;
@@ -174,90 +186,102 @@ std::shared_ptr<const AuditRow> Backend::make_prototype(std::string_view module,
   return row;
 }
 
-const Backend::Resolution& Backend::cached_resolution(std::string_view module, std::string_view name) {
+const Backend::Cached& Backend::cached_resolution(std::string_view module, std::string_view name) {
   {
     std::lock_guard lock(mutex_);
     if (auto it = resolutions_.find(KernelKeyView{module, name}); it != resolutions_.end()) return it->second;
   }
-  Resolution resolution;
+  Cached cached;
   std::string reason;
-  resolution.handle = resolve(module, name, {}, resolution.failure, reason);
-  resolution.listed = manifest_.find_kernel(module, name);
-  resolution.prototype = make_prototype(module, name, resolution.handle, std::move(reason));
+  cached.handle = find_kernel(module, name, {}, cached.failure, reason);
+  cached.listed = manifest_.find_kernel(module, name);
+  cached.prototype = make_prototype(module, name, cached.handle, std::move(reason));
   std::lock_guard lock(mutex_);
   // Another thread may have resolved it meanwhile; either answer is the same. Map nodes are stable.
-  return resolutions_.try_emplace(KernelKey{std::string(module), std::string(name)}, std::move(resolution))
-      .first->second;
+  return resolutions_.try_emplace(KernelKey{std::string(module), std::string(name)}, std::move(cached)).first->second;
+}
+
+Backend::Found Backend::find_substitute(std::string_view module, std::string_view name, const std::string& substitute,
+                                        const LookupRequest& request) {
+  // A kernel developer's substitute: it must resolve and declare the caller's parameters, or
+  // the runtime refuses — never a silent fall back to the original.
+  auto slash = substitute.find('/');
+  std::string sub_module = substitute.substr(0, slash), sub_name = substitute.substr(slash + 1);
+  Found found;
+  std::vector<metrale_param_type> expected(request.expected.begin(), request.expected.end());
+  if (expected.empty()) {
+    if (const ManifestKernel* original = manifest_.find_kernel(module, name))
+      for (const auto& p : original->params) expected.push_back(p.type);
+  }
+  std::string reason;
+  if (const ManifestKernel* replacement = manifest_.find_kernel(sub_module, sub_name);
+      replacement && !expected.empty()) {
+    std::vector<metrale_param_type> declared;
+    for (const auto& p : replacement->params) declared.push_back(p.type);
+    if (declared != expected) {
+      found.failure = Status::incompatible;
+      reason = "substitute " + substitute + " declares " + join_params(replacement->params) + " but " +
+               key_of(module, name) + " takes " + join_types(expected);
+    }
+  }
+  if (found.failure == Status::ok) found.handle = find_kernel(sub_module, sub_name, expected, found.failure, reason);
+  if (found.handle) reason = "substituted by " + substitute + ": " + reason;
+  found.substitution = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + substitute + ", which cannot be used";
+  found.prototype = make_prototype(module, name, found.handle, std::move(reason), substitute);
+  return found;
+}
+
+KernelHandle Backend::lookup_into(std::string_view module, std::string_view name, const LookupRequest& request,
+                                  const std::source_location& site, Resolution* out) {
+  Found found;
+  std::string lever = request.lever;
+  const std::string* refusal = &request.refuse_because;
+  if (auto substitute = substitute_for(module, name)) {
+    found = find_substitute(module, name, *substitute, request);
+    const std::string note = lever_note("METRALE_KERNEL_SUBST");
+    lever = lever.empty() ? note : lever + ", " + note;
+    refusal = &found.substitution;
+  } else {
+    // The warm path: the cached answer, the caller's signature checked against the manifest.
+    const Cached& cached = cached_resolution(module, name);
+    found.handle = cached.handle;
+    found.failure = cached.failure;
+    found.prototype = cached.prototype;
+    if (found.handle && !request.expected.empty() && cached.listed && !same_types(request.expected, cached.listed->params)) {
+      found.handle = {};
+      found.failure = Status::incompatible;
+      found.prototype = make_prototype(module, name, found.handle,
+                                       "signature differs: caller expects " + join_types(request.expected) +
+                                           ", manifest declares " + join_params(cached.listed->params));
+    }
+  }
+  LookupOutcome outcome = LookupOutcome::resolved;
+  if (!found.handle) {
+    if (!refusal->empty()) outcome = LookupOutcome::refused;
+    else outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
+  }
+  const uint64_t sequence = audit_->append(site, found.prototype, request.kind, outcome, std::move(lever), request.annotations);
+  if (out) *out = Resolution{found.handle, outcome, found.prototype->reason, sequence};
+  if (found.handle) return found.handle;
+  auto what = [&] {
+    return key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + found.prototype->reason;
+  };
+  if (!refusal->empty()) throw Refusal(*refusal + ": " + what());
+  if (request.kind == LookupKind::require) throw Error(found.failure, what());
+  if (logger()->should_log(spdlog::level::debug)) logger()->debug("try_kernel {} -> null", what());
+  return {};
+}
+
+Backend::Resolution Backend::resolve(std::string_view module, std::string_view name, const LookupRequest& request,
+                                     std::source_location site) {
+  Resolution resolution;
+  lookup_into(module, name, request, site, &resolution);
+  return resolution;
 }
 
 KernelHandle Backend::lookup(std::string_view module, std::string_view name, const LookupRequest& request,
                              std::source_location site) {
-  KernelHandle handle;
-  Status failure = Status::ok;
-  std::shared_ptr<const AuditRow> prototype;
-  std::string lever = request.lever;
-  std::string refusal = request.refuse_because;
-
-  if (auto substitute = substitute_for(module, name)) {
-    // A kernel developer's substitute: it must resolve and declare the caller's parameters, or
-    // the runtime refuses — never a silent fall back to the original.
-    auto slash = substitute->find('/');
-    std::string sub_module = substitute->substr(0, slash), sub_name = substitute->substr(slash + 1);
-    std::string note = lever_note("METRALE_KERNEL_SUBST");
-    lever = lever.empty() ? note : lever + ", " + note;
-    std::vector<metrale_param_type> expected(request.expected.begin(), request.expected.end());
-    if (expected.empty()) {
-      if (const ManifestKernel* original = manifest_.find_kernel(module, name))
-        for (const auto& p : original->params) expected.push_back(p.type);
-    }
-    std::string reason;
-    if (const ManifestKernel* replacement = manifest_.find_kernel(sub_module, sub_name);
-        replacement && !expected.empty()) {
-      std::vector<metrale_param_type> declared;
-      for (const auto& p : replacement->params) declared.push_back(p.type);
-      if (declared != expected) {
-        failure = Status::incompatible;
-        reason = "substitute " + *substitute + " declares " + join_params(replacement->params) + " but " +
-                 key_of(module, name) + " takes " + join_types(expected);
-      }
-    }
-    if (failure == Status::ok) handle = resolve(sub_module, sub_name, expected, failure, reason);
-    if (handle) reason = "substituted by " + *substitute + ": " + reason;
-    refusal = "METRALE_KERNEL_SUBST maps " + key_of(module, name) + " to " + *substitute + ", which cannot be used";
-    prototype = make_prototype(module, name, handle, std::move(reason), *substitute);
-  } else {
-    const Resolution& resolution = cached_resolution(module, name);
-    handle = resolution.handle;
-    failure = resolution.failure;
-    prototype = resolution.prototype;
-    if (handle && !request.expected.empty() && resolution.listed) {
-      const auto& params = resolution.listed->params;
-      bool same = request.expected.size() == params.size();
-      for (size_t i = 0; same && i < params.size(); ++i) same = request.expected[i] == params[i].type;
-      if (!same) {
-        handle = {};
-        failure = Status::incompatible;
-        prototype = make_prototype(module, name, handle,
-                                   "signature differs: caller expects " + join_types(request.expected) +
-                                       ", manifest declares " + join_params(params));
-      }
-    }
-  }
-
-  LookupOutcome outcome = LookupOutcome::resolved;
-  if (!handle) {
-    if (!refusal.empty()) outcome = LookupOutcome::refused;
-    else outcome = request.kind == LookupKind::require ? LookupOutcome::error : LookupOutcome::null_handle;
-  }
-  audit_->append(site, prototype, request.kind, outcome, std::move(lever));
-  if (handle) return handle;
-  auto what = [&] {
-    return key_of(module, name) + " on backend " + manifest_.backend + " (" + target_ + "): " + prototype->reason;
-  };
-  if (!refusal.empty()) throw Refusal(refusal + ": " + what());
-  if (request.kind == LookupKind::require) throw Error(failure, what());
-  if (logger()->should_log(spdlog::level::debug)) logger()->debug("try_kernel {} -> null", what());
-  return {};
+  return lookup_into(module, name, request, site, nullptr);
 }
 
 std::optional<std::string> Backend::substitute_for(std::string_view module, std::string_view name) const {
@@ -270,9 +294,7 @@ std::optional<std::string> Backend::substitute_for(std::string_view module, std:
 }
 
 KernelHandle Backend::kernel(std::string_view module, std::string_view name, std::source_location site) {
-  LookupRequest request;
-  request.kind = LookupKind::require;
-  return lookup(module, name, request, site);
+  return lookup(module, name, kRequireRequest, site);
 }
 
 KernelHandle Backend::kernel(std::string_view module, std::string_view name,
@@ -284,7 +306,7 @@ KernelHandle Backend::kernel(std::string_view module, std::string_view name,
 }
 
 KernelHandle Backend::try_kernel(std::string_view module, std::string_view name, std::source_location site) {
-  return lookup(module, name, LookupRequest{}, site);
+  return lookup(module, name, kTryRequest, site);
 }
 
 const KernelRecord* Backend::record_of(KernelHandle handle) const noexcept {

@@ -19,7 +19,11 @@ nlohmann::json make_lock(const Backend& backend, const std::vector<AuditRow>& ro
     row["library_checksum"] = checksum;
     row.erase("sequence");
     row.erase("handle");  // handles are per process
-    row["tier"] = tier_pin(row["tier"].is_string() ? row["tier"].get<std::string>() : std::string());
+    // A lock holds the pinned annotations only: they are what it pins.
+    auto pinned = nlohmann::json::object();
+    for (const auto& key : row["pinned"]) pinned[key.get<std::string>()] = row["annotations"][key.get<std::string>()];
+    row["annotations"] = std::move(pinned);
+    row.erase("pinned");
   }
   return {{"lock_format", kLockFormatVersion}, {"lock_format_minor", kLockFormatMinor}, {"backend", backend.name()},
           {"target", backend.target()},        {"rows", audit}};

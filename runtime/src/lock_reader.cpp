@@ -5,6 +5,7 @@
 #include <metrale/lock.hpp>
 #include <metrale/status.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -49,6 +50,20 @@ void validate_row(const nlohmann::json& row, std::string_view source, const std:
   for (const char* key : {"substitute", "plugin_version", "library_checksum", "tier"}) {
     need_string(row, source, pointer, key, true);
   }
+  if (const auto annotations = row.find("annotations"); annotations != row.end()) {
+    if (!annotations->is_object()) {
+      malformed(source, pointer + "/annotations", "expected an object {key: value}, found " + describe_json(*annotations));
+    }
+    for (const auto& [key, value] : annotations->items()) need_string(*annotations, source, pointer + "/annotations", key.c_str());
+  }
+  if (const auto pinned = row.find("pinned"); pinned != row.end()) {
+    if (!pinned->is_array()) malformed(source, pointer + "/pinned", "expected an array of keys, found " + describe_json(*pinned));
+    for (size_t i = 0; i < pinned->size(); ++i) {
+      if (!(*pinned)[i].is_string()) {
+        malformed(source, pointer + "/pinned/" + std::to_string(i), "expected a key (a string), found " + describe_json((*pinned)[i]));
+      }
+    }
+  }
 }
 
 const nlohmann::json& rows_of(const nlohmann::json& document) {
@@ -67,16 +82,65 @@ std::string site_key(const nlohmann::json& row) {
   return site_location(row) + " " + row.at("module").get<std::string>() + "/" + row.at("kernel").get<std::string>();
 }
 
-std::string row_tier(const nlohmann::json& row) {
-  const auto it = row.find("tier");
-  return tier_pin(it != row.end() && it->is_string() ? it->get<std::string>() : std::string());
+// What a document says about annotations: its lock_format_minor (docs/quantization.md, "Audit and locks").
+int annotations_minor(const nlohmann::json& document) {
+  if (!document.is_object() || !document.contains("lock_format")) return kLockFormatMinor;  // an audit
+  const auto minor = document.find("lock_format_minor");
+  return minor == document.end() ? 0 : static_cast<int>(std::min<uint64_t>(minor->get<uint64_t>(), kLockFormatMinor));
 }
 
-// Location -> tier (the last row of a location stands, as for resolutions).
-std::map<std::string, std::string> index_tiers(const nlohmann::json& document) {
-  std::map<std::string, std::string> index;
-  for (const auto& row : rows_of(document)) index[site_location(row)] = row_tier(row);
+using Pins = std::map<std::string, std::string>;  // key -> value
+
+// A row's pinned annotations as its document's minor spells them: minor 1, its "tier"; later, the
+// "annotations" named in "pinned", or all of them in a lock (which holds pinned ones only).
+Pins pinned_of(const nlohmann::json& row, int minor) {
+  Pins pins;
+  if (minor == 1) {
+    if (const auto tier = row.find("tier"); tier != row.end() && tier->is_string()) pins["tier"] = tier->get<std::string>();
+    return pins;
+  }
+  const auto annotations = row.find("annotations");
+  if (annotations == row.end()) return pins;
+  const auto pinned = row.find("pinned");
+  for (const auto& [key, value] : annotations->items()) {
+    const bool is_pinned = pinned == row.end() || std::find(pinned->begin(), pinned->end(), key) != pinned->end();
+    if (is_pinned) pins[key] = value.get<std::string>();
+  }
+  return pins;
+}
+
+// Location -> its pinned annotations (for each key, the last row of the location carrying it stands).
+std::map<std::string, Pins> index_pins(const nlohmann::json& document, int minor) {
+  std::map<std::string, Pins> index;
+  for (const auto& row : rows_of(document)) {
+    Pins& pins = index[site_location(row)];
+    for (auto& [key, value] : pinned_of(row, minor)) pins[key] = std::move(value);
+  }
   return index;
+}
+
+// "<location>: annotation <key> <before> in the <old>, <after> in the <new>" for each pinned
+// annotation of a location both documents have that differs. Minor 0 compares none; minor 1 only
+// keys both sides carry (its rows all carry a tier, unannotated lookups' too).
+void compare_pins(const nlohmann::json& before, const nlohmann::json& after, const std::string& old_name,
+                  const std::string& new_name, std::vector<std::string>& lines) {
+  const int minor = std::min(annotations_minor(before), annotations_minor(after));
+  if (minor == 0) return;
+  const auto a = index_pins(before, annotations_minor(before)), b = index_pins(after, annotations_minor(after));
+  for (const auto& [location, pins_a] : a) {
+    const auto it = b.find(location);
+    if (it == b.end()) continue;  // the resolutions say "in the ... only"
+    const Pins& pins_b = it->second;
+    std::map<std::string, std::pair<const std::string*, const std::string*>> keys;
+    for (const auto& [key, value] : pins_a) keys[key].first = &value;
+    for (const auto& [key, value] : pins_b) keys[key].second = &value;
+    for (const auto& [key, values] : keys) {
+      const auto [va, vb] = values;
+      if ((va && vb && *va == *vb) || (minor == 1 && (!va || !vb))) continue;
+      lines.push_back(location + ": annotation " + key + " " + (va ? *va : "none") + " in the " + old_name + ", " +
+                      (vb ? *vb : "none") + " in the " + new_name);
+    }
+  }
 }
 
 std::string resolved_name(const nlohmann::json& row) {
@@ -103,14 +167,8 @@ std::vector<std::string> compare(const nlohmann::json& before, const nlohmann::j
   validate_resolutions(after, std::string(new_name) + " document");
   auto a = index_rows(before), b = index_rows(after);
   std::vector<std::string> lines;
-  // A site's tier first: a changed tier also changes the kernels the site looks up.
-  const auto tiers_b = index_tiers(after);
-  for (const auto& [location, tier] : index_tiers(before)) {
-    const auto it = tiers_b.find(location);
-    if (it != tiers_b.end() && it->second != tier) {
-      lines.push_back(location + ": tier " + tier + " in the " + old_name + ", " + it->second + " in the " + new_name);
-    }
-  }
+  // A location's pinned annotations first: a changed tier also changes the kernels it looks up.
+  compare_pins(before, after, old_name, new_name, lines);
   for (const auto& [site, facts] : a) {
     auto it = b.find(site);
     if (it == b.end()) {
@@ -132,20 +190,18 @@ std::vector<std::string> compare(const nlohmann::json& before, const nlohmann::j
 void validate_resolutions(const nlohmann::json& document, std::string_view source) {
   std::string base;
   if (document.is_object()) {
+    const auto minor = document.find("lock_format_minor");
+    // Unsigned as parsed from text; a document built in memory holds a signed integer.
+    if (minor != document.end() && !minor->is_number_unsigned() &&
+        !(minor->is_number_integer() && minor->get<int64_t>() >= 0)) {
+      malformed(source, "/lock_format_minor", "expected a non-negative integer (the compatible additions), found " + describe_json(*minor));
+    }
     if (!document.contains("rows")) malformed(source, "/rows", "missing: expected an array of resolutions");
     base = "/rows";
   }
   const nlohmann::json& rows = document.is_object() ? document.at("rows") : document;
   if (!rows.is_array()) malformed(source, base, "expected an array of resolutions, found " + describe_json(rows));
   for (size_t i = 0; i < rows.size(); ++i) validate_row(rows[i], source, base + "/" + std::to_string(i));
-}
-
-std::string tier_pin(std::string_view audit_tier) {
-  if (audit_tier.empty()) return std::string(kDefaultTierPin);
-  const size_t colon = audit_tier.find(": ");
-  const size_t act = audit_tier.find(" activations");
-  if (colon == std::string_view::npos || act == std::string_view::npos || act < colon) return std::string(audit_tier);
-  return std::string(audit_tier.substr(colon + 2, act - colon - 2)) + "/" + std::string(audit_tier.substr(0, colon));
 }
 
 nlohmann::json parse_lock(std::string_view text, std::string_view source) {
@@ -157,10 +213,6 @@ nlohmann::json parse_lock(std::string_view text, std::string_view source) {
     malformed(source, "/lock_format",
               "expected the integer " + std::to_string(kLockFormatVersion) + " (the lock format this runtime reads)" +
                   (format == lock.end() ? std::string(", but it is missing") : ", found " + describe_json(*format)));
-  }
-  const auto minor = lock.find("lock_format_minor");
-  if (minor != lock.end() && !minor->is_number_unsigned()) {
-    malformed(source, "/lock_format_minor", "expected a non-negative integer (the compatible additions), found " + describe_json(*minor));
   }
   validate_resolutions(lock, source);
   return lock;

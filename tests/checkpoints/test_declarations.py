@@ -131,7 +131,7 @@ def main():
             audit = subprocess.run([METRALE, "--json", "audit", "--weights", directory, "--layer", str(layer)],
                                    capture_output=True, text=True)
             rows = json.loads(audit.stdout)["rows"] if audit.returncode == 0 else []
-            seen = " ".join(f"{r.get('module')}/{r.get('kernel')} {r.get('tier', '')}" for r in rows)
+            seen = " ".join(f"{r.get('module')}/{r.get('kernel')} {r.get('annotations', {}).get('tier', '')}" for r in rows)
             if audit.returncode != 0 or want not in seen:
                 failures.append(f"audit --weights of {family}: expected '{want}' in the rows, got exit {audit.returncode}: "
                                 f"{seen[:600]}\n{audit.stderr[-800:]}")

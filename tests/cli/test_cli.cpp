@@ -341,11 +341,13 @@ TEST_CASE("audit --model takes run's tier flags; every row shows its site's tier
   const auto rows = nlohmann::json::parse(r.out)["rows"];
   auto gemm = std::find_if(rows.begin(), rows.end(), [](const auto& row) { return row["kernel"] == "w8a8_gemm"; });
   REQUIRE(gemm != rows.end());
-  CHECK((*gemm)["tier"] == "w8a8: int8 activations (--activation-quantization int8)");
+  CHECK((*gemm)["annotations"]["tier"] == "int8/w8a8");
+  CHECK((*gemm)["annotations"]["tier_note"] == "w8a8: int8 activations (--activation-quantization int8)");
+  CHECK((*gemm)["pinned"] == nlohmann::json::array({"tier"}));
   auto table = run("audit --model small-dense --weight-quantization int4-zp");
   REQUIRE(table.code == 0);
-  CHECK(has(table.out, "tier"));
-  CHECK(has(table.out, "w4a16_zp: bf16 activations (default)"));
+  CHECK(has(table.out, "annotations"));
+  CHECK(has(table.out, "tier=bf16/w4a16_zp; tier_note=w4a16_zp: bf16 activations (default)"));
   // The same flags as run: an invalid tier is a refusal, an invalid group a usage error; the
   // flags resolve an FFN, so they need --model.
   auto bad = run("audit --model small-dense --activation-quantization int4");
@@ -366,28 +368,44 @@ TEST_CASE("a lock pins each row's tier; enforcing it refuses a different tier na
   REQUIRE(run("audit --model small-dense --weight-quantization int4-zp --lock " + quote(lock)).code == 0);
   const auto doc = nlohmann::json::parse(slurp(lock));
   CHECK(doc["lock_format"] == 1);
-  CHECK(doc["lock_format_minor"] == 1);
+  CHECK(doc["lock_format_minor"] == 2);
   auto gemm = std::find_if(doc["rows"].begin(), doc["rows"].end(), [](const auto& row) { return row["kernel"] == "w4a16_zp_gemm"; });
   REQUIRE(gemm != doc["rows"].end());
-  CHECK((*gemm)["tier"] == "bf16/w4a16_zp");
+  CHECK((*gemm)["annotations"] == nlohmann::json{{"tier", "bf16/w4a16_zp"}});
   CHECK(run("audit --model small-dense --weight-quantization int4-zp", {{"METRALE_LOCK", lock}}).code == 0);
   // The same weights under int8 activations (the lever this time): refused, the tier named.
   auto changed = run("audit --model small-dense --weight-quantization int4-zp",
                      {{"METRALE_LOCK", lock}, {"METRALE_ACTIVATION_QUANTIZATION", "int8"}});
   CHECK(changed.code == 3);
   CHECK(has(changed.err, "layers/ffn/dense_ffn.cpp:"));
-  CHECK(has(changed.err, ": tier bf16/w4a16_zp in the lock, int8/w4a8 in the current configuration"));
+  CHECK(has(changed.err, ": annotation tier bf16/w4a16_zp in the lock, int8/w4a8 in the current configuration"));
 
-  // A lock of the format before tiers (no lock_format_minor, rows without "tier"): every row ran
-  // at bf16/w4a16, so it still holds for the default tier and refuses another.
+  // A lock of minor 1 (rows carry "tier", the default bf16/w4a16 on every row no layer tiered):
+  // its tier is the tier annotation, compared where the current rows carry one.
   REQUIRE(run("audit --model small-dense --lock " + quote(lock)).code == 0);
-  auto old = nlohmann::json::parse(slurp(lock));
-  old.erase("lock_format_minor");
-  for (auto& row : old["rows"]) row.erase("tier");
-  const std::string old_lock = (dir / "old.json").string();
-  write_file(old_lock, old.dump());
-  CHECK(run("audit --model small-dense", {{"METRALE_LOCK", old_lock}}).code == 0);
-  auto refused = run("audit --model small-dense --weight-quantization int8", {{"METRALE_LOCK", old_lock}});
+  auto minor1 = nlohmann::json::parse(slurp(lock));
+  minor1["lock_format_minor"] = 1;
+  for (auto& row : minor1["rows"]) {
+    row["tier"] = row["annotations"].value("tier", std::string("bf16/w4a16"));
+    row.erase("annotations");
+  }
+  const std::string minor1_lock = (dir / "minor1.json").string();
+  write_file(minor1_lock, minor1.dump());
+  CHECK(run("audit --model small-dense", {{"METRALE_LOCK", minor1_lock}}).code == 0);
+  auto refused = run("audit --model small-dense --weight-quantization int8", {{"METRALE_LOCK", minor1_lock}});
   CHECK(refused.code == 3);
-  CHECK(has(refused.err, ": tier bf16/w4a16 in the lock, bf16/w8a16 in the current configuration"));
+  CHECK(has(refused.err, ": annotation tier bf16/w4a16 in the lock, bf16/w8a16 in the current configuration"));
+
+  // A lock of minor 0 (no lock_format_minor, no tiers): its annotations are not compared; the
+  // kernels a different tier looks up still are.
+  auto minor0 = minor1;
+  minor0.erase("lock_format_minor");
+  for (auto& row : minor0["rows"]) row.erase("tier");
+  const std::string minor0_lock = (dir / "minor0.json").string();
+  write_file(minor0_lock, minor0.dump());
+  CHECK(run("audit --model small-dense", {{"METRALE_LOCK", minor0_lock}}).code == 0);
+  auto minor0_refused = run("audit --model small-dense --weight-quantization int8", {{"METRALE_LOCK", minor0_lock}});
+  CHECK(minor0_refused.code == 3);
+  CHECK_FALSE(has(minor0_refused.err, "annotation tier"));
+  CHECK(has(minor0_refused.err, "w8a16/w8a16_gemm: in the current configuration only"));
 }

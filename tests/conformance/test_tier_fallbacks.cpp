@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Tier selection on a backend that lacks a family (docs/quantization.md, "Selection"): the CPU
 // backend through a copy of its manifest with modules or kernels removed. A default tier falls
-// back to bf16 activations with audit rows whose tier names the missing kernel; an explicit one
+// back to bf16 activations with audit rows whose tier notes name the missing kernel; an explicit one
 // (flag or lever) is a Refusal naming the flag or lever, the kernel and the backend. The same for
 // METRALE_FP8_MOE_GROUPED_DECODE without fp8/fp8_grouped_gemv.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -84,16 +84,29 @@ TEST_CASE("a default int8 tier falls back to bf16 where w4a8/w8a8 are missing; t
     const auto k = resolve_dense(*cpu.backend, format, ActivationRequest{ActivationQuant::int8, false, "m/config.json"});
     CHECK(k.projections.activations == ActivationQuant::bf16);
     CHECK(k.projections.family == (format == WeightFormat::w4_zp ? KernelFamily::w4a16_zp : KernelFamily::w8a16));
-    CHECK(has(k.projections.tier, "int8 activations (m/config.json) fell back to bf16: " + kernel + " on backend 'cpu': "));
-    bool noted = false;
+    CHECK(has(k.projections.tier, "int8 activations (m/config.json) fell back to bf16: " + kernel + " on backend 'cpu': "
+                                  "not in manifest"));
+    // The abandoned attempt's rows carry the tier they were looked up under; the rows after the
+    // fall back the tier the set ended at, with the note saying why.
+    const std::string tried = format == WeightFormat::w4_zp ? "int8/w4a8" : "int8/w8a8";
+    const std::string ended = format == WeightFormat::w4_zp ? "bf16/w4a16_zp" : "bf16/w8a16";
+    bool noted = false, ended_noted = false;
     for (const auto& row : cpu.backend->audit().snapshot()) {
-      if (row.sequence > before && row.module + "/" + row.kernel == kernel) {
+      if (row.sequence <= before || !row.annotation("tier")) continue;
+      CAPTURE(row.kernel);
+      if (row.module + "/" + row.kernel == kernel) {
         CHECK(row.outcome == LookupOutcome::null_handle);
-        CHECK(row.tier == k.projections.tier);
+        CHECK(*row.annotation("tier") == tried);
+        CHECK(*row.annotation("tier_note") == std::string(kernel.substr(0, 4)) + ": int8 activations (m/config.json)");
         noted = true;
+      } else if (*row.annotation("tier") == ended) {
+        CHECK(*row.annotation("tier_note") == k.projections.tier);
+        ended_noted = true;
       }
+      CHECK((row.annotations.size() == 2 && !row.annotations[1].pinned && row.annotations[0].pinned));
     }
     CHECK(noted);
+    CHECK(ended_noted);
   }
 }
 
@@ -129,7 +142,7 @@ TEST_CASE("METRALE_FP8_MOE_GROUPED_DECODE without fp8_grouped_gemv: 1 refuses, u
     testing::EnvGuard env{{"METRALE_FP8_MOE_GROUPED_DECODE", "1"}};
     const std::string refused = refusal_of([&] { resolve(); });
     CHECK(has(refused, "METRALE_FP8_MOE_GROUPED_DECODE=1 asks for the cross-row grouped FP8 MoE decode, "
-                       "but backend 'cpu' lacks fp8/fp8_grouped_gemv: "));
+                       "but backend 'cpu' lacks fp8/fp8_grouped_gemv: not in manifest: module 'fp8' lists "));
   }
   {
     testing::EnvGuard env{{"METRALE_FP8_MOE_GROUPED_DECODE", std::nullopt}};

@@ -113,7 +113,7 @@ TEST_CASE("the audit shows what the dense layer resolved and the fallbacks it to
   const bool some_below = 256 < min_k;   // gate_up K
   const bool some_above = 512 >= min_k;  // down K
 
-  for (const auto& row : rows) CHECK((contains(row.site.file, "layers/") && !contains(row.site.file, "selectors.cpp")));
+  for (const auto& row : rows) CHECK(contains(row.site.file, "layers/ffn/"));
   REQUIRE(find_row(rows, "w4a16_gemv"));
   CHECK(find_row(rows, "w4a16_gemv")->outcome == LookupOutcome::resolved);
   CHECK(find_row(rows, "w4a16_gemv_b8")->outcome == LookupOutcome::resolved);
@@ -143,13 +143,28 @@ TEST_CASE("the audit shows what the dense layer resolved and the fallbacks it to
     CHECK(!find_row(rows, "w4a16_gemm_t_k64_n64_p3"));
   }
 
-  // The lever that placed the k64 switch is noted on every tile-GEMM row.
+  // The lever that placed the k64 switch is noted on every tile-GEMM row, and only there.
   const std::string switch_lever = lever_note("METRALE_W4A16_K64_MIN_K");
   for (const auto& row : rows) {
-    if (!row.kernel.starts_with("w4a16_gemm_t")) continue;
     CAPTURE(row.kernel);
+    if (!row.kernel.starts_with("w4a16_gemm_t")) {
+      CHECK(!contains(row.lever, "METRALE_W4A16_K64_MIN_K"));
+      continue;
+    }
     CHECK(contains(row.lever, switch_lever));
     if (switch_lever.empty()) CHECK(!contains(row.lever, "METRALE_W4A16_K64_MIN_K"));
+  }
+  // Every lookup of the projection set carries its tier when it is made; the activation's has none.
+  for (const auto& row : rows) {
+    CAPTURE(row.kernel);
+    if (row.module == "act") {
+      CHECK(row.annotations.empty());
+      continue;
+    }
+    REQUIRE(row.annotation("tier"));
+    CHECK(*row.annotation("tier") == "bf16/w4a16");
+    REQUIRE(row.annotation("tier_note"));
+    CHECK(*row.annotation("tier_note") == "w4a16: bf16 activations (default)");
   }
 
   // build_ffn_for_audit resolves the same kernels, in the same order, without building.

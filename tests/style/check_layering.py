@@ -12,7 +12,10 @@
 5. runtime/ code (its extension headers in runtime/abi/ aside), comments stripped, names no backend and no lever it does not declare: backend
    names are the "backend" of every manifest under manifests/ and plugins/ (plus the technology
    words in EXTRA_BACKEND_WORDS), lever names those declared in a manifest's "levers" and in
-   layers/core/levers.cpp.
+   layers/core/levers.cpp;
+6. the same runtime/ code names no kernel module the layers look kernels up in (a kernel family
+   such as w4a16): the modules of manifests/catalogue.json. What a layer pins about its lookups
+   reaches the runtime as opaque annotations, never as a family the runtime knows.
 
 Before the tree it checks a small generated tree with one violation of each kind and fails unless
 every one is reported, so a rule that stops working fails too.
@@ -30,6 +33,7 @@ from self_test import self_test as run_self_test
 
 EXTRA_BACKEND_WORDS = ["CUDA", "NVRTC", "libcuda"]
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cuh", ".cu")
+CATALOGUE = "manifests/catalogue.json"
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
@@ -223,6 +227,17 @@ def declared_names(root, files):
     return backends, levers
 
 
+def catalogue_modules(root, files):
+    """The kernel module names manifests/catalogue.json lists (the layers' kernel families)."""
+    if CATALOGUE not in files:
+        return set()
+    try:
+        doc = json.loads(read(root, CATALOGUE))
+    except ValueError:
+        return set()
+    return {m["name"] for m in doc.get("modules", []) if isinstance(m, dict) and isinstance(m.get("name"), str)}
+
+
 def is_extension_header(path):
     """A backend's extension header beside the ABI (runtime/abi/metrale/, other than the ABI itself
     and its glue): its types belong to that backend, which it may name."""
@@ -235,6 +250,10 @@ def check_names(root, files):
     if not backends - set(EXTRA_BACKEND_WORDS):
         return ["no manifest with a backend name found under manifests/ or plugins/: nothing to check"]
     words = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(backends | levers)) + r")\b", re.I)
+    modules = catalogue_modules(root, files)
+    if not modules:
+        return [f"no kernel modules found in {CATALOGUE}: nothing to check"]
+    module_words = re.compile(r"\b(" + "|".join(re.escape(m) for m in sorted(modules)) + r")\b", re.I)
     problems = []
     for path in files:
         if not path.startswith("runtime/") or is_extension_header(path):
@@ -243,6 +262,9 @@ def check_names(root, files):
         for match in words.finditer(text):
             problems.append(f"{path}:{line_of(text, match.start())}: the runtime names {match.group(1)!r} "
                             "(a backend or a lever the layers or a manifest declare)")
+        for match in module_words.finditer(text):
+            problems.append(f"{path}:{line_of(text, match.start())}: the runtime names the kernel module "
+                            f"{match.group(1)!r} ({CATALOGUE}); what the layers pin reaches it as annotations")
     return problems
 
 
@@ -255,6 +277,7 @@ def self_test():
     """A tree with one violation of each kind: each must be reported."""
     tree = {
         "manifests/x.json": json.dumps({"backend": "xpu", "levers": [{"name": "METRALE_XPU_DEVICE"}]}),
+        "manifests/catalogue.json": json.dumps({"modules": [{"name": "xgemm_a8", "kernels": []}]}),
         "layers/core/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
         "layers/linear/selectors.hpp": "",
         "plugins/xpu/src/own.hpp": "",
@@ -270,7 +293,8 @@ def self_test():
         "runtime/include/metrale/levers.hpp": "",
         "runtime/src/a.cpp": '#include <metrale/levers.hpp>\n#include <layers/linear/selectors.hpp>\n'
                              '// xpu in a comment is fine\nauto b = "xpu"; auto l = "METRALE_LAYER_SWITCH";\n'
-                             'auto d = "METRALE_XPU_DEVICE";\n',
+                             'auto d = "METRALE_XPU_DEVICE";\n'
+                             '// xgemm_a8 in a comment is fine\nauto pin = "int8/xgemm_a8";\n',
     }
     expected = ["runtime/src/a.cpp:2: the runtime includes layers/linear/selectors.hpp",
                 "layers/io/config.hpp:1: layers/io includes ffn/ffn.hpp",
@@ -279,7 +303,8 @@ def self_test():
                 "plugins/xpu/src/plugin.cpp:3: a plugin includes metrale/levers.hpp",
                 "runtime/src/a.cpp:4: the runtime names 'xpu'",
                 "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
-                "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'"]
+                "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'",
+                "runtime/src/a.cpp:7: the runtime names the kernel module 'xgemm_a8'"]
     return run_self_test(tree, expected, check, "metrale-layering-")
 
 
@@ -291,7 +316,7 @@ def main():
     for problem in problems:
         print(f"FAIL: {problem}")
     if not problems:
-        print("layering ok: runtime/ knows no layer, plugin, backend or non-runtime lever; plugins see only runtime/abi; "
+        print("layering ok: runtime/ knows no layer, plugin, backend, kernel module or non-runtime lever; plugins see only runtime/abi; "
               "the layers' concerns include downwards only; cli/ includes nothing of plugins/")
     return 1 if problems else 0
 

@@ -56,9 +56,12 @@ TEST_CASE("bounded rows keep the last outcome of a site last, for locks") {
   CHECK(rows.back().sequence == 201);
   CHECK(rows.back().outcome == LookupOutcome::resolved);
   for (size_t i = 1; i < rows.size(); ++i) CHECK(rows[i - 1].sequence < rows[i].sequence);
-  // A lever noted on the newest row lands there.
-  log.note_lever(201, "METRALE_X=1");
+  // The newest row, replacing the most-recent slot, keeps its own lever and annotations.
+  const std::vector<AuditAnnotation> tier{{"tier", "int8/w4a8", true}};
+  CHECK(log.append(site, gemv, LookupKind::try_lookup, LookupOutcome::resolved, "METRALE_X=1", tier) == 202);
   CHECK(log.snapshot().back().lever == "METRALE_X=1");
+  CHECK(log.snapshot().back().annotations == tier);
+  CHECK(log.snapshot()[rows.size() - 2].annotations.empty());
   log.clear();
   CHECK(log.size() == 0);
   CHECK(log.dropped() == 0);

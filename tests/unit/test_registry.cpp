@@ -252,6 +252,84 @@ TEST_CASE("lookups: gating by target, signature check, not-provided reason, type
   }
 }
 
+TEST_CASE("resolve() returns why a try lookup failed, the outcome and the row it wrote") {
+  EnvGuard clean(kClean);
+  TempDir dir;
+  auto hopper_only = w4a16_kernel("w4a16_gemm_t_p3");
+  hopper_only["min_target"] = "sm_90";
+  auto make = [&](const std::string& variant) {
+    auto json = manifest_json("fault", fault_plugin(variant), 1,
+                              {{"test", fill_module()}, {"w4a16", nlohmann::json::array({hopper_only, w4a16_kernel("w4a16_gemm_t")})}});
+    json["targets"] = {"sm_80"};
+    DiscoveryOptions options;
+    options.manifests = std::vector<fs::path>{write_file(dir / (variant + ".json"), json.dump())};
+    return Registry::discover(options);
+  };
+  auto registry = make("good");
+  auto backend = registry.select();
+  const Backend::LookupRequest plain;
+  // Each reason as the audit row states it, and the row is the one just written.
+  auto missed = [&](std::string_view module, std::string_view name, const Backend::LookupRequest& request) {
+    Backend::Resolution r = backend->resolve(module, name, request);
+    CHECK_FALSE(r);
+    CHECK_FALSE(r.handle);
+    CHECK(r.outcome == LookupOutcome::null_handle);
+    CHECK(r.sequence == backend->audit().last_sequence());
+    CHECK(r.reason == backend->audit().snapshot().back().reason);
+    return r.reason;
+  };
+  CHECK(missed("nomodule", "x", plain).starts_with("not in manifest: the fault manifest has no module 'nomodule'"));
+  CHECK(missed("w4a16", "nosuch", plain) == "not in manifest: module 'w4a16' lists w4a16_gemm_t_p3, w4a16_gemm_t");
+  CHECK(missed("w4a16", "w4a16_gemm_t_p3", plain) == "gated: requires target sm_90; this device is sm_80");
+  const std::array<metrale_param_type, 2> wrong{METRALE_PARAM_PTR, METRALE_PARAM_U32};
+  Backend::LookupRequest mismatched;
+  mismatched.expected = wrong;
+  CHECK(missed("w4a16", "w4a16_gemm_t", mismatched) ==
+        "signature differs: caller expects (ptr, u32), manifest declares (ptr, ptr, ptr, ptr, u32, u32, u32)");
+
+  Backend::Resolution found = backend->resolve("w4a16", "w4a16_gemm_t", plain);
+  CHECK(found);
+  CHECK(found.outcome == LookupOutcome::resolved);
+  CHECK(found.reason == "provided");
+  CHECK(found.handle == backend->try_kernel("w4a16", "w4a16_gemm_t"));  // the wrappers agree
+  CHECK(found.sequence + 1 == backend->audit().last_sequence());
+
+  auto unprovided = make("listed_not_provided");
+  Backend::Resolution absent = unprovided.select()->resolve("w4a16", "w4a16_gemm_t", plain);
+  CHECK(absent.outcome == LookupOutcome::null_handle);
+  CHECK(absent.reason.starts_with("in manifest, but the plugin did not provide it"));
+
+  // A require lookup still throws, a refused one too, each naming the reason.
+  Backend::LookupRequest required;
+  required.kind = LookupKind::require;
+  CHECK_THROWS_WITH_AS(backend->resolve("w4a16", "w4a16_gemm_t_p3", required), doctest::Contains("gated: requires"), Error);
+  Backend::LookupRequest refused;
+  refused.refuse_because = "asked for explicitly";
+  CHECK_THROWS_WITH_AS(backend->resolve("w4a16", "nosuch", refused), doctest::Contains("asked for explicitly: "), Refusal);
+  CHECK(backend->audit().snapshot().back().outcome == LookupOutcome::refused);
+}
+
+TEST_CASE("a lookup's lever and annotations land on its row as given") {
+  EnvGuard clean(kClean);
+  TempDir dir;
+  auto registry = discover_manifest(dir, manifest_json("fault", fault_plugin("good"), 1, {{"test", fill_module()}}));
+  auto backend = registry.select();
+  Backend::LookupRequest request;
+  request.lever = "METRALE_X=1";
+  request.annotations = {{"tier", "int8/w4a8", true}, {"tier_note", "why", false}};
+  const Backend::Resolution r = backend->resolve("test", "fill", request);
+  const AuditRow row = backend->audit().snapshot().back();
+  CHECK(row.sequence == r.sequence);
+  CHECK(row.lever == "METRALE_X=1");
+  CHECK(row.annotations == request.annotations);
+  REQUIRE(row.annotation("tier"));
+  CHECK(*row.annotation("tier") == "int8/w4a8");
+  CHECK_FALSE(row.annotation("nosuch"));
+  // The next lookup of the same kernel without them has none: nothing is carried over.
+  backend->try_kernel("test", "fill");
+  CHECK(backend->audit().snapshot().back().annotations.empty());
+}
+
 TEST_CASE("audit JSON has the documented shape") {
   AuditLog log;
   AuditRow row;
@@ -279,6 +357,19 @@ TEST_CASE("audit JSON has the documented shape") {
   CHECK(json[0]["lever"].is_null());
   CHECK(json[1]["lever"] == "METRALE_NO_K64_N64=1");
   CHECK(json[1]["outcome"] == "null");
+  CHECK(json[0]["annotations"] == nlohmann::json::object());
+  CHECK(json[0]["pinned"] == nlohmann::json::array());
   auto table = render_audit_table(log.snapshot());
   CHECK(table.find("layers/x.cpp:7 f") != std::string::npos);
+  CHECK(table.find("annotations") == std::string::npos);  // no row has any: no column
+
+  row.annotations = {{"tier", "int8/w4a8", true}, {"tier_note", "w4a8: int8 activations (m/config.json)", false}};
+  log.append(row);
+  json = nlohmann::json::parse(render_audit_json(log.snapshot()));
+  CHECK(json[2]["annotations"] ==
+        nlohmann::json{{"tier", "int8/w4a8"}, {"tier_note", "w4a8: int8 activations (m/config.json)"}});
+  CHECK(json[2]["pinned"] == nlohmann::json::array({"tier"}));
+  table = render_audit_table(log.snapshot());
+  CHECK(table.find("annotations") != std::string::npos);
+  CHECK(table.find("tier=int8/w4a8; tier_note=w4a8: int8 activations (m/config.json)") != std::string::npos);
 }

@@ -226,3 +226,30 @@ TEST_CASE("the audit row's site is the selector's caller") {
   CHECK(rows[0].site.line == line);
   CHECK(rows[0].site.file.find("test_selectors.cpp") != std::string::npos);
 }
+
+TEST_CASE("selectors carry the caller's notes: its lever after their own, its annotations, on every row") {
+  EnvGuard clean(kClean);
+  Shaped cpu(kCpuLike);
+  const layers::LookupNotes notes{"METRALE_SITE=1", {{"tier", "bf16/w4a16", true}, {"tier_note", "why", false}}};
+  const auto site = std::source_location::current();
+  layers::tgemm_kernel(*cpu.backend, site, notes);
+  {
+    EnvGuard env({{"METRALE_NO_K64_PIPELINE3", "1"}});
+    layers::k64_kernel(*cpu.backend, site, notes);
+  }
+  const auto rows = cpu.rows();
+  REQUIRE(rows.size() == 3);  // tgemm p3 (null), tgemm, k64 (the lever skips p3)
+  for (const auto& row : rows) {
+    CAPTURE(row.kernel);
+    CHECK(row.annotations == notes.annotations);
+  }
+  CHECK(rows[0].lever == "METRALE_SITE=1");
+  CHECK(rows[2].lever == "METRALE_NO_K64_PIPELINE3=1, METRALE_SITE=1");
+  // Without notes, nothing is added.
+  cpu.backend->audit().clear();
+  layers::tgemm_kernel(*cpu.backend);
+  for (const auto& row : cpu.rows()) {
+    CHECK(row.annotations.empty());
+    CHECK(row.lever.empty());
+  }
+}

@@ -161,6 +161,10 @@ TEST_CASE("a lock file that is not a regular file, too large, or malformed is a 
   refused_with(with("/rows", "none"), {"/rows", "array"});
   refused_with(with("/lock_format_minor", -1), {"/lock_format_minor", "non-negative integer", "-1"});
   refused_with(with("/rows/0/tier", 3), {"/rows/0/tier", "string"});
+  refused_with(with("/rows/0/annotations", "tier=x"), {"/rows/0/annotations", "object"});
+  refused_with(with("/rows/0/annotations", {{"tier", 3}}), {"/rows/0/annotations/tier", "string"});
+  refused_with(with("/rows/0/pinned", {{"tier", true}}), {"/rows/0/pinned", "array"});
+  refused_with(with("/rows/0/pinned", nlohmann::json::array({3})), {"/rows/0/pinned/0", "string"});
   write_file(file, with("/lock_format_minor", 7));  // a later compatible addition still reads
   CHECK(refusal() == "(no refusal)");
   refused_with(R"({"lock_format": 1e999})", {"line 1"});
@@ -171,24 +175,6 @@ TEST_CASE("a lock file that is not a regular file, too large, or malformed is a 
   const std::string e = refusal();
   CHECK(e.find(file.string()) != std::string::npos);
   CHECK(e.find("FIFO") != std::string::npos);
-}
-
-TEST_CASE("tier pins: the layers' tier text as activations/family, the default for rows without one") {
-  CHECK(tier_pin("") == "bf16/w4a16");
-  CHECK(tier_pin("w4a8: int8 activations (--activation-quantization int8)") == "int8/w4a8");
-  CHECK(tier_pin("w8a16: bf16 activations (default); int8 activations (m/config.json) fell back to bf16: w8a8/w8a8_gemm on "
-                 "backend 'cpu': not in manifest") == "bf16/w8a16");
-  CHECK(tier_pin("int8/w8a8") == "int8/w8a8");
-  // A lock from before tiers (rows without "tier") agrees with rows of the default tier only.
-  nlohmann::json row{{"site", {{"file", "f.cpp"}, {"line", 3}, {"function", "g"}}}, {"backend", "b"}, {"target", "t"},
-                     {"module", "w4a16"}, {"kernel", "k"}, {"outcome", "resolved"}, {"substitute", nullptr}};
-  const nlohmann::json old{{"lock_format", 1}, {"rows", {row}}};
-  row["tier"] = "w4a16: bf16 activations (default)";
-  CHECK(lock_differences(old, nlohmann::json::array({row})).empty());
-  row["tier"] = "w4a8: int8 activations (--activation-quantization int8)";
-  const auto lines = lock_differences(old, nlohmann::json::array({row}));
-  REQUIRE(lines.size() == 1);
-  CHECK(lines[0] == "f.cpp:3 g: tier bf16/w4a16 in the lock, int8/w4a8 in the current configuration");
 }
 
 TEST_CASE("diff_audits refuses malformed documents with the field that is wrong") {

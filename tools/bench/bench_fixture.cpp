@@ -18,22 +18,16 @@ namespace {
 
 constexpr uint16_t kPoison = 0xffff;  // a bf16 NaN: an element the kernel did not write fails
 
-std::string miss_reason(Backend& b, const std::string& kernel) {
-  std::string reason = "the lookup failed (no audit row recorded why)";
-  for (const auto& row : b.audit().snapshot())
-    if (row.module + "/" + row.kernel == kernel) reason = row.reason;
-  return reason;
-}
-
 Resolved resolve_w4a16_variant(Backend& b, const Variant& v, KernelHandle repack, const std::string& layout) {
   Resolved r;
   r.repack = repack;
   Backend::LookupRequest request{.kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {},
-                                 .refuse_because = {}};
-  r.handle = b.lookup(v.module, v.name, request);
+                                 .refuse_because = {}, .annotations = {}};
+  Backend::Resolution found = b.resolve(v.module, v.name, request);
+  r.handle = found.handle;
   if (!r.handle) {
     r.blocked = Disposition::not_supported;
-    r.why = "not available on this backend: " + miss_reason(b, v.full_name());
+    r.why = "not available on this backend: " + found.reason;
     return r;
   }
   try {
@@ -49,7 +43,7 @@ Resolved resolve_w4a16_variant(Backend& b, const Variant& v, KernelHandle repack
 // absent; an Error (a layout a kernel cannot read) is kept as text.
 struct FamilyResolution {
   std::optional<FamilyKernels> kernels;
-  std::string missing;
+  KernelMiss missing;
   std::string error;
 };
 
@@ -59,7 +53,7 @@ Resolved resolve_family_variant(Backend& b, const Variant& v, std::map<KernelFam
   if (fresh) {
     try {
       f.kernels = resolve_family(b, FamilyRequest{.family = v.family, .grouped = false, .act_order = false,
-                                                  .grouped_decode = false, .lever = {}},
+                                                  .grouped_decode = false, .notes = {}},
                                  f.missing);
     } catch (const Refusal&) {
       throw;
@@ -75,7 +69,7 @@ Resolved resolve_family_variant(Backend& b, const Variant& v, std::map<KernelFam
   }
   if (!f.kernels) {
     r.blocked = Disposition::not_supported;
-    r.why = "not available on this backend: the " + v.tier() + " tier needs " + f.missing + ": " + miss_reason(b, f.missing);
+    r.why = "not available on this backend: the " + v.tier() + " tier needs " + f.missing.kernel + ": " + f.missing.reason;
     return r;
   }
   r.kernels = *f.kernels;
@@ -84,7 +78,7 @@ Resolved resolve_family_variant(Backend& b, const Variant& v, std::map<KernelFam
   r.kernels.gemv = gemv ? r.handle : KernelHandle{};  // the GEMM variant serves every m
   if (!r.handle) {
     r.blocked = Disposition::not_supported;
-    r.why = "not available on this backend: " + miss_reason(b, v.full_name());
+    r.why = "not available on this backend: " + f.kernels->why_absent(v.full_name());
   }
   return r;
 }

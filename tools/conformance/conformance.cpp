@@ -183,15 +183,15 @@ CaseResult finish(CaseResult r, const Comparison& cmp) {
 CaseResult run_kernel(Backend& b, const Case& c, CaseResult r) {
   const KernelSpec* spec = find_spec(c.module, c.kernel);
   if (!spec) throw Error(Status::invalid_argument, "unknown conformance kernel " + c.module + "/" + c.kernel);
-  Backend::LookupRequest request{.kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {}, .refuse_because = {}};
-  const KernelHandle h = b.lookup(c.module, c.kernel, request);
+  Backend::LookupRequest request{
+      .kind = LookupKind::try_lookup, .expected = kW4a16GemmSignature, .lever = {}, .refuse_because = {}, .annotations = {}};
+  const Backend::Resolution found = b.resolve(c.module, c.kernel, request);
+  const KernelHandle h = found.handle;
   r.kernels.push_back(c.module + "/" + c.kernel);
   if (!h) {
     // Listed in the manifest (skip_reason() passed it) but not usable: gated by the device's
     // target is the manifest's own say-so (skip); anything else is a broken promise (fail).
-    std::string reason = "(no reason recorded)";
-    for (const auto& row : b.audit().snapshot())
-      if (row.module == c.module && row.kernel == c.kernel) reason = row.reason;
+    const std::string& reason = found.reason;
     const bool gated = reason.starts_with("gated");
     r.outcome = gated ? Outcome::skipped : Outcome::failed;
     r.detail = (gated ? "not for this device: " : "listed in the manifest but not usable: ") + reason;
@@ -276,7 +276,7 @@ CaseResult run_topk_ties(Backend& b, const Case&, CaseResult r) {
   using P = metrale_param_type;
   constexpr std::array<P, 7> sig{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
                                  METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
-  Backend::LookupRequest request{.kind = LookupKind::require, .expected = sig, .lever = {}, .refuse_because = {}};
+  Backend::LookupRequest request{.kind = LookupKind::require, .expected = sig, .lever = {}, .refuse_because = {}, .annotations = {}};
   const KernelHandle h = b.lookup("moe", "topk_softmax", request);
   r.kernels.push_back("moe/topk_softmax");
   constexpr uint32_t m = 3, E = 6, K = 3;

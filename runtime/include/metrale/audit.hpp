@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The boot audit: one row per kernel lookup — who asked, for what, what came back and why.
+// Rows are written once, when the lookup is made, and never edited: what the asking site knows
+// (the lever that steered it, its annotations) comes in with the lookup.
 // Thread-safe: rows may be appended from several threads; snapshot() copies under the lock.
 // Bounded: a lookup repeated from one site (a warm path asking again and again) keeps its first
 // kRowsPerKey rows plus its most recent one; the rest are only counted (docs/architecture.md).
@@ -12,6 +14,7 @@
 #include <mutex>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +35,17 @@ struct Site {
   std::string to_string() const;  // "layers/linear/selectors.cpp:42 tgemm_kernel"
 };
 
+// What a site knows about its lookup beyond the kernel (a layer's quantization tier, where that
+// tier came from), as the site spells it. The runtime stores, renders and compares annotations
+// without interpreting them: a pinned one is written into locks and must match when a lock is
+// enforced (metrale/lock.hpp); an unpinned one only explains the row.
+struct AuditAnnotation {
+  std::string key;
+  std::string value;
+  bool pinned = false;
+  friend bool operator==(const AuditAnnotation&, const AuditAnnotation&) = default;
+};
+
 struct AuditRow {
   uint64_t sequence = 0;
   Site site;
@@ -44,9 +58,11 @@ struct AuditRow {
   LookupOutcome outcome = LookupOutcome::null_handle;
   std::string reason;       // why this outcome: "provided", "not in manifest", ...
   std::string lever;        // "METRALE_NO_TGEMM_PIPELINE3=0" when a lever steered it, else ""
-  std::string tier;         // the quantization tier the asking site runs under ("w4a8: int8 activations
-                            // (the checkpoint's)"), set by layer code after it resolved; else ""
+  std::vector<AuditAnnotation> annotations;  // the asking site's, in its order
   uint64_t handle = 0;
+
+  // The value of annotation `key`, or nullptr when the row has none of that key.
+  const std::string* annotation(std::string_view key) const noexcept;
 };
 
 class AuditLog {
@@ -60,15 +76,11 @@ class AuditLog {
 
   // Appends a row, assigning its sequence number; returns that number.
   uint64_t append(AuditRow row);
-  // The lookup hot path: `resolved` holds everything but the site, kind, outcome and lever, and
-  // is shared by every row of the same resolution, so a warm lookup allocates nothing here.
-  // The site is formatted when rows are read, not when they are written.
+  // The lookup hot path: `resolved` holds everything but the site, kind, outcome, lever and
+  // annotations, and is shared by every row of the same resolution, so a warm lookup without a
+  // lever or annotations allocates nothing here. The site is formatted when rows are read.
   uint64_t append(const std::source_location& site, std::shared_ptr<const AuditRow> resolved, LookupKind kind,
-                  LookupOutcome outcome, std::string lever);
-  // Attaches a lever note to an existing row (a site learns which lever steered it after lookup).
-  void note_lever(uint64_t sequence, const std::string& lever);
-  // Records the tier of every row after `after` (the rows a site's resolution appended).
-  void note_tier(uint64_t after, const std::string& tier);
+                  LookupOutcome outcome, std::string lever, const std::vector<AuditAnnotation>& annotations = {});
   // The sequence number of the last row appended (0 when none).
   uint64_t last_sequence() const;
   // The rows kept, in sequence order.
@@ -87,7 +99,7 @@ class AuditLog {
     LookupKind kind;
     LookupOutcome outcome;
     std::string lever;
-    std::string tier;
+    std::vector<AuditAnnotation> annotations;
   };
   // A distinct lookup. The prototype is one kept in rows_ (alive until clear()); prototypes are
   // compared by content, since a substitution makes a new one per lookup.
@@ -119,7 +131,9 @@ class AuditLog {
   uint64_t dropped_ = 0;
 };
 
-// Human table and JSON (an array of objects with the AuditRow field names).
+// Human table and JSON (an array of objects with the AuditRow field names). The table has an
+// `annotations` column ("key=value; ...") when some row has annotations; in JSON a row's
+// `annotations` is an object {key: value} and `pinned` lists the keys that are pinned.
 std::string render_audit_table(const std::vector<AuditRow>& rows);
 std::string render_audit_json(const std::vector<AuditRow>& rows);
 

@@ -120,17 +120,34 @@ class Backend {
   AuditLog& audit() noexcept { return *audit_; }
   std::shared_ptr<AuditLog> audit_ptr() const noexcept { return audit_; }
 
-  // How a lookup behaves and what its audit row records.
+  // How a lookup behaves and what its audit row records. Everything the asking site knows goes
+  // in here: the row is written once, at the lookup, and never edited.
   struct LookupRequest {
     LookupKind kind = LookupKind::try_lookup;
     std::span<const metrale_param_type> expected;  // caller's parameter list; empty: not checked
     std::string lever;           // "NAME=value" that steered this lookup, for the audit row
     std::string refuse_because;  // non-empty: a miss is a Refusal with this text (row: refused)
+    std::vector<AuditAnnotation> annotations;  // stored on the row as given (audit.hpp); keys distinct
+  };
+
+  // What one lookup came to: the handle (null on a miss), the outcome and reason its audit row
+  // records, and that row's sequence number in audit().
+  struct Resolution {
+    KernelHandle handle;
+    LookupOutcome outcome = LookupOutcome::null_handle;
+    std::string reason;  // "provided", "not in manifest: ...", "gated: ...", "signature differs: ..."
+    uint64_t sequence = 0;
+    explicit operator bool() const noexcept { return static_cast<bool>(handle); }
   };
 
   // The one lookup: resolves (module, name) through the manifest, the target gate, the
-  // signature check and the plugin. Appends one audit row. A miss returns the null handle
-  // for try lookups, throws Error for require lookups and Refusal when refuse_because is set.
+  // signature check and the plugin. Appends one audit row. A miss returns a Resolution with the
+  // null handle and the reason for try lookups, throws Error for require lookups and Refusal
+  // when refuse_because is set (the message carries the reason).
+  Resolution resolve(std::string_view module, std::string_view name, const LookupRequest& request,
+                     std::source_location site = std::source_location::current());
+  // resolve() for the handle alone: the warm path (a lookup repeated from one site, without a
+  // lever or annotations) allocates nothing.
   KernelHandle lookup(std::string_view module, std::string_view name, const LookupRequest& request,
                       std::source_location site = std::source_location::current());
 
@@ -141,7 +158,7 @@ class Backend {
   KernelHandle kernel(std::string_view module, std::string_view name,
                       std::span<const metrale_param_type> expected,
                       std::source_location site = std::source_location::current());
-  // Same, but every failure becomes the null handle (the reason is in the audit row).
+  // Same, but every failure becomes the null handle (resolve() tells the reason).
   KernelHandle try_kernel(std::string_view module, std::string_view name,
                           std::source_location site = std::source_location::current());
 
@@ -191,14 +208,21 @@ class Backend {
   // The record of a handle this Backend returned, else null.
   const KernelRecord* record_of(KernelHandle handle) const noexcept;
   // Resolves or returns the null handle with `failure` and `reason` filled in.
-  KernelHandle resolve(std::string_view module, std::string_view name,
-                       std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
+  KernelHandle find_kernel(std::string_view module, std::string_view name,
+                           std::span<const metrale_param_type> expected, Status& failure, std::string& reason);
   // What a lookup of one (module, name) resolved to; shared by every later lookup of it.
-  struct Resolution {
+  struct Cached {
     KernelHandle handle;
     Status failure = Status::ok;
     const ManifestKernel* listed = nullptr;      // the manifest entry, when there is one
-    std::shared_ptr<const AuditRow> prototype;   // the audit row minus site, kind, outcome, lever
+    std::shared_ptr<const AuditRow> prototype;   // the audit row minus site, kind, outcome, lever, annotations
+  };
+  // One lookup's answer before its row is written: the handle, why it failed, its row's prototype.
+  struct Found {
+    KernelHandle handle;
+    Status failure = Status::ok;
+    std::shared_ptr<const AuditRow> prototype;
+    std::string substitution;  // under METRALE_KERNEL_SUBST: the Refusal a miss is; else ""
   };
   using KernelKey = std::pair<std::string, std::string>;
   using KernelKeyView = std::pair<std::string_view, std::string_view>;
@@ -209,11 +233,18 @@ class Backend {
     template <class A, class B>
     bool operator()(const A& a, const B& b) const { return view(a) < view(b); }
   };
-  // resolve() once per (module, name); later lookups reuse the answer (resolutions do not change
-  // within a process: the manifest, the target and the plugin's kernel set are fixed).
-  const Resolution& cached_resolution(std::string_view module, std::string_view name);
+  // find_kernel() once per (module, name); later lookups reuse the answer (resolutions do not
+  // change within a process: the manifest, the target and the plugin's kernel set are fixed).
+  const Cached& cached_resolution(std::string_view module, std::string_view name);
   std::shared_ptr<const AuditRow> make_prototype(std::string_view module, std::string_view name, KernelHandle handle,
                                                  std::string reason, std::string substitute = {}) const;
+  // The answer under METRALE_KERNEL_SUBST's `substitute` ("module/name") for module/name.
+  Found find_substitute(std::string_view module, std::string_view name, const std::string& substitute,
+                        const LookupRequest& request);
+  // resolve() and lookup(): writes the row, throws on a require or refused miss, fills `out`
+  // (when given) with what a Resolution tells.
+  KernelHandle lookup_into(std::string_view module, std::string_view name, const LookupRequest& request,
+                           const std::source_location& site, Resolution* out);
   // METRALE_KERNEL_SUBST's replacement for module/name, if any.
   std::optional<std::string> substitute_for(std::string_view module, std::string_view name) const;
   // The guard every plugin call goes through (plugin_guard.hpp).
@@ -236,7 +267,7 @@ class Backend {
   std::vector<KernelRecord> records_;
   mutable std::mutex mutex_;
   mutable std::string library_checksum_;
-  std::map<KernelKey, Resolution, KernelKeyLess> resolutions_;
+  std::map<KernelKey, Cached, KernelKeyLess> resolutions_;
 };
 
 }  // namespace metrale

@@ -62,8 +62,12 @@ KernelHandle tgemm_kernel(Backend& backend, std::source_location site, const Loo
 
 bool tgemm_probe_ok(std::string_view model_type) { return model_type != "kimi_k3" && model_type != "kimi_linear"; }
 
-KernelHandle k64_kernel(Backend& backend, std::source_location site, const LookupNotes& notes) {
+KernelHandle k64_kernel(Backend& backend, std::source_location site, const LookupNotes& site_notes) {
   register_levers();
+  // The K from which the site launches this kernel is part of what it runs: pinned, so a lock
+  // refuses a changed METRALE_W4A16_K64_MIN_K / METRALE_NO_W4A16_K64 although the lookups agree.
+  LookupNotes notes = site_notes;
+  notes.annotations.push_back(AuditAnnotation{"w4a16_k64_min_k", std::to_string(w4a16_k64_min_k()), true});
   std::string lever = lever_note("METRALE_NO_K64_PIPELINE3");
   if (lever.empty()) {
     if (auto p3 = backend.lookup("w4a16", "w4a16_gemm_t_k64_p3", try_request(notes), site)) return p3;

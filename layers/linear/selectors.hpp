@@ -40,7 +40,8 @@ KernelHandle tgemm_kernel(Backend& backend, std::source_location site = std::sou
 // False for kimi_k3 and kimi_linear, whose builders skip the tgemm lookup and keep null.
 bool tgemm_probe_ok(std::string_view model_type);
 // The deep-K GEMM: w4a16_gemm_t_k64_p3 unless METRALE_NO_K64_PIPELINE3 is set (any value) or
-// missing; then w4a16_gemm_t_k64 is required — throws Error when missing.
+// missing; then w4a16_gemm_t_k64 is required — throws Error when missing. Its rows carry the
+// pinned annotation w4a16_k64_min_k (the K from which the site takes it), so locks pin it.
 KernelHandle k64_kernel(Backend& backend, std::source_location site = std::source_location::current(),
                         const LookupNotes& notes = {});
 // The N64 deep-K twin w4a16_gemm_t_k64_n64_p3; null with no lookup when METRALE_NO_K64_N64 is set.

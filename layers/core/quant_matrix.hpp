@@ -26,6 +26,9 @@ inline constexpr uint32_t kW4a16GroupSize = 128;
 inline constexpr uint32_t kW4a16CodesPerWord = 8;
 
 enum class WeightFormat : uint8_t { w4a16, w4_zp, w8_zp, fp8 };
+// The format of the project's own weights (synthetic, `metrale run --save-weights`), and so of a
+// request that names none.
+inline constexpr WeightFormat kDefaultWeightFormat = WeightFormat::w4a16;
 // The canonical layout's name: "w4a16-nk-g128", "w4-zp", "w8-zp", "fp8-e4m3".
 const char* weight_format_name(WeightFormat format) noexcept;
 uint32_t weight_format_bits(WeightFormat format) noexcept;  // 4 or 8

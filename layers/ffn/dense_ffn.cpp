@@ -30,8 +30,6 @@ void launch_act(Backend& backend, KernelHandle act, DevicePtr gate_up, DevicePtr
 
 DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
                                        Activation activation, std::string_view model_type, const DenseFfnTier& tier) {
-  check_w4a16_shape(name + ".gate_up", 2 * uint64_t{intermediate}, hidden);
-  check_w4a16_shape(name + ".down", hidden, intermediate);
   ProjectionSetRequest request;
   request.name = name;
   request.format = tier.format;

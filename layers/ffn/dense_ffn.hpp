@@ -31,7 +31,7 @@ struct DenseFfnKernels {
 // How a dense FFN is asked to run: the weights' format (and whether they carry an act-order
 // permutation) and the activation tier.
 struct DenseFfnTier {
-  WeightFormat format = WeightFormat::w4a16;
+  WeightFormat format = kDefaultWeightFormat;
   bool act_order = false;
   ActivationRequest activations;
 };

@@ -46,12 +46,12 @@ LaunchShape shape(std::array<uint32_t, 3> grid, uint32_t block, uint64_t stream)
 void check_grouped_decode(Backend& backend, const MoeKernels& k, GroupedDecodeRequest want, const std::string& align) {
   if (want != GroupedDecodeRequest::require) return;
   const std::string lever = lever_note(kGroupedDecodeLever);
-  if (k.experts.family != KernelFamily::fp8) {
+  if (k.experts.family() != KernelFamily::fp8) {
     throw Refusal(lever + " asks for the cross-row grouped FP8 MoE decode, but the experts run as " +
-                  std::string(family_info(k.experts.family).module) + ", not FP8");
+                  std::string(family_info(k.experts.family()).module) + ", not FP8");
   }
   const std::string gemv = "fp8/fp8_grouped_gemv";
-  for (auto [handle, name, reason] : {std::tuple{k.experts.quant.grouped_gemv, gemv, k.experts.quant.why_absent(gemv)},
+  for (auto [handle, name, reason] : {std::tuple{k.experts.kernels().grouped_gemv, gemv, k.experts.kernels().why_absent(gemv)},
                                       std::tuple{k.align, std::string("moe/moe_align"), align}}) {
     if (handle) continue;
     throw Refusal(lever + " asks for the cross-row grouped FP8 MoE decode, but backend '" + backend.name() + "' lacks " +
@@ -68,7 +68,7 @@ GroupedDecodeRequest grouped_decode_request() {
 }
 
 MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBuildOptions& options) {
-  return resolve(backend, c, options, WeightFormat::w4a16, false, {});
+  return resolve(backend, c, options, kDefaultWeightFormat, false, {});
 }
 
 MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBuildOptions& options, WeightFormat format,
@@ -138,12 +138,12 @@ void MoeLayer::launch_experts(DevicePtr x_grouped, uint32_t total, uint32_t m, u
   Backend& b = *backend_;
   const ProjectionSet& set = kernels_.experts;
   const uint32_t n_gu = 2 * intermediate_;
-  if (set.quant.grouped_gemv && kernels_.device_routing() && m <= kGroupedDecodeMaxRows) {
+  if (set.kernels().grouped_gemv && kernels_.device_routing() && m <= kGroupedDecodeMaxRows) {
     // Cross-row grouped decode: one launch per projection over the experts that received rows.
     const uint32_t slots = std::min(total, experts_);
-    launch_family_grouped_decode(b, set.quant, gate_up_, x_grouped, offsets_.ptr(), active_.ptr(), gate_up_out_.ptr(), slots, stream);
+    launch_family_grouped_decode(b, set.kernels(), gate_up_, x_grouped, offsets_.ptr(), active_.ptr(), gate_up_out_.ptr(), slots, stream);
     launch_act(b, kernels_.act, gate_up_out_.ptr(), act_out_.ptr(), total, intermediate_, stream);
-    launch_family_grouped_decode(b, set.quant, down_, act_out_.ptr(), offsets_.ptr(), active_.ptr(), expert_out_.ptr(), slots, stream);
+    launch_family_grouped_decode(b, set.kernels(), down_, act_out_.ptr(), offsets_.ptr(), active_.ptr(), expert_out_.ptr(), slots, stream);
     return;
   }
   if (kernels_.grouped()) {
@@ -315,14 +315,14 @@ std::vector<PlanStep> MoeLayer::plan(uint32_t m) const {
     steps.push_back({"ffn.routing", "(host)", kernels_.grouped() ? "on the host: no moe/moe_align" : "on the host: per-expert launches need the counts", {0, 0, 0}});
   }
   steps.push_back({"ffn.gather", b.kernel_name(kernels_.gather), "T = m*k = " + std::to_string(T) + " rows", {T, 1, 1}});
-  const bool decode = set.quant.grouped_gemv && kernels_.device_routing() && m <= kGroupedDecodeMaxRows;
+  const bool decode = set.kernels().grouped_gemv && kernels_.device_routing() && m <= kGroupedDecodeMaxRows;
   for (const auto& [step, n, k] : {std::tuple{std::string("ffn.experts.gate_up"), 2 * intermediate_, hidden_},
                                    std::tuple{std::string("ffn.experts.down"), hidden_, intermediate_}}) {
     if (decode) {
-      steps.push_back({step, b.kernel_name(set.quant.grouped_gemv), "cross-row grouped decode over the active experts",
+      steps.push_back({step, b.kernel_name(set.kernels().grouped_gemv), "cross-row grouped decode over the active experts",
                        {ceil_div(n, 64), std::min(T, experts_), 1}});
     } else if (kernels_.grouped()) {
-      steps.push_back({step, b.kernel_name(set.quant.grouped), "grouped, all experts in one launch", {ceil_div(n, 128), experts_, 1}});
+      steps.push_back({step, b.kernel_name(set.kernels().grouped), "grouped, all experts in one launch", {ceil_div(n, 128), experts_, 1}});
     } else {
       // Rows per expert are known only after routing; show an expert with the average share.
       PlanStep s = describe_set_projection(b, set, step, std::max<uint32_t>(1, T / experts_), n, k);

@@ -48,9 +48,9 @@ struct MoeKernels {
   KernelHandle combine;      // required
   KernelHandle act;          // required
   KernelHandle align;        // moe/moe_align, try; used with a grouped kernel: routing stays on the device
-  ProjectionSet experts;     // the experts' family: grouped GEMM in experts.quant.grouped (null ->
-                             // per-expert launches), the cross-row decode in experts.quant.grouped_gemv
-  bool grouped() const noexcept { return static_cast<bool>(experts.quant.grouped); }
+  ProjectionSet experts;     // the experts' family: grouped GEMM in experts.kernels().grouped (null ->
+                             // per-expert launches), the cross-row decode in experts.kernels().grouped_gemv
+  bool grouped() const noexcept { return static_cast<bool>(experts.kernels().grouped); }
   bool device_routing() const noexcept { return align && grouped(); }
 };
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "linear/family.hpp"
 
+#include "linear/projection.hpp"
+
 #include <metrale/status.hpp>
 
 #include <array>
@@ -100,9 +102,30 @@ void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   k.repack = l.get(f.module, "fp8_repack", kFp8Repack);
 }
 
+// The zero-point and FP8 families' plan: the GEMV up to 8 rows when there is one, else the GEMM.
+class TiledFamilyPlan final : public LinearPlan {
+ public:
+  using LinearPlan::LinearPlan;
+  void launch(Backend& b, const DeviceQuantMatrix& w, uint32_t index, DevicePtr x, DevicePtr xscale, DevicePtr y,
+              uint32_t m, uint64_t stream) const override {
+    launch_family_projection(b, kernels(), w, index, x, xscale, y, m, stream);
+  }
+  void launch_grouped(Backend& b, const DeviceQuantMatrix& w, DevicePtr x, DevicePtr xscale, DevicePtr offsets,
+                      DevicePtr y, uint64_t stream) const override {
+    launch_family_grouped(b, kernels(), w, x, xscale, offsets, y, stream);
+  }
+  PlanStep describe(Backend& b, const std::string& step, uint32_t m, uint32_t n, uint32_t k) const override {
+    return describe_family_projection(b, kernels(), step, m, n, k);
+  }
+};
+
 }  // namespace
 
 const FamilyInfo& family_info(KernelFamily family) noexcept { return kFamilies[static_cast<size_t>(family)]; }
+
+WeightFormat loaded_format(WeightFormat format, bool act_order) noexcept {
+  return format == WeightFormat::w4a16 && act_order ? WeightFormat::w4_zp : format;
+}
 
 std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant activations) noexcept {
   switch (activations) {
@@ -125,17 +148,11 @@ std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant acti
   return std::nullopt;
 }
 
-std::string FamilyKernels::why_absent(std::string_view kernel) const {
-  for (const auto& miss : absent)
-    if (miss.kernel == kernel) return miss.reason;
-  return "not provided";
-}
-
 std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
                                             std::source_location site) {
   const FamilyInfo& f = family_info(request.family);
   if (request.family == KernelFamily::w4a16) {
-    throw Error(Status::internal, "resolve_family: the W4A16 family resolves through resolve_projection_kernels");
+    throw Error(Status::internal, "resolve_family: the W4A16 family resolves through resolve_w4a16_plan");
   }
   missing = {};
   FamilyKernels k;
@@ -158,6 +175,10 @@ std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyReques
     require_weight_layout(backend, h, k.layout, canonical, repack_name);
   }
   return k;
+}
+
+std::shared_ptr<const LinearPlan> family_plan(FamilyKernels kernels) {
+  return std::make_shared<const TiledFamilyPlan>(std::move(kernels));
 }
 
 void launch_family_projection(Backend& backend, const FamilyKernels& k, const DeviceQuantMatrix& w, uint32_t index,
@@ -227,6 +248,16 @@ PlanStep describe_family_projection(Backend& backend, const FamilyKernels& k, co
   if (f.activations != ActivationQuant::bf16) p.why += std::string(", ") + activation_quant_name(f.activations) + " activations";
   if (k.gather) p.why += ", act-order gather first";
   return p;
+}
+
+std::shared_ptr<const LinearPlan> resolve_linear_plan(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
+                                                      std::source_location site) {
+  missing = {};
+  // The one place a family picks its implementation of the interface.
+  if (request.family == KernelFamily::w4a16) return resolve_w4a16_plan(backend, request, site);
+  std::optional<FamilyKernels> kernels = resolve_family(backend, request, missing, site);
+  if (!kernels) return nullptr;
+  return family_plan(std::move(*kernels));
 }
 
 }  // namespace metrale::layers

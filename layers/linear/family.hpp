@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The kernel families of the quantized formats (docs/kernels.md, "Quantized weight families"):
-// which family runs a weight format under an activation tier, the kernels a projection site
-// resolves once, and the launches it takes per m. The W4A16 family keeps its own resolution
-// (projection.hpp, the selectors of docs/layers.md); the others are simpler: a GEMV for up to
-// 8 rows, a tile GEMM for any m, a grouped GEMM for MoE experts, and the activation helpers of
-// module `quant` (act-order gather, int8/fp8 quantization).
+// which family runs a weight format under an activation tier, and the zero-point and FP8
+// families' implementation of the linear plan (linear_plan.hpp): a GEMV for up to 8 rows, a tile
+// GEMM for any m, a grouped GEMM for MoE experts, and the activation helpers of module `quant`
+// (act-order gather, int8/fp8 quantization). The W4A16 family's plan is in projection.hpp.
 #pragma once
 
 #include "core/device_quant_matrix.hpp"
 #include "core/lookup_notes.hpp"
-#include "linear/projection.hpp"
 #include "core/quant_matrix.hpp"
 #include "core/tiers.hpp"
+#include "linear/linear_plan.hpp"
 
 #include <metrale/backend.hpp>
 
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -22,8 +22,6 @@
 #include <vector>
 
 namespace metrale::layers {
-
-enum class KernelFamily : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8 };
 
 struct FamilyInfo {
   KernelFamily family;
@@ -33,45 +31,29 @@ struct FamilyInfo {
   ActivationQuant activations;   // how its inputs arrive
 };
 const FamilyInfo& family_info(KernelFamily family) noexcept;
+// The format weights of `format` are loaded in: W4A16 weights with a permutation load as w4-zp
+// (zero points 8), whose kernels gather; every other format as it is.
+WeightFormat loaded_format(WeightFormat format, bool act_order) noexcept;
 // The family that runs `format` weights under `activations`, or nullopt when none does (int8
 // activations on FP8 weights, say). W4A16 weights run under int8 activations as w4a8 (the load
 // converts them to the w4-zp layout, zero points 8).
 std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant activations) noexcept;
 
-// What a site asks of a family.
-struct FamilyRequest {
-  KernelFamily family = KernelFamily::w4a16_zp;
-  bool grouped = false;        // MoE experts: try the grouped GEMM (else per-expert launches)
-  bool act_order = false;      // the weights carry a permutation: quant/gather_k is required
-  bool grouped_decode = false; // try the cross-row grouped decode (fp8 only)
-  LookupNotes notes;           // on every lookup's audit row: the lever that steered the tier, the tier
-};
+// Resolves the plan of `request.family` with try lookups (one audit row each, site `site`).
+// Returns null and sets `missing` to the first required kernel the backend lacks and why. Throws
+// Error(incompatible) when a resolved kernel reads another layout than the weights will be in,
+// and Error when the W4A16 chain has no tile GEMM for some projection.
+std::shared_ptr<const LinearPlan> resolve_linear_plan(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
+                                                      std::source_location site = std::source_location::current());
 
-// A kernel a lookup did not get, and why (the lookup's Resolution reason).
-struct KernelMiss {
-  std::string kernel;  // "module/name"
-  std::string reason;  // "not in manifest: ...", "gated: ..."
-};
-
-// The resolved kernels of a family site. gemv may be null (the GEMM serves every m); gemm is
-// non-null; grouped / grouped_gemv are null when not asked for or absent.
-struct FamilyKernels {
-  KernelFamily family = KernelFamily::w4a16_zp;
-  KernelHandle gemv, gemm, grouped, grouped_gemv, repack, quantize, gather;
-  std::string layout;  // the layout the weights will be in (the repack's, or canonical)
-  std::vector<KernelMiss> absent;  // the optional kernels looked up and not got
-
-  // Why `kernel` ("module/name") is absent: its lookup's reason, or "not provided" when it was
-  // not looked up.
-  std::string why_absent(std::string_view kernel) const;
-};
-
-// Resolves with try lookups (one audit row each, site `site`). Returns nullopt and sets `missing`
-// to the first required kernel the backend lacks (gemm, the activation quantizer for int8/fp8
-// families, gather_k with act-order) and why. Throws Error(incompatible) when a resolved kernel
-// reads another layout than the repack writes.
+// The kernels of a zero-point or FP8 family (not W4A16), with try lookups (one audit row each,
+// site `site`). Returns nullopt and sets `missing` to the first required kernel the backend lacks
+// (gemm, the activation quantizer for int8/fp8 families, gather_k with act-order) and why. Throws
+// Error(incompatible) when a resolved kernel reads another layout than the repack writes.
 std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyRequest& request, KernelMiss& missing,
                                             std::source_location site = std::source_location::current());
+// Those kernels as a linear plan.
+std::shared_ptr<const LinearPlan> family_plan(FamilyKernels kernels);
 
 // Launch of one projection: y[m, n] = x[m, k] * W^T for matrix `index`. For int8/fp8 families
 // `x` is the quantized activation buffer and `xscale` its row scales (quantize first).

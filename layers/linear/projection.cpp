@@ -4,12 +4,41 @@
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
+#include <array>
 
 namespace metrale::layers {
 
 namespace {
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+// moe/w4a16_grouped_gemm(x, qweight, scales, offsets, y, n, k, experts)
+constexpr std::array<metrale_param_type, 8> kW4a16GroupedSignature{
+    METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
+    METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+
+class W4a16Plan final : public LinearPlan {
+ public:
+  W4a16Plan(FamilyKernels kernels, ProjectionKernels chain) : LinearPlan(std::move(kernels)), chain_(std::move(chain)) {}
+  void launch(Backend& b, const DeviceQuantMatrix& w, uint32_t index, DevicePtr x, DevicePtr, DevicePtr y, uint32_t m,
+              uint64_t stream) const override {
+    launch_projection(b, chain_, w, index, x, y, m, stream);
+  }
+  void launch_grouped(Backend& b, const DeviceQuantMatrix& w, DevicePtr x, DevicePtr, DevicePtr offsets, DevicePtr y,
+                      uint64_t stream) const override {
+    LaunchShape s;
+    s.grid = {ceil_div(w.n, 128), w.batch, 1};
+    s.block = {128, 1, 1};
+    s.stream = stream;
+    b.launch(kernels().grouped, s, x, w.qweight.ptr(), w.scales.ptr(), offsets, y, w.n, w.k, w.batch);
+  }
+  PlanStep describe(Backend& b, const std::string& step, uint32_t m, uint32_t n, uint32_t k) const override {
+    return describe_projection(b, chain_, step, m, n, k);
+  }
+
+ private:
+  ProjectionKernels chain_;
+};
 
 }  // namespace
 
@@ -145,6 +174,25 @@ PlanStep describe_projection(Backend& backend, const ProjectionKernels& kernels,
     p.why += " (GEMV tiers null)";
   }
   return p;
+}
+
+std::shared_ptr<const LinearPlan> resolve_w4a16_plan(Backend& backend, const FamilyRequest& r,
+                                                     std::source_location site) {
+  FamilyKernels k;
+  k.family = KernelFamily::w4a16;
+  ProjectionKernels chain;
+  if (r.grouped) {
+    Backend::Resolution grouped =
+        backend.resolve("moe", "w4a16_grouped_gemm", noted_request(r.notes, LookupKind::try_lookup, kW4a16GroupedSignature), site);
+    k.grouped = grouped.handle;
+    if (!grouped) k.absent.push_back({"moe/w4a16_grouped_gemm", std::move(grouped.reason)});
+  }
+  if (!k.grouped) chain = resolve_projection_kernels(backend, r.shapes, r.model_type, site, r.notes);
+  k.repack = resolve_w4a16_repack(backend, site, r.notes);
+  k.layout = weight_layout_of(backend, k.repack);
+  require_weight_layout(backend, chain, k.layout);
+  require_weight_layout(backend, k.grouped, k.layout);
+  return std::make_shared<const W4a16Plan>(std::move(k), std::move(chain));
 }
 
 }  // namespace metrale::layers

@@ -6,16 +6,19 @@
 //   when non-null and k64_n64_wins(m, n)); else the m128 v3/v2 kernel when METRALE_W4A16_VARIANT
 //   opts in, else tgemm (w4a16_gemm_t_p3 / w4a16_gemm_t). When tgemm is null (model types whose
 //   builder skips the probe, or a backend without it) the deep-K kernel serves every K.
-// Every section-7 decision goes through layers/linear/selectors.hpp.
+// Every section-7 decision goes through layers/linear/selectors.hpp. The W4A16 family's linear
+// plan (linear_plan.hpp) is this chain, with MoE experts trying moe/w4a16_grouped_gemm first.
 #pragma once
 
 #include "core/device_quant_matrix.hpp"
 #include "core/layer.hpp"
 
+#include "linear/linear_plan.hpp"
 #include "linear/selectors.hpp"
 
 #include <metrale/backend.hpp>
 
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
@@ -23,12 +26,6 @@
 #include <vector>
 
 namespace metrale::layers {
-
-struct ProjectionShape {
-  std::string name;  // "ffn.gate_up"
-  uint32_t n = 0;
-  uint32_t k = 0;
-};
 
 struct ProjectionKernels {
   KernelHandle gemv;     // w4a16/w4a16_gemv, try
@@ -71,5 +68,13 @@ void launch_projection(Backend& backend, const ProjectionKernels& kernels, const
 // The step of a layer's forward pass this projection takes for m rows: for `metrale run` and tests.
 PlanStep describe_projection(Backend& backend, const ProjectionKernels& kernels, const std::string& step,
                              uint32_t m, uint32_t n, uint32_t k);
+
+// The W4A16 family's plan for a site (request.shapes, request.model_type): MoE experts
+// (request.grouped) try moe/w4a16_grouped_gemm and resolve the chain only without it; the weights
+// load through the backend's w4a16 repack when it has one. Every lookup carries request.notes.
+// Throws Error as resolve_projection_kernels does, and Error(incompatible) when a kernel cannot
+// read the repack's layout.
+std::shared_ptr<const LinearPlan> resolve_w4a16_plan(Backend& backend, const FamilyRequest& request,
+                                                     std::source_location site = std::source_location::current());
 
 }  // namespace metrale::layers

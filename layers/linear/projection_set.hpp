@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The projections of one layer (a dense FFN's gate_up and down, or a MoE's experts) under one
 // quantization tier (docs/quantization.md): which kernel family runs them, resolved once at
-// build with its audit rows, and how a launch prepares its inputs (act-order gather, int8/fp8
-// activation quantization) before the family's GEMV/GEMM.
+// build with its audit rows into the family's linear plan (linear_plan.hpp), which every weight
+// format implements.
 //
 // Tier choice: the weights' format is given (a checkpoint declares it, or synthetic weights were
 // made in it). The activation tier is asked for explicitly (--activation-quantization or
@@ -15,13 +15,14 @@
 #pragma once
 
 #include "core/device_quant_matrix.hpp"
-#include "linear/family.hpp"
-#include "linear/projection.hpp"
 #include "core/tier_request.hpp"
 #include "core/tiers.hpp"
+#include "linear/family.hpp"
+#include "linear/linear_plan.hpp"
 
 #include <metrale/backend.hpp>
 
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -31,7 +32,7 @@ namespace metrale::layers {
 
 struct ProjectionSetRequest {
   std::string name;  // "ffn", "ffn.experts", "ffn.shared_expert": for messages and the audit
-  WeightFormat format = WeightFormat::w4a16;
+  WeightFormat format = kDefaultWeightFormat;
   bool act_order = false;
   bool grouped = false;         // MoE experts: try the family's grouped GEMM
   bool grouped_decode = false;  // MoE experts: try the cross-row grouped decode (fp8)
@@ -41,34 +42,24 @@ struct ProjectionSetRequest {
 };
 
 struct ProjectionSet {
-  KernelFamily family = KernelFamily::w4a16;
   ActivationQuant activations = ActivationQuant::bf16;
-  ProjectionKernels w4a16;  // family w4a16: the section-7 chain
-  FamilyKernels quant;      // any other family
-  KernelHandle repack;      // the family's repack; null: the weights stay canonical
-  std::string layout;       // the layout the weights will be in
-  std::string tier;         // "w4a8: int8 activations (m/config.json)": the tier_note of its rows
+  std::shared_ptr<const LinearPlan> plan;  // non-null once resolved
+  std::string tier;  // "w4a8: int8 activations (m/config.json)": the tier_note of its rows
 
-  bool act_order() const noexcept { return static_cast<bool>(quant.gather); }
-  // The weights as this set's kernels read them: W4A16 weights under int8 activations become
-  // w4-zp (zero points 8), everything else passes through.
-  QuantMatrix prepare(const QuantMatrix& weights) const;
+  KernelFamily family() const noexcept { return plan->family(); }
+  const FamilyKernels& kernels() const noexcept { return plan->kernels(); }
+  bool act_order() const noexcept { return static_cast<bool>(kernels().gather); }
+  // The weights on the device in the format and layout this set's kernels read: W4A16 weights
+  // under int8 activations or with a permutation become w4-zp first (zero points 8, exact);
+  // every other format loads as it is. Throws Error(invalid_argument) for weights of another
+  // format than the set was resolved for.
   DeviceQuantMatrix upload(Backend& backend, const QuantMatrix& weights) const;
 };
 
 ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetRequest& request,
                                      std::source_location site = std::source_location::current());
 
-// Scratch a layer keeps for its projections' input preparation, grown to the largest use.
-struct ProjectionScratch {
-  DeviceBuffer gathered;  // bf16 [rows][k]: act-order inputs
-  DeviceBuffer quantized; // 1 byte per value: int8/fp8 inputs
-  DeviceBuffer scales;    // f32 [rows]
-  DeviceBuffer offsets;   // i32 [2]: one group of m rows (dense act-order)
-  uint32_t offsets_rows = 0;
-};
-
-// y[m, n] = x[m, k] W^T for matrix `index` of `weights` (gather, quantize, launch).
+// y[m, n] = x[m, k] W^T for matrix `index` of `weights` (the plan's run).
 void run_projection(Backend& backend, const ProjectionSet& set, const DeviceQuantMatrix& weights, uint32_t index,
                     DevicePtr x, DevicePtr y, uint32_t m, ProjectionScratch& scratch, uint64_t stream);
 // The grouped form over every expert: rows of x grouped by `offsets` (device), `rows` in all.

@@ -83,7 +83,7 @@ TEST_CASE("a default int8 tier falls back to bf16 where w4a8/w8a8 are missing; t
     const uint64_t before = cpu.backend->audit().last_sequence();
     const auto k = resolve_dense(*cpu.backend, format, ActivationRequest{ActivationQuant::int8, false, "m/config.json"});
     CHECK(k.projections.activations == ActivationQuant::bf16);
-    CHECK(k.projections.family == (format == WeightFormat::w4_zp ? KernelFamily::w4a16_zp : KernelFamily::w8a16));
+    CHECK(k.projections.family() == (format == WeightFormat::w4_zp ? KernelFamily::w4a16_zp : KernelFamily::w8a16));
     CHECK(has(k.projections.tier, "int8 activations (m/config.json) fell back to bf16: " + kernel + " on backend 'cpu': "
                                   "not in manifest"));
     // The abandoned attempt's rows carry the tier they were looked up under; the rows after the
@@ -148,7 +148,7 @@ TEST_CASE("METRALE_FP8_MOE_GROUPED_DECODE without fp8_grouped_gemv: 1 refuses, u
     testing::EnvGuard env{{"METRALE_FP8_MOE_GROUPED_DECODE", std::nullopt}};
     const uint64_t before = cpu.backend->audit().last_sequence();
     const MoeKernels k = resolve();
-    CHECK_FALSE(k.experts.quant.grouped_gemv);
+    CHECK_FALSE(k.experts.kernels().grouped_gemv);
     CHECK(k.grouped());  // the grouped GEMM serves the decode instead
     CHECK(rows_for(before) == 1);
   }

@@ -81,7 +81,7 @@ TEST_CASE("the layers load weights through the backend's repack: a dense FFN on 
 
   FfnComponent ffn = FfnComponent::build(*b, c, w);
   REQUIRE(ffn.dense());
-  CHECK(ffn.dense()->kernels().projections.repack);
+  CHECK(ffn.dense()->kernels().projections.kernels().repack);
   bool repack_row = false;
   for (const auto& row : b->audit().snapshot()) {
     if (row.sequence <= before || row.kernel != "w4a16_repack") continue;

@@ -15,7 +15,10 @@
    layers/core/levers.cpp;
 6. the same runtime/ code names no kernel module the layers look kernels up in (a kernel family
    such as w4a16): the modules of manifests/catalogue.json. What a layer pins about its lookups
-   reaches the runtime as opaque annotations, never as a family the runtime knows.
+   reaches the runtime as opaque annotations, never as a family the runtime knows;
+7. the generic quantized-linear code (layers/linear/linear_plan.*, layers/linear/projection_set.*)
+   and the blocks (layers/ffn/) name no W4A16 family or format: every format goes through the
+   LinearPlan interface, W4A16 as one implementation (layers/linear/projection.*).
 
 Before the tree it checks a small generated tree with one violation of each kind and fails unless
 every one is reported, so a rule that stops working fails too.
@@ -268,9 +271,25 @@ def check_names(root, files):
     return problems
 
 
+GENERIC_LINEAR = ("layers/linear/linear_plan.", "layers/linear/projection_set.", "layers/ffn/")
+W4A16_BRANCH = re.compile(r"\b(KernelFamily::w4a16|WeightFormat::w4a16)\b(?!_)")
+
+
+def check_generic_linear(root, files):
+    problems = []
+    for path in files:
+        if not path.startswith(GENERIC_LINEAR) or not path.endswith(SOURCE_SUFFIXES):
+            continue
+        text = code_of(path, read(root, path))
+        for match in W4A16_BRANCH.finditer(text):
+            problems.append(f"{path}:{line_of(text, match.start())}: generic linear code names {match.group(1)}; "
+                            "W4A16 is one LinearPlan implementation (layers/linear/projection.cpp)")
+    return problems
+
+
 def check(root):
     files = list_files(root)
-    return check_includes(root, set(files)) + check_names(root, files)
+    return check_includes(root, set(files)) + check_names(root, files) + check_generic_linear(root, files)
 
 
 def self_test():
@@ -280,6 +299,8 @@ def self_test():
         "manifests/catalogue.json": json.dumps({"modules": [{"name": "xgemm_a8", "kernels": []}]}),
         "layers/core/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
         "layers/linear/selectors.hpp": "",
+        "layers/linear/projection_set.cpp": "// KernelFamily::w4a16 in a comment is fine\n"
+                                            "auto zp = KernelFamily::w4a16_zp;\nif (f == KernelFamily::w4a16) {}\n",
         "plugins/xpu/src/own.hpp": "",
         "plugins/xpu/src/plugin.cpp": '#include "own.hpp"\n#include <metrale/plugin_abi.h>\n'
                                       '#include <metrale/levers.hpp>\n',
@@ -304,7 +325,8 @@ def self_test():
                 "runtime/src/a.cpp:4: the runtime names 'xpu'",
                 "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
                 "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'",
-                "runtime/src/a.cpp:7: the runtime names the kernel module 'xgemm_a8'"]
+                "runtime/src/a.cpp:7: the runtime names the kernel module 'xgemm_a8'",
+                "layers/linear/projection_set.cpp:3: generic linear code names KernelFamily::w4a16"]
     return run_self_test(tree, expected, check, "metrale-layering-")
 
 
@@ -317,7 +339,8 @@ def main():
         print(f"FAIL: {problem}")
     if not problems:
         print("layering ok: runtime/ knows no layer, plugin, backend, kernel module or non-runtime lever; plugins see only runtime/abi; "
-              "the layers' concerns include downwards only; cli/ includes nothing of plugins/")
+              "the layers' concerns include downwards only; cli/ includes nothing of plugins/; "
+              "generic linear code names no W4A16 family")
     return 1 if problems else 0
 
 

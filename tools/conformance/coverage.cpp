@@ -78,13 +78,12 @@ std::vector<Need> with(std::vector<Need> needs, std::initializer_list<Need> more
 std::string name_of(Backend& b, KernelHandle h) { return b.kernel_name(h); }
 
 // A dense W4A16 FFN resolved as the layers do, its gate_up projection planned for m rows.
-Probe dense_probe(Backend& b, Activation act, uint32_t m, std::optional<ProjectionTier> native_tier,
-                  const char* primary) {
+Probe dense_probe(Backend& b, Activation act, uint32_t m, bool require_primary, const char* primary) {
   DenseFfnKernels k = DenseFfnLayer::resolve(b, "conformance.coverage", kHidden, kIntermediate, act, kModelType);
-  const ProjectionLaunch launch = plan_projection(k.projections.w4a16, m, 2 * kIntermediate, kHidden);
+  const PlanStep step = describe_set_projection(b, k.projections, "gate_up", m, 2 * kIntermediate, kHidden);
   Probe p;
-  p.kernels = {name_of(b, launch.kernel), name_of(b, k.act)};
-  p.native = !native_tier || launch.tier == *native_tier;
+  p.kernels = {step.kernel, name_of(b, k.act)};
+  p.native = !require_primary || step.kernel == primary;
   p.primary = primary;
   return p;
 }
@@ -95,11 +94,11 @@ Probe family_probe(Backend& b, Activation act, WeightFormat format, ActivationQu
                    bool act_order = false) {
   DenseFfnTier request{format, act_order, ActivationRequest{tier, false, "conformance coverage"}};
   DenseFfnKernels k = DenseFfnLayer::resolve(b, "conformance.coverage", kHidden, kIntermediate, act, kModelType, request);
-  const FamilyKernels& f = k.projections.quant;
+  const FamilyKernels& f = k.projections.kernels();
   Probe p;
   for (KernelHandle h : {f.gather, f.quantize, f.gemv, f.gemm, f.repack})
     if (h) p.kernels.push_back(name_of(b, h));
-  p.native = k.projections.family == native && (!act_order || f.gather);
+  p.native = k.projections.family() == native && (!act_order || f.gather);
   p.primary = std::string(family_info(native).module) + "/" + std::string(family_info(native).prefix) + "_gemm";
   if (act_order) p.primary = "quant/gather_k";
   if (tier == ActivationQuant::int8) p.primary += " with quant/quantize_int8";
@@ -118,9 +117,9 @@ Probe moe_probe(Backend& b, Activation act, bool grouped, bool device_routing) {
   const MoeKernels k = MoeLayer::resolve(b, moe_config(act), MoeBuildOptions{.use_grouped_kernel = grouped});
   Probe p;
   if (k.grouped()) {
-    p.kernels.push_back(name_of(b, k.experts.quant.grouped));
+    p.kernels.push_back(name_of(b, k.experts.kernels().grouped));
   } else {
-    p.kernels.push_back(name_of(b, plan_projection(k.experts.w4a16, 4, 256, kHidden).kernel) + " per expert");
+    p.kernels.push_back(describe_set_projection(b, k.experts, "experts.gate_up", 4, 256, kHidden).kernel + " per expert");
   }
   if (device_routing) {
     p.native = k.device_routing();
@@ -139,11 +138,11 @@ std::vector<PathSpec> paths() {
   const std::vector<Need> dense{kTileGemm, kAct};
   return {
       {"dense/decode", "dense FFN, 1 row (W4A16)", with(dense, {{"w4a16/w4a16_gemv"}}),
-       [](Backend& b, A a) { return dense_probe(b, a, 1, ProjectionTier::gemv, "w4a16/w4a16_gemv"); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 1, true, "w4a16/w4a16_gemv"); }},
       {"dense/batched", "dense FFN, 8 rows (W4A16)", with(dense, {{"w4a16/w4a16_gemv_b8"}}),
-       [](Backend& b, A a) { return dense_probe(b, a, 8, ProjectionTier::gemv_b8, "w4a16/w4a16_gemv_b8"); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 8, true, "w4a16/w4a16_gemv_b8"); }},
       {"dense/prefill", "dense FFN, 64 rows (W4A16)", dense,
-       [](Backend& b, A a) { return dense_probe(b, a, 64, std::nullopt, ""); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 64, false, ""); }},
       {"moe/grouped", "MoE experts in one grouped GEMM", with(kMoeBase, {{"moe/w4a16_grouped_gemm"}}),
        [](Backend& b, A a) { return moe_probe(b, a, true, false); }},
       {"moe/per_expert", "MoE experts one launch each", with(kMoeBase, {kTileGemm}),
@@ -152,9 +151,9 @@ std::vector<PathSpec> paths() {
        with(kMoeBase, {{"moe/w4a16_grouped_gemm"}, {"moe/moe_align"}}),
        [](Backend& b, A a) { return moe_probe(b, a, true, true); }},
       {"act/silu", "SiLU activation", {{"act/silu_mul"}, kTileGemm},
-       [](Backend& b, A) { return dense_probe(b, Activation::silu, 64, std::nullopt, ""); }},
+       [](Backend& b, A) { return dense_probe(b, Activation::silu, 64, false, ""); }},
       {"act/gelu", "GELU (tanh) activation", {{"act/gelu_mul"}, kTileGemm},
-       [](Backend& b, A) { return dense_probe(b, Activation::gelu_tanh, 64, std::nullopt, ""); }},
+       [](Backend& b, A) { return dense_probe(b, Activation::gelu_tanh, 64, false, ""); }},
       {"quant/w4a16_zp", "4-bit weights with zero points", {{"w4a16_zp/w4a16_zp_gemm"}, kAct},
        [](Backend& b, A a) { return family_probe(b, a, WeightFormat::w4_zp, ActivationQuant::bf16, KernelFamily::w4a16_zp); }},
       {"quant/w8a16", "8-bit weights with zero points", {{"w8a16/w8a16_gemm"}, kAct},

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // compressed-tensors as llm-compressor writes it (docs/checkpoint-formats.md): pack-quantized
 // integers (weight_packed I32 [N, K*b/32] of code + 2^(b-1) packed along K, weight_scale,
-// optional weight_zero_point, weight_shape), int-quantized int8 (weight I8 [N, K]) and
+// optional weight_zero_point, weight_shape), int-quantized integers (weight I8 [N, K] of signed
+// values, 4-bit ones in [-8, 7]: W4A8; optional weight_zero_point I8 [N, G]) and
 // float-quantized FP8 (weight F8_E4M3 [N, K]), with per-group, per-channel, per-tensor or block
 // scales; an actorder "group" layer adds weight_g_idx I32 [K] (the group of each column).
 #include "io/linear_reader.hpp"
@@ -80,6 +81,19 @@ std::vector<int32_t> read_g_idx(const TensorSource& src, const std::string& pref
   return group_order(src.at(name).where(name), g_idx, g, order);
 }
 
+// weight_scale [N, G], G = K / group (1 per channel); a [N, other] tensor contradicts the declared
+// grouping.
+std::vector<float> read_group_scales(const TensorSource& src, const std::string& sname, uint32_t n, uint32_t groups,
+                                     const CheckpointQuant& q) {
+  const auto& sshape = src.at(sname).info(sname).shape;
+  if (sshape.size() == 2 && sshape[0] == n && sshape[1] != groups) {
+    const bool channel = q.strategy == ScaleStrategy::channel;
+    contradiction(src.at(sname).where(sname), channel ? "strategy" : "group_size",
+                  channel ? "channel" : std::to_string(q.group_size), "it holds " + std::to_string(sshape[1]) + " groups");
+  }
+  return src.at(sname).read_f32(sname, {n, groups});
+}
+
 QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
   check_weight_shape(src, prefix, n, k);
   const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
@@ -93,11 +107,7 @@ QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint
                       "-bit codes");
   }
   const auto packed = r.read_u32(wname, {Dtype::i32, Dtype::u32}, {n, k / per_word});
-  const auto& sshape = src.at(sname).info(sname).shape;
-  if (sshape.size() == 2 && sshape[0] == n && sshape[1] != groups) {
-    contradiction(src.at(sname).where(sname), "group_size", std::to_string(q.group_size), "it holds " + std::to_string(sshape[1]) + " groups");
-  }
-  const auto scales = src.at(sname).read_f32(sname, {n, groups});
+  const auto scales = read_group_scales(src, sname, n, groups, q);
   const auto zero = zero_points(src, prefix, n, groups, q);
   return build_zero_point_matrix(
       prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, read_g_idx(src, prefix, k, g, q),
@@ -105,15 +115,33 @@ QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint
       [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
 }
 
-QuantMatrix read_int8(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
-  const std::string wname = prefix + ".weight";
+// int-quantized: one signed value per int8, in [-2^(b-1), 2^(b-1) - 1]; W = (w - zp) * s with zp
+// the signed weight_zero_point I8 [N, G] when asymmetric, else 0. Signed w becomes the unsigned
+// code w + 2^(b-1) of the w4-zp / w8-zp layouts, its zero point zp + 2^(b-1).
+QuantMatrix read_int(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
+  const std::string wname = prefix + ".weight", sname = prefix + ".weight_scale";
+  const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
+  const uint32_t groups = k / g.checkpoint;
+  const int32_t middle = 1 << (q.bits - 1);
   const auto raw = src.at(wname).read_raw(wname, {Dtype::i8}, std::vector<uint64_t>{n, k});
-  const ScaleGrid grid = read_scale_grid(src, prefix + ".weight_scale", n, k, q.strategy);
-  // Signed codes w become unsigned q = w + 128 with zero point 128: (q - 128) * s = w * s.
+  const auto value = [&](uint32_t row, uint32_t col) { return static_cast<int32_t>(static_cast<int8_t>(raw[size_t{row} * k + col])); };
+  if (q.bits < 8) {
+    for (uint32_t row = 0; row < n; ++row) {
+      for (uint32_t col = 0; col < k; ++col) {
+        if (value(row, col) < -middle || value(row, col) >= middle) {
+          contradiction(src.at(wname).where(wname), "num_bits", std::to_string(q.bits),
+                        "it holds " + std::to_string(value(row, col)) + " at [" + std::to_string(row) + ", " + std::to_string(col) +
+                            "], outside [" + std::to_string(-middle) + ", " + std::to_string(middle - 1) + "]");
+        }
+      }
+    }
+  }
+  const auto scales = read_group_scales(src, sname, n, groups, q);
+  const auto zero = zero_points(src, prefix, n, groups, q);
   return build_zero_point_matrix(
-      prefix, WeightFormat::w8_zp, n, k, kernel_groups(prefix, -1, k), {},
-      [&](uint32_t row, uint32_t col) { return static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(raw[size_t{row} * k + col])) + 128); },
-      [&](uint32_t row, uint32_t) { return grid.at(row, 0); }, [](uint32_t, uint32_t) { return 128u; });
+      prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, read_g_idx(src, prefix, k, g, q),
+      [&](uint32_t row, uint32_t col) { return static_cast<uint32_t>(value(row, col) + middle); },
+      [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
 }
 
 QuantMatrix read_fp8(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
@@ -129,7 +157,7 @@ QuantMatrix read_compressed_tensors_linear(const TensorSource& src, const std::s
                                            const CheckpointQuant& q) {
   switch (q.scheme) {
     case WeightScheme::ct_pack_int: return read_packed(src, prefix, n, k, q);
-    case WeightScheme::ct_int8: return read_int8(src, prefix, n, k, q);
+    case WeightScheme::ct_int: return read_int(src, prefix, n, k, q);
     case WeightScheme::ct_fp8: return read_fp8(src, prefix, n, k, q);
     default: break;
   }

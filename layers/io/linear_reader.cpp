@@ -14,7 +14,7 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
     case WeightScheme::gptq: return read_gptq_linear(src, prefix, n, k, quant);
     case WeightScheme::awq_gemm: return read_awq_linear(src, prefix, n, k, quant);
     case WeightScheme::ct_pack_int:
-    case WeightScheme::ct_int8:
+    case WeightScheme::ct_int:
     case WeightScheme::ct_fp8: return read_compressed_tensors_linear(src, prefix, n, k, quant);
     case WeightScheme::fp8_block: return read_fp8_linear(src, prefix, n, k, quant);
     case WeightScheme::none: break;

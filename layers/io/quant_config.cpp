@@ -127,18 +127,18 @@ void parse_ct_weights(const Fields& w, const std::string& format, CheckpointQuan
   }
   if (format == "pack-quantized" && type == "int" && (q.bits == 4 || q.bits == 8)) {
     q.scheme = WeightScheme::ct_pack_int;
-  } else if (format == "int-quantized" && type == "int" && q.bits == 8) {
-    q.scheme = WeightScheme::ct_int8;
+  } else if (format == "int-quantized" && type == "int") {
+    q.scheme = WeightScheme::ct_int;
   } else if (format == "float-quantized" && type == "float" && q.bits == 8) {
     q.scheme = WeightScheme::ct_fp8;
   } else {
     throw Refusal(w.where("") + ": " + std::to_string(q.bits) + "-bit " + type + " weights in format \"" + format +
-                  "\" are not supported: pack-quantized int (4 or 8 bits), int-quantized int (8 bits) or "
+                  "\" are not supported: pack-quantized int (4 or 8 bits), int-quantized int (4 or 8 bits) or "
                   "float-quantized float (8 bits, E4M3)");
   }
-  // int-quantized and float-quantized weights are read with one scale per row, per tensor or per
-  // 128x128 block: their readers have no per-group scales.
-  if (q.scheme != WeightScheme::ct_pack_int && q.strategy == ScaleStrategy::group) {
+  // float-quantized weights are read with one scale per row, per tensor or per 128x128 block:
+  // their reader has no per-group scales.
+  if (q.scheme == WeightScheme::ct_fp8 && q.strategy == ScaleStrategy::group) {
     w.unsupported("strategy", Json("group"), "\"channel\"" + std::string(type == "float" ? ", \"tensor\" or \"block\"" : "") +
                                                  " for " + format + " weights");
   }

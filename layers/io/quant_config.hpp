@@ -28,7 +28,7 @@ enum class WeightScheme {
   gptq,           // qweight/qzeros/scales/g_idx, packed along K (GPTQ v1 or v2 zeros)
   awq_gemm,       // AWQ GEMM: qweight [K, N/8] in AWQ's interleaved nibble order
   ct_pack_int,    // compressed-tensors pack-quantized integers (weight_packed, weight_scale, ...)
-  ct_int8,        // compressed-tensors int-quantized 8-bit (weight int8, weight_scale)
+  ct_int,         // compressed-tensors int-quantized, 4 or 8 bits: one signed value per int8 (weight, weight_scale, ...)
   fp8_block,      // quant_method fp8: weight F8_E4M3 + weight_scale_inv per 128x128 block
   ct_fp8,         // compressed-tensors float-quantized FP8 (weight F8_E4M3 + weight_scale)
 };

@@ -119,10 +119,17 @@ def ct_pack(get: Lookup, qcfg: Dict) -> np.ndarray:
 
 
 def ct_naive(get: Lookup, qcfg: Dict) -> np.ndarray:
-    """int-quantized / float-quantized: W = q * weight_scale[n, 0] (symmetric channel)."""
+    """int-quantized / float-quantized: one value per element, W = (q - zp) * weight_scale[n, k / g]
+    (g = K / the scale's columns), zp = weight_zero_point[n, k / g] when stored, else 0."""
     t = get("weight")
     q = e4m3_value(t.data) if t.dtype == "F8_E4M3" else t.data.astype(np.float64)
-    return q * float_values(get("weight_scale"))
+    scale = float_values(get("weight_scale"))
+    gi = np.arange(q.shape[1]) // (q.shape[1] // scale.shape[1])
+    try:
+        zp = get("weight_zero_point").data.astype(np.float64)
+    except KeyError:
+        zp = np.zeros_like(scale)
+    return (q - zp[:, gi]) * scale[:, gi]
 
 
 def fp8_block(get: Lookup, qcfg: Dict) -> np.ndarray:

@@ -110,15 +110,15 @@ def _e4m3_step(v: np.ndarray) -> np.ndarray:
     return np.where(a < 2.0 ** -6, 2.0 ** -9, np.ldexp(1.0, e - 1 - 3))
 
 
-def quantize_activations(x: np.ndarray, scheme: str) -> Tuple[np.ndarray, np.ndarray]:
+def quantize_activations(x: np.ndarray, scheme: str, amax: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """(the values a kernel multiplies after quantizing x as `scheme` does, the step of each):
     per row (or per 128 columns) s = amax / 127 (int8) or amax / 448 (FP8) in f32, codes rounded
-    to nearest even."""
+    to nearest even. `amax` [m, K / width] replaces the blocks' own maxima when given."""
     if scheme == "bf16":
         return x, np.zeros_like(x)
     m, k = x.shape
     width = 128 if scheme == "fp8-group128" else k
-    blocks = np.abs(x).reshape(m, k // width, width).max(axis=2)
+    blocks = np.abs(x).reshape(m, k // width, width).max(axis=2) if amax is None else amax
     qmax = 127.0 if scheme == "int8-token" else 448.0
     s = np.float32(blocks / qmax).astype(np.float64)
     s = np.repeat(np.where(s > 0, s, 1.0), width, axis=1)
@@ -130,7 +130,10 @@ def quantize_activations(x: np.ndarray, scheme: str) -> Tuple[np.ndarray, np.nda
 
 def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "bf16") -> Tuple[np.ndarray, np.ndarray]:
     """x [m, K] times w [N, K]^T: (value, slack beyond 2^-7 |value|). With an activation scheme
-    the inputs are quantized first, and up to FLIPS codes may round the other way in the kernel."""
+    the inputs are quantized first, and up to FLIPS codes may round the other way in the kernel.
+    Rounded (bf16 intermediate) inputs may also have their largest element one bf16 ulp away in
+    the kernel, which moves that row's scale and with it any number of codes: the slack covers
+    the projection under either neighbouring maximum."""
     xq, step = quantize_activations(x, scheme)
     value = xq @ w.T
     slack = SCALE * (np.abs(xq) @ np.abs(w).T)
@@ -139,6 +142,13 @@ def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "
         slack = slack + FLIPS * flip
     if scheme != "bf16":
         slack = slack + FLIPS * (np.abs(w)[None, :, :] * step[:, None, :]).max(axis=2)
+        if rounded_inputs:
+            m, k = x.shape
+            width = 128 if scheme == "fp8-group128" else k
+            amax = np.abs(x).reshape(m, k // width, width).max(axis=2)
+            moved = [np.abs(quantize_activations(x, scheme, a)[0] @ w.T - value)
+                     for a in (amax - bf16_ulp(amax), amax + bf16_ulp(amax))]
+            slack = slack + np.maximum(*moved)
     return value, slack
 
 

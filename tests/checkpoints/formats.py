@@ -26,6 +26,7 @@ FORMAT_DEFAULTS = {
     # actorder None, "static" (GPTQModifier's default: plain tensors) or "group" (weight_g_idx).
     "ct-int4": dict(strategy="group", group_size=128, symmetric=True, actorder=None),
     "ct-int8": dict(),
+    "ct-w4a8": dict(group_size=128, symmetric=True),
     "ct-fp8": dict(),
     "fp8-block": dict(),
 }
@@ -35,6 +36,14 @@ def resolved(fmt: Dict) -> Dict:
     out = dict(FORMAT_DEFAULTS[fmt["method"]])
     out.update(fmt)
     return out
+
+
+def weight_bits(fmt: Dict) -> int:
+    """Bits per quantized weight value (8 for the FP8 formats)."""
+    f = resolved(fmt)
+    if f["method"] == "gptq":
+        return int(f["bits"])
+    return 4 if f["method"] in ("awq", "ct-int4", "ct-w4a8") else 8
 
 
 def model_dtype(fmt: Dict) -> str:
@@ -88,6 +97,9 @@ def _ct_config(f: Dict, ignore) -> Dict:
         acts, fmt = None, "pack-quantized"
     elif method == "ct-int8":
         weights = _ct_args(8, "int", "channel", True)
+        acts, fmt = _ct_args(8, "int", "token", True, dynamic=True, observer=None), "int-quantized"
+    elif method == "ct-w4a8":
+        weights = _ct_args(4, "int", "group", f["symmetric"], f["group_size"])
         acts, fmt = _ct_args(8, "int", "token", True, dynamic=True, observer=None), "int-quantized"
     else:
         weights = _ct_args(8, "float", "channel", True)
@@ -174,6 +186,8 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
                                                    symmetric=f["symmetric"], actorder=f["actorder"], rng=rng)
     if m == "ct-int8":
         return lambda w, rng: writers.ct_int8_channel(w)
+    if m == "ct-w4a8":
+        return lambda w, rng: writers.ct_int4_naive(w, group_size=f["group_size"], symmetric=f["symmetric"])
     if m == "ct-fp8":
         return lambda w, rng: writers.ct_fp8_channel(w)
     if m == "fp8-block":

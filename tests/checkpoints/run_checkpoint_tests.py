@@ -143,7 +143,7 @@ def self_test(v) -> list:
             w = build.random_weight(v.name, module, n, k, asym)
             d = ck.weight(module)
             # One code step of a group is at most 2 max|w| / levels of its row (sym or asym).
-            levels = 255 if "8" in v.family else 15
+            levels = 255 if formats.weight_bits(v.fmt) == 8 else 15
             step = 2 * np.abs(w).max(axis=1) / levels
             if v.fmt["method"] in ("fp8-block", "ct-fp8"):
                 step = np.abs(w).max(axis=1) / 448 * 32 + 2.0 ** -10 * np.abs(w).max(axis=1)

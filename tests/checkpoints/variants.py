@@ -33,6 +33,8 @@ FAMILIES: Dict[str, str] = {
     "ct-fp8": "compressed-tensors float-quantized FP8 with per-channel scales (FP8_DYNAMIC)",
     "gptq-int8": "GPTQ bits 8 (four codes per int32), symmetric and asymmetric, v1 and v2",
     "ct-int8": "compressed-tensors int-quantized W8A8: int8 weights with per-channel scales",
+    "ct-w4a8": "compressed-tensors int-quantized W4A8 (llm-compressor's W4A8 scheme): 4-bit values one per int8, "
+               "group 128 and 64, symmetric and asymmetric (weight_zero_point I8), dense and MoE",
 }
 
 # The families `meson test` runs (every one: tests/checkpoints/meson.build).
@@ -172,10 +174,18 @@ def _ct_int8(out):
         _v(out, "ct-int8", "w8a8", arch, dict(method="ct-int8"))
 
 
+def _ct_w4a8(out):
+    _v(out, "ct-w4a8", "group-sym", "qwen3", dict(method="ct-w4a8"))
+    _v(out, "ct-w4a8", "group-asym", "qwen3", dict(method="ct-w4a8", symmetric=False))
+    _v(out, "ct-w4a8", "group64-sym", "qwen3_moe", dict(method="ct-w4a8", group_size=64))
+    _v(out, "ct-w4a8", "group-asym", "qwen2_moe", dict(method="ct-w4a8", symmetric=False))
+    _v(out, "ct-w4a8", "group-sym-tf5", "mixtral", dict(method="ct-w4a8"), extra={"layout": "tf5"})
+
+
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
              "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
              "ct-int4": _ct_int4, "ct-act-order": _ct_act_order, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
-             "ct-int8": _ct_int8}
+             "ct-int8": _ct_int8, "ct-w4a8": _ct_w4a8}
 assert set(_BUILDERS) == set(FAMILIES)
 
 

@@ -225,6 +225,27 @@ def ct_int8_channel(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Te
     return {"weight": tensor("I8", q), "weight_scale": _store_float(scale, scale_dtype)}
 
 
+def ct_int4_naive(w: np.ndarray, *, group_size: int = 128, symmetric: bool = True,
+                  scale_dtype: str = "BF16") -> Dict[str, Tensor]:
+    """int-quantized 4-bit (llm-compressor's W4A8 preset: weights int4 group 128, int8 dynamic
+    per-token activations): weight I8 [N, K] holding one signed value in [-8, 7] per byte,
+    weight_scale [N, K/g], and for asymmetric weights weight_zero_point I8 [N, K/g], unpacked."""
+    lo, hi = _ct_minmax(w, group_size)
+    if symmetric:
+        scale = np.maximum(np.maximum(np.abs(lo), np.abs(hi)) / 7.5, np.finfo(np.float32).eps)
+        zp = np.zeros_like(scale)
+    else:
+        scale = np.maximum((hi - lo) / 15, np.finfo(np.float32).eps)
+        zp = np.round(np.clip(-8 - lo / scale, -8, 7))
+    stored = _stored_value(scale, scale_dtype)
+    gi = np.arange(w.shape[1]) // group_size
+    q = np.clip(np.round(w / stored[:, gi] + zp[:, gi]), -8, 7)
+    out = {"weight": tensor("I8", q), "weight_scale": _store_float(scale, scale_dtype)}
+    if not symmetric:
+        out["weight_zero_point"] = tensor("I8", zp)
+    return out
+
+
 def ct_fp8_channel(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Tensor]:
     """float-quantized (FP8_DYNAMIC weights): weight F8_E4M3 [N, K], weight_scale [N, 1]."""
     lo, hi = _ct_minmax(w, w.shape[1])

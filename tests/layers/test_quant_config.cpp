@@ -156,7 +156,7 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   w8a8["config_groups"]["group_0"]["input_activations"] = {
       {"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
   q = parse_quant_config(w8a8, "x");
-  CHECK(q.scheme == WeightScheme::ct_int8);
+  CHECK(q.scheme == WeightScheme::ct_int);
   CHECK(q.activations == DeclaredActivations::int8_dynamic_token);
   w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = false;
   CHECK(has(refusal(w8a8), "input_activations.dynamic = false"));
@@ -166,14 +166,21 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   fp8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}};
   q = parse_quant_config(fp8, "x");
   CHECK(q.scheme == WeightScheme::ct_fp8);
-  // Per-group scales exist for pack-quantized weights only.
+  // Per-group scales exist for integer weights only (pack-quantized and int-quantized).
   fp8["config_groups"]["group_0"]["weights"]["strategy"] = "group";
   fp8["config_groups"]["group_0"]["weights"]["group_size"] = 128;
   CHECK(has(refusal(fp8), "weights.strategy = \"group\" is not supported: \"channel\", \"tensor\" or \"block\" for "
                           "float-quantized weights"));
-  w8a8["config_groups"]["group_0"]["weights"] = {{"num_bits", 8}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}};
+  // llm-compressor's W4A8: int-quantized int4 per group, int8 activations per token.
+  w8a8["config_groups"]["group_0"]["weights"] = {{"num_bits", 4}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}};
   w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
-  CHECK(has(refusal(w8a8), "weights.strategy = \"group\" is not supported: \"channel\" for int-quantized weights"));
+  q = parse_quant_config(w8a8, "x");
+  CHECK(q.scheme == WeightScheme::ct_int);
+  CHECK(q.bits == 4);
+  CHECK(q.strategy == ScaleStrategy::group);
+  CHECK(q.activations == DeclaredActivations::int8_dynamic_token);
+  w8a8["config_groups"]["group_0"]["weights"]["num_bits"] = 2;
+  CHECK(has(refusal(w8a8), "num_bits"));
 
   ct["config_groups"]["group_0"]["weights"]["actorder"] = nullptr;
   ct["config_groups"]["group_1"] = ct["config_groups"]["group_0"];

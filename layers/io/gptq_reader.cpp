@@ -15,6 +15,7 @@ namespace metrale::layers {
 namespace {
 
 struct GptqTensors {
+  const CheckpointQuant* declared = nullptr;  // the settings, for the field names in messages
   uint32_t bits = 4, per_word = 8, mask = 0xf;
   uint32_t groups = 1;
   std::vector<uint32_t> qweight;  // [k / per_word][n]
@@ -43,7 +44,7 @@ void read_codes(const TensorSource& src, const std::string& prefix, uint32_t n, 
   SafetensorsReader& r = src.at(name);
   const auto& shape = r.info(name).shape;
   if (shape.size() == 2 && shape[1] == n && shape[0] != k / t.per_word) {
-    contradiction(r.where(name), "quantization_config.bits", std::to_string(t.bits),
+    contradiction(r.where(name), t.declared->field("bits"), std::to_string(t.bits),
                   "its shape " + shape_string(shape) + " holds " + implied_bits(shape[0], k) + " for K = " + std::to_string(k));
   }
   t.qweight = r.read_u32(name, {Dtype::i32, Dtype::u32}, {k / t.per_word, n});
@@ -54,7 +55,7 @@ void read_scales(const TensorSource& src, const std::string& prefix, uint32_t n,
   SafetensorsReader& r = src.at(name);
   const TensorInfo& info = r.info(name);
   if (info.shape.size() == 2 && info.shape[1] == n && info.shape[0] != t.groups) {
-    contradiction(r.where(name), "quantization_config.group_size", std::to_string(group_size),
+    contradiction(r.where(name), t.declared->field("group_size"), std::to_string(group_size),
                   "it holds " + std::to_string(info.shape[0]) + " groups, where group_size " + std::to_string(group_size) +
                       " gives " + std::to_string(t.groups));
   }
@@ -81,7 +82,7 @@ void read_zeros(const TensorSource& src, const std::string& prefix, uint32_t n, 
   for (uint32_t g = 0; g < t.groups; ++g)
     for (uint32_t row = 0; row < n; ++row)
       if (t.zero(row, g) != middle) {
-        contradiction(src.at(name).where(name), "quantization_config.sym", "true (every zero point " + std::to_string(middle) + ")",
+        contradiction(src.at(name).where(name), q.field("sym"), "true (every zero point " + std::to_string(middle) + ")",
                       "group " + std::to_string(g) + " of output " + std::to_string(row) + " has zero point " +
                           std::to_string(t.zero(row, g)) + (q.gptq_v2 ? "" : " (v1: stored value + 1)"));
       }
@@ -97,7 +98,7 @@ std::vector<int32_t> read_order(const TensorSource& src, const std::string& pref
     return {};
   }
   t.g_idx = src.at(name).read_u32(name, {Dtype::i32}, {k});
-  const GroupOrder order{act_order, q.desc_act ? "quantization_config.static_groups" : "quantization_config.desc_act",
+  const GroupOrder order{act_order, q.field(q.desc_act ? "static_groups" : "desc_act"),
                          q.desc_act ? "true (groups in column order)" : "false"};
   return group_order(src.at(name).where(name), t.g_idx, g, order);
 }
@@ -127,6 +128,7 @@ QuantMatrix build_w4a16(const std::string& prefix, uint32_t n, uint32_t k, const
 QuantMatrix read_gptq_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                              const CheckpointQuant& q) {
   GptqTensors t;
+  t.declared = &q;
   t.bits = q.bits;
   t.per_word = 32 / q.bits;
   t.mask = (1u << q.bits) - 1;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <limits>
 
 namespace metrale::layers {
@@ -238,6 +239,11 @@ const char* declared_activations_name(DeclaredActivations a) noexcept {
   return "?";
 }
 
+std::string CheckpointQuant::field(std::string_view name) const {
+  if (!path.empty()) return path + "." + std::string(name);
+  return std::string(name) + " (" + std::filesystem::path(source).filename().string() + ")";
+}
+
 std::string CheckpointQuant::summary() const {
   std::string s = quant_method_name(method);
   if (scheme == WeightScheme::gptq) s += gptq_v2 ? " v2" : " v1";
@@ -263,6 +269,7 @@ CheckpointQuant parse_quant_config(const nlohmann::json& doc, const std::string&
   const Fields f(doc, source, path, "an object (the quantization declaration)");
   CheckpointQuant q;
   q.source = source;
+  q.path = path;
   const auto method = f.lower_string("quant_method");
   if (!method) f.malformed("quant_method", "a string (gptq, awq, compressed-tensors or fp8)", nullptr);
   if (*method == "gptq") {

@@ -41,6 +41,7 @@ const char* declared_activations_name(DeclaredActivations a) noexcept;
 
 struct CheckpointQuant {
   std::string source;  // "<dir>/config.json: quantization_config", for messages
+  std::string path = "quantization_config";  // where the fields sit in `source` ("": the whole file)
   QuantMethod method = QuantMethod::none;
   WeightScheme scheme = WeightScheme::none;
   uint32_t bits = 0;
@@ -55,6 +56,9 @@ struct CheckpointQuant {
   DeclaredActivations activations = DeclaredActivations::bf16;
   std::vector<std::string> ignore;  // module names or "re:" patterns left unquantized
 
+  // A field for messages: "quantization_config.bits" in config.json, "bits (quantize_config.json)"
+  // when the settings are a file of their own.
+  std::string field(std::string_view name) const;
   // One line for `metrale run`: "gptq v1, 4 bits, group 128, asymmetric, act-order".
   std::string summary() const;
 };

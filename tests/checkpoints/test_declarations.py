@@ -49,6 +49,24 @@ def checkpoint(root, family, name_part, edit=None):
     return directory, v.layer
 
 
+def sidecar_only(directory, edit):
+    """The checkpoint with its GPTQ settings only in quantize_config.json (as older AutoGPTQ
+    releases leave them), edited by `edit`."""
+    path = os.path.join(directory, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.pop("quantization_config", None)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    sidecar = os.path.join(directory, "quantize_config.json")
+    with open(sidecar) as f:
+        settings = json.load(f)
+    edit(settings)
+    with open(sidecar, "w") as f:
+        json.dump(settings, f)
+    return directory
+
+
 def run(directory, layer, *extra):
     return subprocess.run([METRALE, "run", "--quiet", "--weights", directory, "--layer", str(layer), "--json", *extra],
                           capture_output=True, text=True)
@@ -149,6 +167,12 @@ def main():
         expect_refusal("group_size=64 over group-128 scales", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(group_size=64)),
                        "scales", "quantization_config.group_size = 64")
         # Values metrale does not run.
+        # Settings read from quantize_config.json are named as fields of that file.
+        directory, layer = checkpoint(root, "gptq", "v1-autogptq-qwen3")
+        expect_refusal("bits=8 over 4-bit codes, from quantize_config.json",
+                       sidecar_only(directory, lambda q: q.update(bits=8)), layer, "qweight", "holds 4-bit codes", "bits (quantize_config.json) = 8")
+        if "quantization_config.bits" in run(directory, layer).stderr:
+            failures.append("a setting from quantize_config.json is named quantization_config.bits")
         expect_refusal("bits=3", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(bits=3)),
                        "quantization_config.bits = 3", "4 or 8 bits")
         expect_refusal("unknown quant_method", *checkpoint(root, "gptq", "v2-qwen3", lambda q: q.update(quant_method="hqq")),

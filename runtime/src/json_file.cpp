@@ -29,6 +29,7 @@ nlohmann::json read_json_file(const std::filesystem::path& file, std::string_vie
 
 std::string describe_json(const nlohmann::json& value) {
   if (value.is_structured()) return value.is_object() ? "an object" : "an array";
+  if (value.is_null()) return "null";
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > 40) {
     size_t cut = 37;  // between UTF-8 sequences

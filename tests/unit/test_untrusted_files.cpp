@@ -99,5 +99,6 @@ TEST_CASE("json_unsigned and describe_json never convert or dump large values") 
   CHECK_FALSE(json_unsigned(nlohmann::json("3")));
   CHECK(describe_json(nlohmann::json(1.9)) == "number 1.9");
   CHECK(describe_json(nlohmann::json::object()) == "an object");
+  CHECK(describe_json(nlohmann::json()) == "null");  // not "null null"
   CHECK(describe_json(nlohmann::json(std::string(1000, 'x'))).size() < 60);
 }

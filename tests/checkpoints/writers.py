@@ -173,6 +173,23 @@ def _ct_minmax(w: np.ndarray, group: int):
     return np.minimum(wg.min(axis=2), 0.0), np.maximum(wg.max(axis=2), 0.0)
 
 
+def _ct_int4_quantize(w: np.ndarray, group: int, g_idx: np.ndarray, symmetric: bool, scale_dtype: str):
+    """compressed-tensors' minmax int4 of w [N, K], groups g_idx (the group of each column): the
+    signed values q in [-8, 7], the scales and zero points per [N, group]. Symmetric: scale
+    max|w| / 7.5, zero point 0; asymmetric: (max - min) / 15, zp = -8 - round(min / scale)."""
+    order = np.argsort(g_idx, kind="stable")  # each group's columns together, groups ascending
+    lo, hi = _ct_minmax(w[:, order], group)
+    if symmetric:
+        scale = np.maximum(np.maximum(np.abs(lo), np.abs(hi)) / 7.5, np.finfo(np.float32).eps)
+        zp = np.zeros_like(scale)
+    else:
+        scale = np.maximum((hi - lo) / 15, np.finfo(np.float32).eps)
+        zp = np.round(np.clip(-8 - lo / scale, -8, 7))
+    stored = _stored_value(scale, scale_dtype)
+    q = np.clip(np.round(w / stored[:, g_idx] + zp[:, g_idx]), -8, 7).astype(np.int64)
+    return q, scale, zp
+
+
 def ct_pack_int4(w: np.ndarray, *, strategy: str = "group", group_size: int = 128, symmetric: bool = True,
                  scale_dtype: str = "BF16", actorder: Optional[str] = None,
                  rng: Optional[np.random.Generator] = None) -> Dict[str, Tensor]:
@@ -191,16 +208,7 @@ def ct_pack_int4(w: np.ndarray, *, strategy: str = "group", group_size: int = 12
         g_idx = np.argsort(act_order_permutation(k, rng)) // g
     else:
         g_idx = np.arange(k) // g
-    order = np.argsort(g_idx, kind="stable")  # each group's columns together, groups ascending
-    lo, hi = _ct_minmax(w[:, order], g)
-    if symmetric:
-        scale = np.maximum(np.maximum(np.abs(lo), np.abs(hi)) / 7.5, np.finfo(np.float32).eps)
-        zp = np.zeros_like(scale)
-    else:
-        scale = np.maximum((hi - lo) / 15, np.finfo(np.float32).eps)
-        zp = np.round(np.clip(-8 - lo / scale, -8, 7))
-    stored = _stored_value(scale, scale_dtype)
-    q = np.clip(np.round(w / stored[:, g_idx] + zp[:, g_idx]), -8, 7).astype(np.int64)
+    q, scale, zp = _ct_int4_quantize(w, g, g_idx, symmetric, scale_dtype)
     out = {
         "weight_packed": Tensor("I32", _pack_cols(q + 8, 4).view(np.int32)),
         "weight_scale": _store_float(scale, scale_dtype),
@@ -230,16 +238,7 @@ def ct_int4_naive(w: np.ndarray, *, group_size: int = 128, symmetric: bool = Tru
     """int-quantized 4-bit (llm-compressor's W4A8 preset: weights int4 group 128, int8 dynamic
     per-token activations): weight I8 [N, K] holding one signed value in [-8, 7] per byte,
     weight_scale [N, K/g], and for asymmetric weights weight_zero_point I8 [N, K/g], unpacked."""
-    lo, hi = _ct_minmax(w, group_size)
-    if symmetric:
-        scale = np.maximum(np.maximum(np.abs(lo), np.abs(hi)) / 7.5, np.finfo(np.float32).eps)
-        zp = np.zeros_like(scale)
-    else:
-        scale = np.maximum((hi - lo) / 15, np.finfo(np.float32).eps)
-        zp = np.round(np.clip(-8 - lo / scale, -8, 7))
-    stored = _stored_value(scale, scale_dtype)
-    gi = np.arange(w.shape[1]) // group_size
-    q = np.clip(np.round(w / stored[:, gi] + zp[:, gi]), -8, 7)
+    q, scale, zp = _ct_int4_quantize(w, group_size, np.arange(w.shape[1]) // group_size, symmetric, scale_dtype)
     out = {"weight": tensor("I8", q), "weight_scale": _store_float(scale, scale_dtype)}
     if not symmetric:
         out["weight_zero_point"] = tensor("I8", zp)

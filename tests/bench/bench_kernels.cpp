@@ -282,7 +282,8 @@ int main(int argc, char** argv) {
   std::vector<unsigned> thread_list;
   std::vector<std::string> names;
   uint32_t prefill_m = 128, repeat = 3;
-  size_t bandwidth_mb = 512, evict_mb = 256;
+  const std::optional<LastLevelCache> llc = last_level_cache();
+  size_t bandwidth_mb = 512, evict_mb = default_evict_mb(llc);
   bool cpu_time = false;
   app.add_option("--backend", backend_name, "Backend")->capture_default_str();
   app.add_option("--threads", thread_list, "Thread counts (default: 1 and the CPUs in the affinity mask)")
@@ -295,7 +296,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "Timed prefill passes per row, median (decode: three times as many)")
       ->capture_default_str();
   app.add_option("--bandwidth-mb", bandwidth_mb, "Buffer size of the bandwidth measurement")->capture_default_str();
-  app.add_option("--evict-mb", evict_mb, "Buffer read before each timed pass (0: caches warm)")->capture_default_str();
+  app.add_option("--evict-mb", evict_mb,
+                 "Buffer read before each timed pass (0: caches warm; default: twice the last-level cache, at least 256)")
+      ->capture_default_str();
   app.add_flag("--cpu-time", cpu_time,
                "Time with the process's CPU time over the threads at work instead of wall time (an oversubscribed "
                "machine stretches the latter)");
@@ -337,7 +340,8 @@ int main(int argc, char** argv) {
     print_denominators(bandwidth, peaks);
     std::cout << (cpu_time ? "times: CPU time over the threads at work\n" : "times: wall clock\n")
               << "passes: decode " << (g_best ? "fastest" : "median") << " of " << 3 * repeat << ", prefill of " << repeat << ", caches evicted before each ("
-              << evict_mb << " MB read; parity " << (sink + evictor.sink()) % 2 << ")\n";
+              << evict_mb << " MB read; parity " << (sink + evictor.sink()) % 2 << ")\n"
+              << eviction_note(evict_mb, llc) << "\n";
     for (auto& [threads, rows] : runs) {
       const double bw = at_threads(bandwidth, threads, [](const BandwidthPoint& p) { return p.gb_per_s; });
       const double bf16 = at_threads(peaks, threads, [](const PeakPoint& p) { return p.bf16_dot_gflop_per_s; });

@@ -93,7 +93,8 @@ struct Options {
   uint32_t repeat = 3;
   uint32_t launches = 2000;
   size_t bandwidth_mb = 1024;
-  size_t evict_mb = 256;
+  std::optional<LastLevelCache> llc = last_level_cache();
+  size_t evict_mb = default_evict_mb(llc);  // twice the last-level cache, at least 256
   bool json = false;
   bool cpu_time = false;
 };
@@ -119,7 +120,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--repeat", o.repeat, "Timed passes per rate (median)")->capture_default_str();
   app.add_option("--bandwidth-mb", o.bandwidth_mb, "Buffer size of the bandwidth measurement")->capture_default_str();
   app.add_option("--evict-mb", o.evict_mb,
-                 "Buffer read before each timed pass to push the weights out of the caches (0: keep them warm)")
+                 "Buffer read before each timed pass to push the weights out of the caches (0: keep them warm; "
+                 "default: twice the last-level cache sysfs reports, at least 256)")
       ->capture_default_str();
   app.add_flag("--json", o.json, "JSON on stdout");
   app.add_flag("--cpu-time", o.cpu_time,
@@ -196,6 +198,7 @@ Report measure(const Options& o) {
   rep.variants = o.variants;
   rep.bandwidth_mb = o.bandwidth_mb;
   rep.evict_mb = o.evict_mb;
+  rep.llc = o.llc;
   rep.repeat = o.repeat;
   rep.evictor_sink = evictor.sink();
   rep.cpu_time = o.cpu_time;

@@ -15,6 +15,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <cstdlib>
 #include <ctime>
 #include <stdexcept>
@@ -279,6 +283,68 @@ std::shared_ptr<Backend> backend_on_threads(unsigned threads, const std::string&
   const testing::EnvGuard lever{{"METRALE_CPU_THREADS", std::to_string(threads)}};
   Registry registry = Registry::discover();
   return registry.select(name.empty() ? std::nullopt : std::optional(name));
+}
+
+namespace {
+
+std::string first_line(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// "32768K", "1M" (sysfs cache size) in bytes; 0 when it does not parse.
+size_t cache_size_bytes(const std::string& text) {
+  size_t value = 0, i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') value = value * 10 + static_cast<size_t>(text[i++] - '0');
+  if (i == 0) return 0;
+  const char unit = i < text.size() ? text[i] : ' ';
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : unit == 'G' ? value << 30 : value;
+}
+
+}  // namespace
+
+std::optional<LastLevelCache> last_level_cache(const std::string& sysfs_cpu_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Highest level -> (shared_cpu_list -> size): each instance once, whichever CPU lists it.
+  std::map<uint32_t, std::map<std::string, size_t>> levels;
+  for (const auto& cpu : fs::directory_iterator(sysfs_cpu_dir, ec)) {
+    const std::string name = cpu.path().filename().string();
+    if (name.size() < 4 || name.rfind("cpu", 0) != 0 || name.find_first_not_of("0123456789", 3) != std::string::npos) continue;
+    for (const auto& index : fs::directory_iterator(cpu.path() / "cache", ec)) {
+      const std::string type = first_line(index.path() / "type");
+      if (type != "Unified" && type != "Data") continue;
+      const std::string level = first_line(index.path() / "level");
+      const size_t bytes = cache_size_bytes(first_line(index.path() / "size"));
+      if (level.empty() || level.find_first_not_of("0123456789") != std::string::npos || bytes == 0) continue;
+      levels[static_cast<uint32_t>(std::stoul(level))][first_line(index.path() / "shared_cpu_list")] = bytes;
+    }
+  }
+  if (levels.empty()) return std::nullopt;
+  const auto& [level, instances] = *levels.rbegin();
+  LastLevelCache llc;
+  llc.level = level;
+  llc.instances = static_cast<uint32_t>(instances.size());
+  for (const auto& [cpus, bytes] : instances) llc.bytes += bytes;
+  return llc;
+}
+
+std::string eviction_note(size_t evict_mb, const std::optional<LastLevelCache>& llc) {
+  if (!llc) return "last-level cache: not described by sysfs; eviction not checked against it";
+  const size_t mb = (llc->bytes + (size_t{1} << 20) - 1) >> 20;
+  std::string note = "last-level cache: L" + std::to_string(llc->level) + ", " + std::to_string(mb) + " MB in " +
+                     std::to_string(llc->instances) + (llc->instances == 1 ? " instance" : " instances") + " (sysfs)";
+  if (evict_mb != 0 && evict_mb < 2 * mb) {
+    note += "; WARNING: --evict-mb " + std::to_string(evict_mb) + " is under twice it, so evicted rows may still read cached weights";
+  }
+  return note;
+}
+
+size_t default_evict_mb(const std::optional<LastLevelCache>& llc, size_t floor_mb) {
+  if (!llc) return floor_mb;
+  return std::max(floor_mb, (2 * llc->bytes + (size_t{1} << 20) - 1) >> 20);
 }
 
 }  // namespace metrale::bench

@@ -68,6 +68,21 @@ double median(std::vector<double> values);
 unsigned affinity_cpus();
 std::string threads_label(unsigned threads);
 
+// The last-level cache as sysfs describes it (/sys/devices/system/cpu/cpu*/cache/index*): the
+// highest level's size summed over its distinct instances (one per socket or CCX), or nullopt
+// where sysfs says nothing.
+struct LastLevelCache {
+  uint32_t level = 0;
+  size_t bytes = 0;        // all instances together
+  uint32_t instances = 0;
+};
+std::optional<LastLevelCache> last_level_cache(const std::string& sysfs_cpu_dir = "/sys/devices/system/cpu");
+// The default --evict-mb: twice the last-level cache, at least `floor_mb`.
+size_t default_evict_mb(const std::optional<LastLevelCache>& llc, size_t floor_mb = 256);
+// One line for the reports: the cache the eviction was sized against, and a warning when
+// `evict_mb` (non-zero) is under twice it (decode rows may then be served from the cache).
+std::string eviction_note(size_t evict_mb, const std::optional<LastLevelCache>& llc);
+
 // Reads a buffer several times the size of the last-level cache before each timed pass, so the
 // weights of a pass come from memory, as they do in a model whose layers do not fit the cache.
 // Size 0 keeps the caches warm.

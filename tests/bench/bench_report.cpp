@@ -108,7 +108,7 @@ void print_denominators(const Report& rep) {
             << (rep.evict_mb ? "caches evicted before each (" + std::to_string(rep.evict_mb) + " MB read, parity " +
                                    std::to_string(rep.evictor_sink % 2) + ")"
                              : std::string("caches warm (--evict-mb 0)"))
-            << "\n";
+            << "\n" << eviction_note(rep.evict_mb, rep.llc) << "\n";
 }
 
 }  // namespace
@@ -172,6 +172,8 @@ void print_json(const Report& rep) {
   out["targets"] = json::array();
   for (const auto& t : rep.targets) out["targets"].push_back(target_json(t));
   out["evict_mb"] = rep.evict_mb;
+  out["last_level_cache"] = rep.llc ? json{{"level", rep.llc->level}, {"bytes", rep.llc->bytes}, {"instances", rep.llc->instances}}
+                                    : json(nullptr);
   out["repeat"] = rep.repeat;
   out["cpu_time"] = rep.cpu_time;
   out["sink"] = (rep.sink + rep.evictor_sink) % 2;  // keeps the read loops observable

@@ -45,6 +45,7 @@ struct Report {
   std::vector<TargetRow> targets;
   std::vector<std::string> presets, variants;
   size_t bandwidth_mb = 0, evict_mb = 0;
+  std::optional<LastLevelCache> llc;  // what the eviction is sized against
   uint32_t repeat = 0;
   uint64_t sink = 0, evictor_sink = 0;
   bool cpu_time = false;

@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The layer bench's row selection and target evaluation (bench_rows.hpp, bench_targets.hpp) on
-// made-up rows: which m each weight tier covers, which rows each target takes, and the figures.
+// made-up rows: which m each weight tier covers, which rows each target takes, and the figures;
+// the last-level cache read from a made-up sysfs tree and the eviction it sizes.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "bench_machine.hpp"
 #include "bench_rows.hpp"
 #include "bench_targets.hpp"
 
 #include <metrale/status.hpp>
 
 #include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 using namespace metrale::bench;
 
@@ -94,4 +101,59 @@ TEST_CASE("targets take their rows and report the worst") {
   CHECK(*target(t, 10).worst == doctest::Approx(2.0));
   CHECK(target(t, 10).worst_variant == "w4a8");
   CHECK(target_json(target(t, 10))["worst_m"] == 64);
+}
+
+namespace {
+
+// A fake sysfs cpu directory: `cpus` CPUs, each with an L1d, an L2 of its own and the L3 shared
+// per `per_l3` CPUs.
+std::filesystem::path fake_sysfs(uint32_t cpus, uint32_t per_l3, const std::string& l3_size) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("metrale-sysfs-" + std::to_string(::getpid()) + "-" + std::to_string(cpus));
+  fs::remove_all(root);
+  auto write = [](const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text << "\n";
+  };
+  for (uint32_t c = 0; c < cpus; ++c) {
+    const fs::path cache = root / ("cpu" + std::to_string(c)) / "cache";
+    write(cache / "index0" / "level", "1"), write(cache / "index0" / "type", "Data"), write(cache / "index0" / "size", "32K");
+    write(cache / "index0" / "shared_cpu_list", std::to_string(c));
+    write(cache / "index1" / "level", "1"), write(cache / "index1" / "type", "Instruction"), write(cache / "index1" / "size", "32K");
+    write(cache / "index2" / "level", "2"), write(cache / "index2" / "type", "Unified"), write(cache / "index2" / "size", "1024K");
+    write(cache / "index2" / "shared_cpu_list", std::to_string(c));
+    const uint32_t first = c / per_l3 * per_l3;
+    write(cache / "index3" / "level", "3"), write(cache / "index3" / "type", "Unified"), write(cache / "index3" / "size", l3_size);
+    write(cache / "index3" / "shared_cpu_list", std::to_string(first) + "-" + std::to_string(first + per_l3 - 1));
+  }
+  fs::create_directories(root / "cpufreq");  // not a cpuN directory: ignored
+  return root;
+}
+
+}  // namespace
+
+TEST_CASE("the last-level cache comes from sysfs and sizes the default eviction") {
+  // Two CPUs sharing one 32 MB L3 (this project's AMD EPYC VM): 64 MB would be twice it, the
+  // 256 MB floor stays.
+  const auto one = last_level_cache(fake_sysfs(2, 2, "32768K").string());
+  REQUIRE(one);
+  CHECK(one->level == 3);
+  CHECK(one->instances == 1);
+  CHECK(one->bytes == size_t{32} << 20);
+  CHECK(default_evict_mb(one) == 256);
+  // A 300 MB L3 (the Intel Xeon VM of the AMX issue): 600 MB, not the old fixed 256.
+  const auto big = last_level_cache(fake_sysfs(2, 2, "307200K").string());
+  REQUIRE(big);
+  CHECK(default_evict_mb(big) == 600);
+  CHECK(eviction_note(256, big).find("WARNING: --evict-mb 256 is under twice it") != std::string::npos);
+  CHECK(eviction_note(600, big).find("WARNING") == std::string::npos);
+  // Four CPUs, an L3 per pair: two instances, counted once each.
+  const auto two = last_level_cache(fake_sysfs(4, 2, "16M").string());
+  REQUIRE(two);
+  CHECK(two->instances == 2);
+  CHECK(two->bytes == size_t{32} << 20);
+  // Nothing there: the floor, and a note saying so.
+  CHECK_FALSE(last_level_cache("/nonexistent-sysfs"));
+  CHECK(default_evict_mb(std::nullopt) == 256);
+  CHECK(eviction_note(256, std::nullopt).find("not described by sysfs") != std::string::npos);
 }

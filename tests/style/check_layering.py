@@ -18,7 +18,10 @@
    reaches the runtime as opaque annotations, never as a family the runtime knows;
 7. the generic quantized-linear code (layers/linear/linear_plan.*, layers/linear/projection_set.*)
    and the blocks (layers/ffn/) name no W4A16 family or format: every format goes through the
-   LinearPlan interface, W4A16 as one implementation (layers/linear/projection.*).
+   LinearPlan interface, W4A16 as one implementation (layers/linear/projection.*);
+8. an installed layers header (install_headers in layers/meson.build) includes no header of the
+   tree that is not installed too: the public API reaches none of the layers' internals (the
+   runtime's public headers, <metrale/...> from runtime/include and runtime/abi, are installed).
 
 Before the tree it checks a small generated tree with one violation of each kind and fails unless
 every one is reported, so a rule that stops working fails too.
@@ -287,9 +290,40 @@ def check_generic_linear(root, files):
     return problems
 
 
+INSTALL_HEADERS = re.compile(r"install_headers\(([^)]*)\)", re.S)
+QUOTED = re.compile(r"'([^']+\.(?:h|hpp))'")
+
+
+def installed_layer_headers(root, files):
+    """The layers headers layers/meson.build installs, as tree paths."""
+    if "layers/meson.build" not in files:
+        return set()
+    text = strip_hash_comments(read(root, "layers/meson.build"))
+    return {"layers/" + h for call in INSTALL_HEADERS.findall(text) for h in QUOTED.findall(call)}
+
+
+def check_public_headers(root, files):
+    problems = []
+    installed = installed_layer_headers(root, files)
+    public = {f for f in files if f.startswith(("runtime/include/", "runtime/abi/"))}
+    for path in sorted(installed):
+        if path not in files:
+            problems.append(f"layers/meson.build installs {path}, which does not exist")
+            continue
+        text = code_of(path, read(root, path))
+        for match in INCLUDE.finditer(text):
+            include = match.group(1)
+            target = include_target(files, path, include, ["layers", "runtime", "tools", "cli", "plugins"])
+            if target and target not in installed and target not in public:
+                problems.append(f"{path}:{line_of(text, match.start())}: the installed header includes {include} "
+                                f"({target}), which is not installed: the public API would reach an internal header")
+    return problems
+
+
 def check(root):
     files = list_files(root)
-    return check_includes(root, set(files)) + check_names(root, files) + check_generic_linear(root, files)
+    return (check_includes(root, set(files)) + check_names(root, files) + check_generic_linear(root, files)
+            + check_public_headers(root, set(files)))
 
 
 def self_test():
@@ -299,6 +333,8 @@ def self_test():
         "manifests/catalogue.json": json.dumps({"modules": [{"name": "xgemm_a8", "kernels": []}]}),
         "layers/core/levers.cpp": '{"METRALE_LAYER_SWITCH", T::flag}',
         "layers/linear/selectors.hpp": "",
+        "layers/meson.build": "install_headers('embed.hpp', install_dir: d)  # 'core/hidden.hpp' in a comment\n",
+        "layers/embed.hpp": '#include "core/numeric.hpp"\n#include <metrale/levers.hpp>\n#include <vector>\n',
         "layers/linear/projection_set.cpp": "// KernelFamily::w4a16 in a comment is fine\n"
                                             "auto zp = KernelFamily::w4a16_zp;\nif (f == KernelFamily::w4a16) {}\n",
         "plugins/xpu/src/own.hpp": "",
@@ -326,7 +362,8 @@ def self_test():
                 "runtime/src/a.cpp:4: the runtime names 'METRALE_LAYER_SWITCH'",
                 "runtime/src/a.cpp:5: the runtime names 'METRALE_XPU_DEVICE'",
                 "runtime/src/a.cpp:7: the runtime names the kernel module 'xgemm_a8'",
-                "layers/linear/projection_set.cpp:3: generic linear code names KernelFamily::w4a16"]
+                "layers/linear/projection_set.cpp:3: generic linear code names KernelFamily::w4a16",
+                "layers/embed.hpp:1: the installed header includes core/numeric.hpp"]
     return run_self_test(tree, expected, check, "metrale-layering-")
 
 
@@ -340,7 +377,7 @@ def main():
     if not problems:
         print("layering ok: runtime/ knows no layer, plugin, backend, kernel module or non-runtime lever; plugins see only runtime/abi; "
               "the layers' concerns include downwards only; cli/ includes nothing of plugins/; "
-              "generic linear code names no W4A16 family")
+              "generic linear code names no W4A16 family; installed headers include installed headers only")
     return 1 if problems else 0
 
 

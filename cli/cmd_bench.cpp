@@ -109,7 +109,7 @@ BenchReport compute_bench(CliContext& ctx, const BenchOptions& o) {
   std::vector<std::shared_ptr<Backend>> backends;
   if (o.backends.empty()) backends.push_back(ctx.registry().select());
   for (const auto& name : o.backends) backends.push_back(ctx.registry().select(name));
-  layers::StderrProgress progress(!o.quiet);
+  StderrProgress progress(!o.quiet);
   std::string unmatched;
   for (auto& backend : backends) {
     const auto variants = bench::matching_variants(*backend, o.glob);

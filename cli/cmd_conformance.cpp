@@ -92,7 +92,7 @@ void run_conformance(CliContext& ctx, const ConformanceOptions& o) {
   const std::vector<conformance::CoverageRow> coverage = conformance::coverage(*backend);
   for (auto& r : conformance::path_failures(coverage)) results.push_back(std::move(r));
   // Progress on stderr: the qwen3-30b-a3b case alone takes a while on a small CPU.
-  layers::StderrProgress progress(!o.quiet);
+  StderrProgress progress(!o.quiet);
   const std::string stage = "conformance on " + backend->name();
   for (size_t i = 0; i < chosen.size(); ++i) {
     progress.update(stage, static_cast<double>(i) / static_cast<double>(chosen.size()));

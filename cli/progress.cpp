@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-namespace metrale::layers {
+namespace metrale::cli {
 
 namespace {
 // Work that finishes faster than this prints nothing: progress is for long work only.
@@ -51,4 +51,4 @@ void StderrProgress::finish(std::string_view stage) {
   last_quarter_ = -1;
 }
 
-}  // namespace metrale::layers
+}  // namespace metrale::cli

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace metrale::layers {
+namespace metrale::cli {
 
 class StderrProgress {
  public:
@@ -31,4 +31,4 @@ class StderrProgress {
   std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace metrale::layers
+}  // namespace metrale::cli

@@ -191,7 +191,8 @@ std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& q
   switch (quant.activations) {
     case DeclaredActivations::bf16: return std::nullopt;
     case DeclaredActivations::int8_dynamic_token: return ActivationQuant::int8;
-    case DeclaredActivations::fp8_dynamic_token: return ActivationQuant::fp8;
+    case DeclaredActivations::fp8_dynamic_token:
+    case DeclaredActivations::fp8_dynamic_group128: return ActivationQuant::fp8;  // the nearest tier (quant_config.hpp)
   }
   return std::nullopt;
 }

@@ -153,7 +153,15 @@ DeclaredActivations parse_ct_activations(const Fields& a) {
     a.unsupported("dynamic", Json(false), "dynamic activation scales (metrale quantizes activations per token as it runs)");
   }
   if (bits != 8) a.unsupported("num_bits", Json(bits), "8-bit activations");
-  if (strategy != "token") a.unsupported("strategy", Json(strategy), "\"token\" (one scale per row)");
+  // FP8_BLOCK: FP8 per token group of 128 columns.
+  if (strategy == "group" && type == "float") {
+    const auto group = int32_field(a, "group_size");
+    if (!group || *group != 128) a.unsupported("group_size", group ? Json(*group) : Json(), "128 (float group activations)");
+    return DeclaredActivations::fp8_dynamic_group128;
+  }
+  if (strategy != "token") {
+    a.unsupported("strategy", Json(strategy), "\"token\" (one scale per row), or \"group\" of 128 for float activations");
+  }
   if (type == "int") {
     if (!a.boolean("symmetric").value_or(true)) a.unsupported("symmetric", Json(false), "symmetric int8 activations");
     return DeclaredActivations::int8_dynamic_token;
@@ -213,7 +221,7 @@ void parse_fp8(const Fields& f, CheckpointQuant& q) {
   q.strategy = ScaleStrategy::block;
   const auto scheme = f.lower_string("activation_scheme").value_or("dynamic");
   if (scheme != "dynamic") f.unsupported("activation_scheme", Json(scheme), "\"dynamic\"");
-  q.activations = DeclaredActivations::fp8_dynamic_token;
+  q.activations = DeclaredActivations::fp8_dynamic_group128;  // 1x128 activation blocks beside 128x128 weight blocks
   q.ignore = f.strings("modules_to_not_convert");
 }
 
@@ -235,6 +243,7 @@ const char* declared_activations_name(DeclaredActivations a) noexcept {
     case DeclaredActivations::bf16: return "bf16";
     case DeclaredActivations::int8_dynamic_token: return "int8 (dynamic, per token)";
     case DeclaredActivations::fp8_dynamic_token: return "fp8 (dynamic, per token)";
+    case DeclaredActivations::fp8_dynamic_group128: return "fp8 (dynamic, per token group of 128)";
   }
   return "?";
 }

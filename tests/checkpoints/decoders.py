@@ -120,10 +120,15 @@ def ct_pack(get: Lookup, qcfg: Dict) -> np.ndarray:
 
 def ct_naive(get: Lookup, qcfg: Dict) -> np.ndarray:
     """int-quantized / float-quantized: one value per element, W = (q - zp) * weight_scale[n, k / g]
-    (g = K / the scale's columns), zp = weight_zero_point[n, k / g] when stored, else 0."""
+    (g = K / the scale's columns), zp = weight_zero_point[n, k / g] when stored, else 0; block
+    strategy (FP8_BLOCK): W = q * weight_scale[n / bn, k / bk]."""
     t = get("weight")
     q = e4m3_value(t.data) if t.dtype == "F8_E4M3" else t.data.astype(np.float64)
     scale = float_values(get("weight_scale"))
+    if scale.shape[0] != q.shape[0]:  # block strategy: one scale per 128x128 block
+        bn, bk = ct_weights_args(qcfg)["block_structure"]
+        n, k = q.shape
+        return q * scale[np.arange(n) // bn][:, np.arange(k) // bk]
     gi = np.arange(q.shape[1]) // (q.shape[1] // scale.shape[1])
     try:
         zp = get("weight_zero_point").data.astype(np.float64)

@@ -100,6 +100,8 @@ def activation_scheme(qcfg: Dict) -> str:
         acts = list(qcfg["config_groups"].values())[0].get("input_activations")
         if acts and acts.get("dynamic") and acts.get("strategy") == "token":
             return "int8-token" if acts["type"] == "int" else "fp8-token"
+        if acts and acts.get("dynamic") and acts.get("strategy") == "group" and acts["type"] == "float":
+            return "fp8-group128"
     return "bf16"
 
 

@@ -28,6 +28,7 @@ FORMAT_DEFAULTS = {
     "ct-int8": dict(),
     "ct-w4a8": dict(group_size=128, symmetric=True),
     "ct-fp8": dict(),
+    "ct-fp8-block": dict(),
     "fp8-block": dict(),
 }
 
@@ -101,6 +102,9 @@ def _ct_config(f: Dict, ignore) -> Dict:
     elif method == "ct-w4a8":
         weights = _ct_args(4, "int", "group", f["symmetric"], f["group_size"])
         acts, fmt = _ct_args(8, "int", "token", True, dynamic=True, observer=None), "int-quantized"
+    elif method == "ct-fp8-block":
+        weights = dict(_ct_args(8, "float", "block", True), block_structure=[128, 128])
+        acts, fmt = _ct_args(8, "float", "group", True, 128, dynamic=True, observer=None), "float-quantized"
     else:
         weights = _ct_args(8, "float", "channel", True)
         acts, fmt = _ct_args(8, "float", "token", True, dynamic=True, observer=None), "float-quantized"
@@ -190,6 +194,8 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
         return lambda w, rng: writers.ct_int4_naive(w, group_size=f["group_size"], symmetric=f["symmetric"])
     if m == "ct-fp8":
         return lambda w, rng: writers.ct_fp8_channel(w)
+    if m == "ct-fp8-block":
+        return lambda w, rng: writers.ct_fp8_block(w)
     if m == "fp8-block":
         return lambda w, rng: writers.fp8_block(w)
     raise ValueError(m)

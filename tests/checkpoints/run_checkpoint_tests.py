@@ -145,7 +145,7 @@ def self_test(v) -> list:
             # One code step of a group is at most 2 max|w| / levels of its row (sym or asym).
             levels = 255 if formats.weight_bits(v.fmt) == 8 else 15
             step = 2 * np.abs(w).max(axis=1) / levels
-            if v.fmt["method"] in ("fp8-block", "ct-fp8"):
+            if v.fmt["method"] in ("fp8-block", "ct-fp8", "ct-fp8-block"):
                 step = np.abs(w).max(axis=1) / 448 * 32 + 2.0 ** -10 * np.abs(w).max(axis=1)
             err = np.abs(d - w).max(axis=1) / step
             # Forced zero points clamp codes on purpose: there only the shape is checked.

@@ -31,6 +31,8 @@ FAMILIES: Dict[str, str] = {
     "fp8-block": "block FP8 (DeepSeek-V3 / Qwen3-FP8): F8_E4M3 weights, f32 weight_scale_inv per 128x128 block; "
                  "also transformers 5's fused expert tensors (FineGrainedFP8: experts.gate_up_proj / down_proj)",
     "ct-fp8": "compressed-tensors float-quantized FP8 with per-channel scales (FP8_DYNAMIC)",
+    "ct-fp8-block": "compressed-tensors FP8_BLOCK: float-quantized FP8 with 128x128 block scales (weight_scale), "
+                    "activations FP8 per token group of 128, dense and MoE",
     "gptq-int8": "GPTQ bits 8 (four codes per int32), symmetric and asymmetric, v1 and v2",
     "ct-int8": "compressed-tensors int-quantized W8A8: int8 weights with per-channel scales",
     "ct-w4a8": "compressed-tensors int-quantized W4A8 (llm-compressor's W4A8 scheme): 4-bit values one per int8, "
@@ -182,10 +184,17 @@ def _ct_w4a8(out):
     _v(out, "ct-w4a8", "group-sym-tf5", "mixtral", dict(method="ct-w4a8"), extra={"layout": "tf5"})
 
 
+def _ct_fp8_block(out):
+    for arch in ("qwen3", "qwen3_moe", "qwen2_moe"):
+        _v(out, "ct-fp8-block", "block128", arch, dict(method="ct-fp8-block"))
+    _v(out, "ct-fp8-block", "block128-tf5", "mixtral", dict(method="ct-fp8-block"), extra={"layout": "tf5"})
+
+
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
              "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
              "ct-int4": _ct_int4, "ct-act-order": _ct_act_order, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
-             "ct-int8": _ct_int8, "ct-w4a8": _ct_w4a8}
+             "ct-int8": _ct_int8, "ct-w4a8": _ct_w4a8,
+             "ct-fp8-block": _ct_fp8_block}
 assert set(_BUILDERS) == set(FAMILIES)
 
 

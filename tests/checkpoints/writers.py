@@ -253,11 +253,18 @@ def ct_fp8_channel(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Ten
     return {"weight": Tensor("F8_E4M3", e4m3_codes(w / stored)), "weight_scale": _store_float(scale, scale_dtype)}
 
 
+def ct_fp8_block(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Tensor]:
+    """float-quantized FP8 with 128x128 blocks (FP8_BLOCK): weight F8_E4M3 [N, K], weight_scale
+    [ceil(N/128), ceil(K/128)] in the model's dtype, amax / 448 of each block."""
+    codes, scale = _fp8_blocks(w, (128, 128), lambda s: _stored_value(s, scale_dtype))
+    return {"weight": Tensor("F8_E4M3", codes), "weight_scale": _store_float(scale, scale_dtype)}
+
+
 # ---- Block FP8 (DeepSeek-V3, Qwen3-FP8, transformers' FineGrainedFP8) ------------------------
 
-def fp8_block(w: np.ndarray, *, block=(128, 128)) -> Dict[str, Tensor]:
-    """weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)]: the factor that
-    multiplies the FP8 values back (amax / 448 of its block, despite the name)."""
+def _fp8_blocks(w: np.ndarray, block, stored):
+    """FP8 codes of w [N, K] per block and the block scales, amax / 448 each; `stored` rounds a
+    scale to the dtype it is saved in (the codes are made with the stored value)."""
     n, k = w.shape
     bn, bk = block
     rows, cols = -(-n // bn), -(-k // bk)
@@ -266,10 +273,17 @@ def fp8_block(w: np.ndarray, *, block=(128, 128)) -> Dict[str, Tensor]:
     for r in range(rows):
         for c in range(cols):
             blk = w[r * bn:(r + 1) * bn, c * bk:(c + 1) * bk]
-            s = float(np.float32(max(np.abs(blk).max(), 1e-12) / 448.0))
+            s = float(stored(np.array([max(np.abs(blk).max(), 1e-12) / 448.0]))[0])
             scale[r, c] = s
             codes[r * bn:(r + 1) * bn, c * bk:(c + 1) * bk] = e4m3_codes(blk / s)
     assert np.isfinite(e4m3_value(codes)).all()
+    return codes, scale
+
+
+def fp8_block(w: np.ndarray, *, block=(128, 128)) -> Dict[str, Tensor]:
+    """weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)]: the factor that
+    multiplies the FP8 values back (amax / 448 of its block, despite the name)."""
+    codes, scale = _fp8_blocks(w, block, lambda s: s.astype(np.float32))
     return {"weight": Tensor("F8_E4M3", codes), "weight_scale_inv": tensor("F32", scale)}
 
 

@@ -188,11 +188,33 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   CHECK(has(refusal(ct), "differs from"));
 }
 
+TEST_CASE("compressed-tensors FP8_BLOCK: 128x128 weight blocks, FP8 activations per token group of 128") {
+  json ct{{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights", {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "block"},
+                           {"block_structure", {128, 128}}, {"dynamic", false}}},
+              {"input_activations", {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "group"},
+                                     {"group_size", 128}, {"dynamic", true}}}}}}}};
+  CheckpointQuant q = parse_quant_config(ct, "m/config.json");
+  CHECK(q.scheme == WeightScheme::ct_fp8);
+  CHECK(q.strategy == ScaleStrategy::block);
+  CHECK(q.activations == DeclaredActivations::fp8_dynamic_group128);
+  CHECK(q.summary().find("activations fp8 (dynamic, per token group of 128)") != std::string::npos);
+  auto& acts = ct["config_groups"]["group_0"]["input_activations"];
+  acts["group_size"] = 64;
+  CHECK(has(refusal(ct), "input_activations.group_size = 64 is not supported: 128"));
+  acts["group_size"] = 128;
+  acts["type"] = "int";  // int8 activations per group: no such tier
+  CHECK(has(refusal(ct), "input_activations.strategy = \"group\" is not supported"));
+}
+
 TEST_CASE("block FP8 declarations") {
   json fp8{{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
   CheckpointQuant q = parse_quant_config(fp8, "x");
   CHECK(q.scheme == WeightScheme::fp8_block);
-  CHECK(q.activations == DeclaredActivations::fp8_dynamic_token);
+  CHECK(q.activations == DeclaredActivations::fp8_dynamic_group128);  // 1x128 activation blocks
   fp8["weight_block_size"] = {64, 64};
   CHECK(has(refusal(fp8), "weight_block_size = [64,64] is not supported: [128, 128]"));
   fp8["weight_block_size"] = {128, 128};

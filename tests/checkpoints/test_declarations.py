@@ -156,6 +156,18 @@ def main():
             else:
                 print(f"ok   audit --weights {family}: {len(rows)} rows, '{want}' among them")
 
+        # Block FP8 declares FP8 activations per 128 columns; the audit says which tier stands in.
+        directory, layer = checkpoint(root, "ct-fp8-block", "qwen3")
+        audit = subprocess.run([METRALE, "--json", "audit", "--weights", directory, "--layer", str(layer)],
+                               capture_output=True, text=True)
+        notes = [r.get("annotations", {}).get("tier_note", "") for r in json.loads(audit.stdout)["rows"]] \
+            if audit.returncode == 0 else []
+        if not any("per token group of 128 declared, run per row" in n for n in notes):
+            failures.append(f"audit --weights of ct-fp8-block: no tier note names the group-128 declaration: "
+                            f"exit {audit.returncode}, {notes[:4]}\n{audit.stderr[-800:]}")
+        else:
+            print("ok   audit --weights ct-fp8-block: the tier note names the group-128 declaration")
+
         # Declaration vs tensors.
         expect_refusal("sym=true over asymmetric zeros", *checkpoint(root, "gptq-asym", "v2-qwen3", lambda q: q.update(sym=True)),
                        "qzeros", "quantization_config.sym = true")

@@ -141,7 +141,7 @@ TEST_CASE("the last-level cache comes from sysfs and sizes the default eviction"
   CHECK(one->instances == 1);
   CHECK(one->bytes == size_t{32} << 20);
   CHECK(default_evict_mb(one) == 256);
-  // A 300 MB L3 (the Intel Xeon VM of the AMX issue): 600 MB, not the old fixed 256.
+  // A 300 MB L3 (an Intel Xeon VM with AMX): 600 MB, not the old fixed 256.
   const auto big = last_level_cache(fake_sysfs(2, 2, "307200K").string());
   REQUIRE(big);
   CHECK(default_evict_mb(big) == 600);

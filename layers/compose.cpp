@@ -133,11 +133,7 @@ LayerSource checkpoint_source(LoadedCheckpoint checkpoint) {
   s.declared = checkpoint.quant.summary();
   s.quantization = s.declared + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
   s.declared_activations = declared_activation_tier(checkpoint.quant);
-  s.declared_source = checkpoint.quant.source;
-  if (checkpoint.quant.activations == DeclaredActivations::fp8_dynamic_group128) {
-    // No backend scales activations per 128 columns yet: say which tier stands in for it.
-    s.declared_source += ", per token group of 128 declared, run per row";
-  }
+  s.declared_source = declared_activation_source(checkpoint.quant);
   return s;
 }
 

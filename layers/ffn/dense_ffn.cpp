@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "ffn/dense_ffn.hpp"
 
+#include "core/launch_shape.hpp"
+
 #include <metrale/status.hpp>
 
 #include <array>
@@ -21,11 +23,7 @@ KernelHandle resolve_act(Backend& backend, Activation activation, std::source_lo
 
 void launch_act(Backend& backend, KernelHandle act, DevicePtr gate_up, DevicePtr out, uint32_t m, uint32_t intermediate,
                 uint64_t stream) {
-  LaunchShape shape;
-  shape.grid = {(intermediate + 1023) / 1024, m, 1};
-  shape.block = {256, 1, 1};
-  shape.stream = stream;
-  backend.launch(act, shape, gate_up, out, m, intermediate);
+  backend.launch(act, launch_shape({ceil_div(intermediate, 1024), m, 1}, 256, stream), gate_up, out, m, intermediate);
 }
 
 DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name, uint32_t hidden, uint32_t intermediate,
@@ -100,7 +98,7 @@ std::vector<PlanStep> DenseFfnLayer::plan(uint32_t m) const {
   std::vector<PlanStep> steps;
   steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".gate_up", m, 2 * intermediate_, hidden_));
   steps.push_back(PlanStep{name_ + ".act", b.kernel_name(kernels_.act), activation_name(activation_),
-                           {(intermediate_ + 1023) / 1024, m, 1}});
+                           {ceil_div(intermediate_, 1024), m, 1}});
   steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".down", m, hidden_, intermediate_));
   return steps;
 }

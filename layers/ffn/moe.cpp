@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "ffn/moe.hpp"
 
+#include "core/launch_shape.hpp"
+
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
@@ -27,18 +29,8 @@ constexpr std::array<P, 12> kAlignSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, 
 // The cross-row grouped decode serves a few tokens; above this the grouped GEMM does.
 constexpr uint32_t kGroupedDecodeMaxRows = 8;
 
-uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-
 Backend::LookupRequest request(LookupKind kind, std::span<const P> signature) {
   return Backend::LookupRequest{.kind = kind, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
-}
-
-LaunchShape shape(std::array<uint32_t, 3> grid, uint32_t block, uint64_t stream) {
-  LaunchShape s;
-  s.grid = grid;
-  s.block = {block, 1, 1};
-  s.stream = stream;
-  return s;
 }
 
 // METRALE_FP8_MOE_GROUPED_DECODE=1 is an explicit request: refuse when it cannot be honoured.
@@ -209,12 +201,12 @@ void MoeLayer::route_on_device(DevicePtr x, uint32_t m, uint64_t stream) {
     shared_mode = shared_gated_ ? 2 : 1;
     if (shared_gated_) {
       gate_logits_.ensure(b, size_t{m} * 4);
-      b.launch(kernels_.router_gemm, shape({1, m, 1}, 128, stream), x, shared_gate_.ptr(), gate_logits_.ptr(), m,
+      b.launch(kernels_.router_gemm, launch_shape({1, m, 1}, 128, stream), x, shared_gate_.ptr(), gate_logits_.ptr(), m,
                uint32_t{1}, hidden_);
     }
   }
   const DevicePtr logits = shared_gated_ ? gate_logits_.ptr() : weights_.ptr();  // read only when gated
-  b.launch(kernels_.align, shape({1, 1, 1}, 128, stream), ids_.ptr(), weights_.ptr(), logits, offsets_.ptr(), rows_.ptr(),
+  b.launch(kernels_.align, launch_shape({1, 1, 1}, 128, stream), ids_.ptr(), weights_.ptr(), logits, offsets_.ptr(), rows_.ptr(),
            slots_.ptr(), combine_weights_.ptr(), active_.ptr(), m, experts_, top_k_, shared_mode);
   counts_stale_ = true;
 }
@@ -227,7 +219,7 @@ DevicePtr MoeLayer::host_combine_weights(DevicePtr x, uint32_t m, uint64_t strea
   host_weights_ = weights_.download<float>(size_t{m} * K, 0, stream);
   if (shared_gated_) {
     gate_logits_.ensure(b, size_t{m} * 4);
-    b.launch(kernels_.router_gemm, shape({1, m, 1}, 128, stream), x, shared_gate_.ptr(), gate_logits_.ptr(), m, uint32_t{1},
+    b.launch(kernels_.router_gemm, launch_shape({1, m, 1}, 128, stream), x, shared_gate_.ptr(), gate_logits_.ptr(), m, uint32_t{1},
              hidden_);
     host_gate_ = gate_logits_.download<float>(m, 0, stream);
   }
@@ -259,8 +251,8 @@ void MoeLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t str
   gate_up_out_.ensure(b, size_t{T} * 2 * intermediate_ * kBf16);
   act_out_.ensure(b, size_t{T} * intermediate_ * kBf16);
   expert_out_.ensure(b, size_t{T + (shared ? m : 0)} * hidden_ * kBf16);
-  b.launch(kernels_.router_gemm, shape({ceil_div(E, 64), m, 1}, 128, stream), x, router_.ptr(), logits_.ptr(), m, E, hidden_);
-  b.launch(kernels_.topk_softmax, shape({m, 1, 1}, 128, stream), logits_.ptr(), ids_.ptr(), weights_.ptr(), m, E, K,
+  b.launch(kernels_.router_gemm, launch_shape({ceil_div(E, 64), m, 1}, 128, stream), x, router_.ptr(), logits_.ptr(), m, E, hidden_);
+  b.launch(kernels_.topk_softmax, launch_shape({m, 1, 1}, 128, stream), logits_.ptr(), ids_.ptr(), weights_.ptr(), m, E, K,
            uint32_t{renormalize_ ? 1u : 0u});
   DevicePtr combine_weights = combine_weights_.ptr();
   if (kernels_.device_routing()) {
@@ -269,11 +261,11 @@ void MoeLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_t str
     route_on_host(m, stream);
     combine_weights = host_combine_weights(x, m, stream);
   }
-  b.launch(kernels_.gather, shape({T, 1, 1}, 128, stream), x, rows_.ptr(), x_grouped_.ptr(), T, hidden_);
+  b.launch(kernels_.gather, launch_shape({T, 1, 1}, 128, stream), x, rows_.ptr(), x_grouped_.ptr(), T, hidden_);
   launch_experts(x_grouped_.ptr(), T, m, stream);
   // The shared expert's rows sit after the routed rows.
   if (shared) shared_->forward_into(x, m, expert_out_.at(size_t{T} * hidden_ * kBf16), stream);
-  b.launch(kernels_.combine, shape({m, 1, 1}, 128, stream), expert_out_.ptr(), slots_.ptr(), combine_weights, out, m,
+  b.launch(kernels_.combine, launch_shape({m, 1, 1}, 128, stream), expert_out_.ptr(), slots_.ptr(), combine_weights, out, m,
            slots_per_token, hidden_);
 }
 

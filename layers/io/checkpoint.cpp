@@ -197,4 +197,12 @@ std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& q
   return std::nullopt;
 }
 
+std::string declared_activation_source(const CheckpointQuant& quant) {
+  // No backend scales activations per 128 columns yet: say which tier stands in for it.
+  if (quant.activations == DeclaredActivations::fp8_dynamic_group128) {
+    return quant.source + ", per token group of 128 declared, run per row";
+  }
+  return quant.source;
+}
+
 }  // namespace metrale::layers

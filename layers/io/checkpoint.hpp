@@ -56,8 +56,13 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path
 std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& files);
 
 // The activation tier the checkpoint declares (compressed-tensors' dynamic per-token int8 or
-// fp8 input activations); nullopt: bf16, nothing declared.
+// fp8 input activations; block FP8's per-128-column fp8 as its nearest tier, fp8 per row);
+// nullopt: bf16, nothing declared.
 std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept;
+// Where that tier comes from, for the tier notes: the declaring file, and when the tier only
+// stands in for the declaration, what was declared ("..., per token group of 128 declared, run
+// per row").
+std::string declared_activation_source(const CheckpointQuant& quant);
 
 // Loads layer `layer` (default: the lowest numbered one with FFN tensors) of the checkpoint at
 // `path`. `config` overrides the config.json beside the weights (the model's config, not the

@@ -81,6 +81,11 @@ std::vector<int32_t> read_g_idx(const TensorSource& src, const std::string& pref
   return group_order(src.at(name).where(name), g_idx, g, order);
 }
 
+// The groups of a per-group or per-channel integer layer (one group over K per channel).
+KernelGroups ct_kernel_groups(const std::string& prefix, uint32_t k, const CheckpointQuant& q) {
+  return kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
+}
+
 // weight_scale [N, G], G = K / group (1 per channel); a [N, other] tensor contradicts the declared
 // grouping.
 std::vector<float> read_group_scales(const TensorSource& src, const std::string& sname, uint32_t n, uint32_t groups,
@@ -96,7 +101,7 @@ std::vector<float> read_group_scales(const TensorSource& src, const std::string&
 
 QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
   check_weight_shape(src, prefix, n, k);
-  const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
+  const KernelGroups g = ct_kernel_groups(prefix, k, q);
   const uint32_t groups = k / g.checkpoint, per_word = 32 / q.bits, mask = (1u << q.bits) - 1;
   const std::string wname = prefix + ".weight_packed", sname = prefix + ".weight_scale";
   SafetensorsReader& r = src.at(wname);
@@ -120,28 +125,25 @@ QuantMatrix read_packed(const TensorSource& src, const std::string& prefix, uint
 // code w + 2^(b-1) of the w4-zp / w8-zp layouts, its zero point zp + 2^(b-1).
 QuantMatrix read_int(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {
   const std::string wname = prefix + ".weight", sname = prefix + ".weight_scale";
-  const KernelGroups g = kernel_groups(prefix, q.strategy == ScaleStrategy::channel ? -1 : q.group_size, k);
+  const KernelGroups g = ct_kernel_groups(prefix, k, q);
   const uint32_t groups = k / g.checkpoint;
   const int32_t middle = 1 << (q.bits - 1);
   const auto raw = src.at(wname).read_raw(wname, {Dtype::i8}, std::vector<uint64_t>{n, k});
-  const auto value = [&](uint32_t row, uint32_t col) { return static_cast<int32_t>(static_cast<int8_t>(raw[size_t{row} * k + col])); };
-  if (q.bits < 8) {
-    for (uint32_t row = 0; row < n; ++row) {
-      for (uint32_t col = 0; col < k; ++col) {
-        if (value(row, col) < -middle || value(row, col) >= middle) {
-          contradiction(src.at(wname).where(wname), "num_bits", std::to_string(q.bits),
-                        "it holds " + std::to_string(value(row, col)) + " at [" + std::to_string(row) + ", " + std::to_string(col) +
-                            "], outside [" + std::to_string(-middle) + ", " + std::to_string(middle - 1) + "]");
-        }
-      }
-    }
-  }
   const auto scales = read_group_scales(src, sname, n, groups, q);
   const auto zero = zero_points(src, prefix, n, groups, q);
-  return build_zero_point_matrix(
-      prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g, read_g_idx(src, prefix, k, g, q),
-      [&](uint32_t row, uint32_t col) { return static_cast<uint32_t>(value(row, col) + middle); },
-      [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
+  // Each value is read once, as it is converted; a 4-bit value outside [-8, 7] contradicts num_bits.
+  const auto code = [&](uint32_t row, uint32_t col) {
+    const int32_t value = static_cast<int8_t>(raw[size_t{row} * k + col]);
+    if (value < -middle || value >= middle) {
+      contradiction(src.at(wname).where(wname), "num_bits", std::to_string(q.bits),
+                    "it holds " + std::to_string(value) + " at [" + std::to_string(row) + ", " + std::to_string(col) +
+                        "], outside [" + std::to_string(-middle) + ", " + std::to_string(middle - 1) + "]");
+    }
+    return static_cast<uint32_t>(value + middle);
+  };
+  return build_zero_point_matrix(prefix, q.bits == 4 ? WeightFormat::w4_zp : WeightFormat::w8_zp, n, k, g,
+                                 read_g_idx(src, prefix, k, g, q), code,
+                                 [&](uint32_t row, uint32_t group) { return scales[size_t{row} * groups + group]; }, zero);
 }
 
 QuantMatrix read_fp8(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q) {

@@ -15,7 +15,6 @@ namespace metrale::layers {
 namespace {
 
 struct GptqTensors {
-  const CheckpointQuant* declared = nullptr;  // the settings, for the field names in messages
   uint32_t bits = 4, per_word = 8, mask = 0xf;
   uint32_t groups = 1;
   std::vector<uint32_t> qweight;  // [k / per_word][n]
@@ -39,24 +38,25 @@ std::string implied_bits(uint64_t rows, uint32_t k) {
   return rows * 32 % k == 0 ? std::to_string(rows * 32 / k) + "-bit codes" : "no whole number of bits per code";
 }
 
-void read_codes(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, GptqTensors& t) {
+void read_codes(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k, const CheckpointQuant& q,
+                GptqTensors& t) {
   const std::string name = prefix + ".qweight";
   SafetensorsReader& r = src.at(name);
   const auto& shape = r.info(name).shape;
   if (shape.size() == 2 && shape[1] == n && shape[0] != k / t.per_word) {
-    contradiction(r.where(name), t.declared->field("bits"), std::to_string(t.bits),
+    contradiction(r.where(name), q.field("bits"), std::to_string(t.bits),
                   "its shape " + shape_string(shape) + " holds " + implied_bits(shape[0], k) + " for K = " + std::to_string(k));
   }
   t.qweight = r.read_u32(name, {Dtype::i32, Dtype::u32}, {k / t.per_word, n});
 }
 
-void read_scales(const TensorSource& src, const std::string& prefix, uint32_t n, int32_t group_size, GptqTensors& t) {
+void read_scales(const TensorSource& src, const std::string& prefix, uint32_t n, const CheckpointQuant& q, GptqTensors& t) {
   const std::string name = prefix + ".scales";
   SafetensorsReader& r = src.at(name);
   const TensorInfo& info = r.info(name);
   if (info.shape.size() == 2 && info.shape[1] == n && info.shape[0] != t.groups) {
-    contradiction(r.where(name), t.declared->field("group_size"), std::to_string(group_size),
-                  "it holds " + std::to_string(info.shape[0]) + " groups, where group_size " + std::to_string(group_size) +
+    contradiction(r.where(name), q.field("group_size"), std::to_string(q.group_size),
+                  "it holds " + std::to_string(info.shape[0]) + " groups, where group_size " + std::to_string(q.group_size) +
                       " gives " + std::to_string(t.groups));
   }
   if (info.dtype == Dtype::f16) t.scales_f16 = r.read_u16(name, {Dtype::f16}, {t.groups, n});
@@ -128,14 +128,13 @@ QuantMatrix build_w4a16(const std::string& prefix, uint32_t n, uint32_t k, const
 QuantMatrix read_gptq_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                              const CheckpointQuant& q) {
   GptqTensors t;
-  t.declared = &q;
   t.bits = q.bits;
   t.per_word = 32 / q.bits;
   t.mask = (1u << q.bits) - 1;
   const KernelGroups g = kernel_groups(prefix, q.group_size, k);
   t.groups = k / g.checkpoint;
-  read_codes(src, prefix, n, k, t);
-  read_scales(src, prefix, n, q.group_size, t);
+  read_codes(src, prefix, n, k, q, t);
+  read_scales(src, prefix, n, q, t);
   read_zeros(src, prefix, n, q, t);
   std::vector<int32_t> perm = read_order(src, prefix, k, q, g, t);
   check_bias(src, prefix, n);

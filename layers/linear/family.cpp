@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "linear/family.hpp"
 
+#include "core/launch_shape.hpp"
 #include "linear/projection.hpp"
 
 #include <metrale/status.hpp>
@@ -46,14 +47,9 @@ constexpr std::array<FamilyInfo, 7> kFamilies{{
     {KernelFamily::fp8_a8, "fp8", "fp8", WeightFormat::fp8, ActivationQuant::fp8},
 }};
 
-uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-
+// Every kernel of the families runs 128-thread blocks but the quantizers (256).
 LaunchShape shape(std::array<uint32_t, 3> grid, uint64_t stream, uint32_t block = 128) {
-  LaunchShape s;
-  s.grid = grid;
-  s.block = {block, 1, 1};
-  s.stream = stream;
-  return s;
+  return launch_shape(grid, block, stream);
 }
 
 struct Lookup {

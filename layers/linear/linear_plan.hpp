@@ -105,9 +105,12 @@ class LinearPlan {
   virtual PlanStep describe(Backend& backend, const std::string& step, uint32_t m, uint32_t n, uint32_t k) const = 0;
 
  private:
-  // x as the family's kernels read it: {input, row scales}.
-  std::pair<DevicePtr, DevicePtr> quantized_input(Backend& backend, DevicePtr x, uint32_t rows, uint32_t k,
-                                                  ProjectionScratch& scratch, uint64_t stream) const;
+  // x as the family's kernels read it, {input, row scales}: `rows` rows gathered through `perm`
+  // in `groups` groups by `offsets` when the weights carry a permutation, then quantized under
+  // int8/fp8 activations.
+  std::pair<DevicePtr, DevicePtr> prepared_input(Backend& backend, const DeviceQuantMatrix& weights, DevicePtr x,
+                                                 DevicePtr perm, DevicePtr offsets, uint32_t rows, uint32_t groups,
+                                                 ProjectionScratch& scratch, uint64_t stream) const;
   FamilyKernels kernels_;
 };
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "linear/projection.hpp"
 
+#include "core/launch_shape.hpp"
+
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
@@ -9,8 +11,6 @@
 namespace metrale::layers {
 
 namespace {
-
-uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 // moe/w4a16_grouped_gemm(x, qweight, scales, offsets, y, n, k, experts)
 constexpr std::array<metrale_param_type, 8> kW4a16GroupedSignature{
@@ -26,11 +26,7 @@ class W4a16Plan final : public LinearPlan {
   }
   void launch_grouped(Backend& b, const DeviceQuantMatrix& w, DevicePtr x, DevicePtr, DevicePtr offsets, DevicePtr y,
                       uint64_t stream) const override {
-    LaunchShape s;
-    s.grid = {ceil_div(w.n, 128), w.batch, 1};
-    s.block = {128, 1, 1};
-    s.stream = stream;
-    b.launch(kernels().grouped, s, x, w.qweight.ptr(), w.scales.ptr(), offsets, y, w.n, w.k, w.batch);
+    b.launch(kernels().grouped, launch_shape({ceil_div(w.n, 128), w.batch, 1}, 128, stream), x, w.qweight.ptr(), w.scales.ptr(), offsets, y, w.n, w.k, w.batch);
   }
   PlanStep describe(Backend& b, const std::string& step, uint32_t m, uint32_t n, uint32_t k) const override {
     return describe_projection(b, chain_, step, m, n, k);

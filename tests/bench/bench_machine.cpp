@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <cstdlib>
 #include <ctime>
 #include <stdexcept>

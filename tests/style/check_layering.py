@@ -275,7 +275,7 @@ def check_names(root, files):
 
 
 GENERIC_LINEAR = ("layers/linear/linear_plan.", "layers/linear/projection_set.", "layers/ffn/")
-W4A16_BRANCH = re.compile(r"\b(KernelFamily::w4a16|WeightFormat::w4a16)\b(?!_)")
+W4A16_BRANCH = re.compile(r"\b(KernelFamily::w4a16|WeightFormat::w4a16)\b")
 
 
 def check_generic_linear(root, files):

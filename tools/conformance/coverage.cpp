@@ -78,12 +78,13 @@ std::vector<Need> with(std::vector<Need> needs, std::initializer_list<Need> more
 std::string name_of(Backend& b, KernelHandle h) { return b.kernel_name(h); }
 
 // A dense W4A16 FFN resolved as the layers do, its gate_up projection planned for m rows.
-Probe dense_probe(Backend& b, Activation act, uint32_t m, bool require_primary, const char* primary) {
+// `primary` (empty: any kernel is native) is the kernel the path is native with.
+Probe dense_probe(Backend& b, Activation act, uint32_t m, const char* primary) {
   DenseFfnKernels k = DenseFfnLayer::resolve(b, "conformance.coverage", kHidden, kIntermediate, act, kModelType);
   const PlanStep step = describe_set_projection(b, k.projections, "gate_up", m, 2 * kIntermediate, kHidden);
   Probe p;
   p.kernels = {step.kernel, name_of(b, k.act)};
-  p.native = !require_primary || step.kernel == primary;
+  p.native = *primary == '\0' || step.kernel == primary;
   p.primary = primary;
   return p;
 }
@@ -138,11 +139,11 @@ std::vector<PathSpec> paths() {
   const std::vector<Need> dense{kTileGemm, kAct};
   return {
       {"dense/decode", "dense FFN, 1 row (W4A16)", with(dense, {{"w4a16/w4a16_gemv"}}),
-       [](Backend& b, A a) { return dense_probe(b, a, 1, true, "w4a16/w4a16_gemv"); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 1, "w4a16/w4a16_gemv"); }},
       {"dense/batched", "dense FFN, 8 rows (W4A16)", with(dense, {{"w4a16/w4a16_gemv_b8"}}),
-       [](Backend& b, A a) { return dense_probe(b, a, 8, true, "w4a16/w4a16_gemv_b8"); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 8, "w4a16/w4a16_gemv_b8"); }},
       {"dense/prefill", "dense FFN, 64 rows (W4A16)", dense,
-       [](Backend& b, A a) { return dense_probe(b, a, 64, false, ""); }},
+       [](Backend& b, A a) { return dense_probe(b, a, 64, ""); }},
       {"moe/grouped", "MoE experts in one grouped GEMM", with(kMoeBase, {{"moe/w4a16_grouped_gemm"}}),
        [](Backend& b, A a) { return moe_probe(b, a, true, false); }},
       {"moe/per_expert", "MoE experts one launch each", with(kMoeBase, {kTileGemm}),
@@ -151,9 +152,9 @@ std::vector<PathSpec> paths() {
        with(kMoeBase, {{"moe/w4a16_grouped_gemm"}, {"moe/moe_align"}}),
        [](Backend& b, A a) { return moe_probe(b, a, true, true); }},
       {"act/silu", "SiLU activation", {{"act/silu_mul"}, kTileGemm},
-       [](Backend& b, A) { return dense_probe(b, Activation::silu, 64, false, ""); }},
+       [](Backend& b, A) { return dense_probe(b, Activation::silu, 64, ""); }},
       {"act/gelu", "GELU (tanh) activation", {{"act/gelu_mul"}, kTileGemm},
-       [](Backend& b, A) { return dense_probe(b, Activation::gelu_tanh, 64, false, ""); }},
+       [](Backend& b, A) { return dense_probe(b, Activation::gelu_tanh, 64, ""); }},
       {"quant/w4a16_zp", "4-bit weights with zero points", {{"w4a16_zp/w4a16_zp_gemm"}, kAct},
        [](Backend& b, A a) { return family_probe(b, a, WeightFormat::w4_zp, ActivationQuant::bf16, KernelFamily::w4a16_zp); }},
       {"quant/w8a16", "8-bit weights with zero points", {{"w8a16/w8a16_gemm"}, kAct},

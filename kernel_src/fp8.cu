@@ -4,7 +4,8 @@
 //   bf16 activations (sm_80): fp8_gemv, fp8_gemm, fp8_grouped_gemm (E4M3 decoded exactly to bf16
 //     for the bf16 tensor cores) and fp8_grouped_gemv, the decode form over the active experts;
 //   E4M3 activations (sm_89+, gated by the manifest): fp8_gemm_a8, fp8_grouped_gemm_a8 on the
-//     E4M3 tensor cores. Below sm_89 their bodies trap.
+//     E4M3 tensor cores, and their _group128 forms for activation scales per 128 columns
+//     (quant/quantize_fp8_group128). Below sm_89 their bodies trap.
 #include "gemv.cuh"
 #include "tile_8bit.cuh"
 #include "tile_bf16.cuh"
@@ -63,4 +64,20 @@ extern "C" __global__ void __launch_bounds__(128)
     fp8_grouped_gemm_a8(const unsigned char* xq, const float* xscale, const unsigned char* weight, const float* scales,
                         const int* offsets, __nv_bfloat16* y, unsigned n, unsigned k, unsigned experts) {
   metrale::tile8_grouped<metrale::Fp8W>(xq, xscale, METRALE_FP8_VIEW, offsets, y, experts);
+}
+
+// Activation scales per 128 columns (xscale f32 [m][k/128], quant/quantize_fp8_group128):
+// y = Σ_g xscale[r][g] · s · Σ e4m3·e4m3. Grid (ceil(n/128), ceil(m/64)), block 128.
+extern "C" __global__ void __launch_bounds__(128)
+    fp8_gemm_a8_group128(const unsigned char* xq, const float* xscale, const unsigned char* weight, const float* scales,
+                         __nv_bfloat16* y, unsigned m, unsigned n, unsigned k) {
+  metrale::tile8_gemm<metrale::Fp8W, true>(xq, xscale, METRALE_FP8_VIEW, y, m);
+}
+
+// Grid (ceil(n/128), experts), block 128.
+extern "C" __global__ void __launch_bounds__(128)
+    fp8_grouped_gemm_a8_group128(const unsigned char* xq, const float* xscale, const unsigned char* weight,
+                                 const float* scales, const int* offsets, __nv_bfloat16* y, unsigned n, unsigned k,
+                                 unsigned experts) {
+  metrale::tile8_grouped<metrale::Fp8W, true>(xq, xscale, METRALE_FP8_VIEW, offsets, y, experts);
 }

@@ -8,7 +8,9 @@
 // Σ xq with one more mma against a B of ones (`rsum`, in the accumulator layout); when the group
 // completes, acc += s · f32(part - z · rsum), exact up to that product (|part - z·rsum| < 2^24
 // for groups of at most 128). The result is y = xscale[row] · acc (docs/kernels.md).
-// E4M3 path: part accumulates in f32 per group of 128, acc += part · s, y = xscale[row] · acc.
+// E4M3 path: part accumulates in f32 per group of 128, acc += part · s, y = xscale[row] · acc;
+// with activation scales per 128 columns (GROUP_SCALES: xscale [m][k/128]) acc += part · s ·
+// xscale[row][group] instead, and y = acc.
 //
 // Fragment order: each thread takes the eight contiguous K positions 8t..8t+7 of its row /
 // column as the fragment elements 4t..4t+3 and 4t+16..4t+19 (the same permutation on A and B),
@@ -31,7 +33,7 @@ struct Stage8 {
   alignas(16) unsigned char b[BN * kBStride];
 };
 
-template <class Fmt, unsigned BM, unsigned BN, unsigned WARPS_M, unsigned WARPS_N>
+template <class Fmt, unsigned BM, unsigned BN, unsigned WARPS_M, unsigned WARPS_N, bool GROUP_SCALES = false>
 struct Math8 {
   using Shape = TileShape<BM, BN, WARPS_M, WARPS_N>;
   using Stage = Stage8<BM, BN, Fmt::kBits>;
@@ -39,6 +41,9 @@ struct Math8 {
   float acc[Shape::kMTiles][Shape::kNTiles][4];
   Part part[Shape::kMTiles][Shape::kNTiles][4];
   int rsum[Shape::kMTiles][4];  // Σ xq of rows g (elements 0, 1) and g+8 (2, 3); integer path
+  // GROUP_SCALES: the tile's rows of xscale ([rows][groups], row 0 the tile's first), and how many.
+  const float* group_scales;
+  unsigned groups, rows;
 
   __device__ void clear() {
 #pragma unroll
@@ -103,11 +108,19 @@ struct Math8 {
         if (warp_m * Shape::kWarpM + i * 16 < rows) mma(part[i][j], a[i], b);
       }
     }
-    if (w.group_starts(k0 + Stage::kBK)) flush(w, n0, w.group_of(k0), warp_n, lane);
+    if (w.group_starts(k0 + Stage::kBK)) flush(w, n0, w.group_of(k0), warp_m, warp_n, lane);
   }
 
-  __device__ void flush(const QuantWeights<Fmt>& w, unsigned n0, unsigned group, unsigned warp_n, unsigned lane) {
+  __device__ void flush(const QuantWeights<Fmt>& w, unsigned n0, unsigned group, unsigned warp_m, unsigned warp_n,
+                        unsigned lane) {
     const unsigned t = lane & 3u;
+    float xs[Shape::kMTiles][2];  // rows g and g+8 of each M tile: their scale of this group (GROUP_SCALES)
+#pragma unroll
+    for (unsigned i = 0; i < Shape::kMTiles; ++i) {
+      const unsigned row = warp_m * Shape::kWarpM + i * 16 + (lane >> 2);
+      xs[i][0] = GROUP_SCALES && row < rows ? group_scales[static_cast<size_t>(row) * groups + group] : 1.f;
+      xs[i][1] = GROUP_SCALES && row + 8 < rows ? group_scales[static_cast<size_t>(row + 8) * groups + group] : 1.f;
+    }
 #pragma unroll
     for (unsigned j = 0; j < Shape::kNTiles; ++j) {
       const unsigned col = n0 + warp_n * Shape::kWarpN + j * 8 + 2 * t;
@@ -117,7 +130,9 @@ struct Math8 {
       for (unsigned i = 0; i < Shape::kMTiles; ++i) {
 #pragma unroll
         for (unsigned e = 0; e < 4; ++e) {
-          if constexpr (Fmt::kFp8) {
+          if constexpr (Fmt::kFp8 && GROUP_SCALES) {
+            acc[i][j][e] = fmaf(part[i][j][e], s[e & 1u] * xs[i][e >> 1], acc[i][j][e]);
+          } else if constexpr (Fmt::kFp8) {
             acc[i][j][e] = fmaf(part[i][j][e], s[e & 1u], acc[i][j][e]);
           } else {
             const int exact = part[i][j][e] - z[e & 1u] * rsum[i][e];
@@ -140,7 +155,8 @@ struct Math8 {
 #pragma unroll
     for (unsigned i = 0; i < Shape::kMTiles; ++i) {
       const unsigned row = m0 + warp_m * Shape::kWarpM + i * 16 + g;
-      const float xs[2] = {row < m ? xscale[row] : 0.f, row + 8 < m ? xscale[row + 8] : 0.f};
+      const float xs[2] = {GROUP_SCALES ? 1.f : row < m ? xscale[row] : 0.f,
+                           GROUP_SCALES ? 1.f : row + 8 < m ? xscale[row + 8] : 0.f};
 #pragma unroll
       for (unsigned j = 0; j < Shape::kNTiles; ++j) {
         const unsigned col = n0 + warp_n * Shape::kWarpN + j * 8 + 2 * t;
@@ -162,7 +178,7 @@ constexpr unsigned kTile8WarpsM = 1;
 constexpr unsigned kTile8WarpsN = 4;
 
 // One output tile at (m0, n0) of y = xscale ⊙ (xq · Wᵀ) (xq: m rows of w.k bytes).
-template <class Fmt>
+template <class Fmt, bool GROUP_SCALES>
 struct Tile8 {
   using Shape = TileShape<kTile8M, kTile8N, kTile8WarpsM, kTile8WarpsN>;
   using Stage = Stage8<kTile8M, kTile8N, Fmt::kBits>;
@@ -171,7 +187,7 @@ struct Tile8 {
   unsigned m, m0, n0;
   Stage* stages;
   unsigned warp_m, warp_n, lane;
-  Math8<Fmt, kTile8M, kTile8N, kTile8WarpsM, kTile8WarpsN> math;
+  Math8<Fmt, kTile8M, kTile8N, kTile8WarpsM, kTile8WarpsN, GROUP_SCALES> math;
 
   template <bool ASYNC>
   __device__ void load(unsigned s, unsigned c) {
@@ -187,19 +203,22 @@ struct Tile8 {
   }
 };
 
-template <class Fmt>
+template <class Fmt, bool GROUP_SCALES>
 __device__ void tile8(const unsigned char* __restrict__ xq, const float* __restrict__ xscale,
                       const QuantWeights<Fmt>& w, __nv_bfloat16* __restrict__ y, unsigned m, unsigned m0, unsigned n0,
                       Stage8<kTile8M, kTile8N, Fmt::kBits>* stages) {
   const unsigned warp = threadIdx.x >> 5;
-  Tile8<Fmt> tile{xq, w, m, m0, n0, stages, warp / kTile8WarpsN, warp % kTile8WarpsN, threadIdx.x & 31u, {}};
+  Tile8<Fmt, GROUP_SCALES> tile{xq, w, m, m0, n0, stages, warp / kTile8WarpsN, warp % kTile8WarpsN, threadIdx.x & 31u, {}};
   tile.math.clear();
+  tile.math.groups = w.k / 128;
+  tile.math.group_scales = xscale + static_cast<size_t>(m0) * tile.math.groups;
+  tile.math.rows = m - m0;
   run_pipeline<kTile8Stages>(w.k / Stage8<kTile8M, kTile8N, Fmt::kBits>::kBK, tile);
   tile.math.store(y, xscale, m, w.n, m0, n0, tile.warp_m, tile.warp_n, tile.lane);
 }
 
 // Dense: grid (ceil(n/128), ceil(m/64)), block 128.
-template <class Fmt>
+template <class Fmt, bool GROUP_SCALES = false>
 __device__ void tile8_gemm(const unsigned char* __restrict__ xq, const float* __restrict__ xscale,
                            const QuantWeights<Fmt>& w, __nv_bfloat16* __restrict__ y, unsigned m) {
   using Stage = Stage8<kTile8M, kTile8N, Fmt::kBits>;
@@ -208,11 +227,11 @@ __device__ void tile8_gemm(const unsigned char* __restrict__ xq, const float* __
   const unsigned n0 = blockIdx.x * kTile8N;
   const unsigned m0 = blockIdx.y * kTile8M;
   if (n0 >= w.n || m0 >= m) return;
-  tile8<Fmt>(xq, xscale, w, y, m, m0, n0, stages);
+  tile8<Fmt, GROUP_SCALES>(xq, xscale, w, y, m, m0, n0, stages);
 }
 
 // Grouped by expert: grid (ceil(n/128), experts), block 128 (rows as bf16_tile_grouped).
-template <class Fmt>
+template <class Fmt, bool GROUP_SCALES = false>
 __device__ void tile8_grouped(const unsigned char* __restrict__ xq, const float* __restrict__ xscale,
                               const QuantWeights<Fmt>& stack, const int* __restrict__ offsets,
                               __nv_bfloat16* __restrict__ y, unsigned experts) {
@@ -229,7 +248,8 @@ __device__ void tile8_grouped(const unsigned char* __restrict__ xq, const float*
   const QuantWeights<Fmt> w = stack.expert(expert);
   const unsigned char* xe = xq + static_cast<size_t>(begin) * w.k;
   __nv_bfloat16* ye = y + static_cast<size_t>(begin) * w.n;
-  for (unsigned m0 = 0; m0 < rows; m0 += kTile8M) tile8<Fmt>(xe, xscale + begin, w, ye, rows, m0, n0, stages);
+  const float* xse = xscale + static_cast<size_t>(begin) * (GROUP_SCALES ? w.k / 128 : 1);
+  for (unsigned m0 = 0; m0 < rows; m0 += kTile8M) tile8<Fmt, GROUP_SCALES>(xe, xse, w, ye, rows, m0, n0, stages);
 }
 
 }  // namespace metrale

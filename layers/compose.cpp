@@ -113,7 +113,8 @@ std::vector<AuditRow> rows_after(Backend& backend, uint64_t before) {
 }
 
 FfnBuildOptions build_options(const LayerRequest& request, const LayerSource& source, ActivationRequest& activations) {
-  activations = activation_request(request.activations, source.declared_activations, source.declared_source);
+  activations = activation_request(request.activations, source.declared_activations, source.declared_source,
+                                   source.declared_scaling);
   return FfnBuildOptions{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, activations};
 }
 
@@ -133,7 +134,8 @@ LayerSource checkpoint_source(LoadedCheckpoint checkpoint) {
   s.declared = checkpoint.quant.summary();
   s.quantization = s.declared + " (" + checkpoint.quant.source + "), layer " + std::to_string(checkpoint.layer);
   s.declared_activations = declared_activation_tier(checkpoint.quant);
-  s.declared_source = declared_activation_source(checkpoint.quant);
+  s.declared_source = checkpoint.quant.source;
+  s.declared_scaling = declared_activation_scaling(checkpoint.quant);
   return s;
 }
 

@@ -42,6 +42,7 @@ struct LayerSource {
   std::string declared;         // what a checkpoint declares (CheckpointQuant::summary()); empty: none
   std::optional<ActivationQuant> declared_activations;  // what the checkpoint declares
   std::string declared_source;  // where (its config.json)
+  ActivationScaling declared_scaling;  // how the tool that wrote it quantizes activations
 };
 
 // The request's config and weights, each file read once.

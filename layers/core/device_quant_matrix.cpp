@@ -84,6 +84,10 @@ DeviceQuantMatrix DeviceQuantMatrix::upload(Backend& backend, const QuantMatrix&
     d.perm = DeviceBuffer(backend, matrix.perm.size() * sizeof(int32_t));
     d.perm.upload(std::span<const int32_t>(matrix.perm));
   }
+  if (!matrix.input_scales.empty()) {
+    d.input_scales = DeviceBuffer(backend, matrix.input_scales.size() * sizeof(float));
+    d.input_scales.upload(std::span<const float>(matrix.input_scales));
+  }
   if (!repack) return d;
   // Same byte sizes in and out (docs/kernels.md), and the two never alias: fresh buffers.
   DeviceBuffer qweight(backend, d.qweight.bytes());

@@ -54,6 +54,7 @@ struct DeviceQuantMatrix {
   DeviceBuffer scales;
   DeviceBuffer zeros;  // zero-point formats only
   DeviceBuffer perm;   // act-order only
+  DeviceBuffer input_scales;  // static activation scales, f32 [batch]; empty: none
   bool act_order = false;
   std::string layout{kCanonicalW4a16Layout};
 

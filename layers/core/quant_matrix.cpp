@@ -96,6 +96,7 @@ QuantView QuantMatrix::view(uint32_t index) const {
   }
   if (weight_format_has_zeros(format)) v.zeros = std::span<const uint8_t>(zeros).subspan(index * per, per);
   if (!perm.empty()) v.perm = std::span<const int32_t>(perm).subspan(size_t{index} * k, k);
+  if (!input_scales.empty()) v.input_scale = input_scales[index];
   return v;
 }
 
@@ -114,6 +115,13 @@ void QuantMatrix::validate() const {
   expect("fp16 scales", scales.size(), w4a16 ? size_t{batch} * per : 0);
   expect("f32 scales", scales32.size(), w4a16 ? 0 : size_t{batch} * per);
   expect("zero points", zeros.size(), zp ? size_t{batch} * per : 0);
+  if (!input_scales.empty()) expect("static activation scales", input_scales.size(), batch);
+  for (size_t e = 0; e < input_scales.size(); ++e) {
+    if (!(input_scales[e] > 0 && input_scales[e] < std::numeric_limits<float>::infinity())) {
+      invalid(name + ": the static activation scale of matrix " + std::to_string(e) + " is " +
+              std::to_string(input_scales[e]) + " (expected a positive finite scale)");
+    }
+  }
   if (perm.empty()) return;
   expect("act-order permutation entries", perm.size(), size_t{batch} * k);
   std::vector<uint8_t> seen(k);
@@ -192,6 +200,7 @@ QuantMatrix to_w4_zp(const QuantMatrix& m) {
   std::transform(m.scales.begin(), m.scales.end(), out.scales32.begin(), [](uint16_t s) { return f16_to_f32(s); });
   out.zeros.assign(m.scales.size(), 8);
   out.perm = m.perm;
+  out.input_scales = m.input_scales;
   return out;
 }
 
@@ -224,6 +233,12 @@ QuantMatrix concat_rows(std::string name, const QuantMatrix& top, const QuantMat
   for (uint32_t r = 0; r < top.n; ++r) copy_row(top, r, m, r);
   for (uint32_t r = 0; r < bottom.n; ++r) copy_row(bottom, r, m, top.n + r);
   m.perm = top.perm;
+  if (top.input_scales != bottom.input_scales) {
+    const auto scale = [](const QuantMatrix& x) { return x.input_scales.empty() ? std::string("none") : std::to_string(x.input_scales[0]); };
+    throw Refusal(top.name + ".input_scale = " + scale(top) + " and " + bottom.name + ".input_scale = " + scale(bottom) +
+                  " differ: metrale fuses them into " + m.name + ", which quantizes its input once with one static scale");
+  }
+  m.input_scales = top.input_scales;
   return m;
 }
 
@@ -241,6 +256,7 @@ QuantMatrix select_rows(std::string name, const QuantMatrix& m, std::span<const 
     copy_row(m, rows[i], out, static_cast<uint32_t>(i));
   }
   out.perm = m.perm;
+  out.input_scales = m.input_scales;
   return out;
 }
 
@@ -250,6 +266,12 @@ QuantMatrix stack_matrices(std::string name, std::vector<QuantMatrix> matrices) 
   QuantMatrix m = quant_zeros(std::move(name), first.format, first.n, first.k, static_cast<uint32_t>(matrices.size()), first.group);
   const bool any_perm = std::any_of(matrices.begin(), matrices.end(), [](const QuantMatrix& x) { return !x.perm.empty(); });
   if (any_perm) m.perm.reserve(size_t{m.batch} * m.k);
+  for (const QuantMatrix& x : matrices) {
+    if (x.input_scales.empty() != first.input_scales.empty()) {
+      invalid(x.name + " and " + first.name + " differ in having static activation scales: experts of one stack share a tier");
+    }
+    m.input_scales.insert(m.input_scales.end(), x.input_scales.begin(), x.input_scales.end());
+  }
   for (uint32_t e = 0; e < m.batch; ++e) {
     const QuantMatrix& x = matrices[e];
     if (x.n != first.n || x.k != first.k || x.format != first.format || x.group != first.group || x.batch != 1) {

@@ -46,6 +46,7 @@ struct QuantView {
   std::span<const float> scales32;    // other formats: [n][k/group]
   std::span<const uint8_t> zeros;     // zero-point formats: [n][k/group]
   std::span<const int32_t> perm;      // act-order: [k]; empty: identity
+  float input_scale = 0;              // the static activation scale; 0: none
 
   uint32_t code(uint32_t row, uint32_t col) const noexcept;
   // The scale of (row, group), as f32 (exact for fp16).
@@ -73,6 +74,9 @@ struct QuantMatrix {
   std::vector<float> scales32;       // w4_zp, w8_zp, fp8: [batch][n][k/group]
   std::vector<uint8_t> zeros;        // w4_zp, w8_zp: [batch][n][k/group]
   std::vector<int32_t> perm;         // act-order: [batch][k]; empty: none
+  // Static activation scales: the scale each matrix's inputs are quantized with (a checkpoint's
+  // input_scale), [batch]; empty: the activation tier computes its own.
+  std::vector<float> input_scales;
 
   uint32_t bits() const noexcept { return weight_format_bits(format); }
   uint32_t groups() const noexcept { return k / group; }
@@ -108,6 +112,8 @@ QuantMatrix to_w4_zp(const QuantMatrix& w4a16);
 // Assembling checkpoints' projections (plain matrices, batch 1):
 // the rows of `top` then those of `bottom` (gate then up), which share K, format, group and
 // permutation (Error(invalid_argument) naming both otherwise);
+// Static activation scales must agree: the fused projection quantizes its input once (a
+// Refusal naming both tensors otherwise).
 QuantMatrix concat_rows(std::string name, const QuantMatrix& top, const QuantMatrix& bottom);
 // the rows reordered: row i of the result is row order[i] of `m`;
 void reorder_rows(QuantMatrix& m, std::span<const int32_t> order);

@@ -28,16 +28,18 @@ std::optional<WeightFormat> weight_tier(const TierAsk& asked, std::string_view l
 }  // namespace
 
 ActivationRequest activation_request(const TierAsk& asked, std::optional<ActivationQuant> declared,
-                                     const std::string& declared_source) {
+                                     const std::string& declared_source, ActivationScaling declared_scaling) {
+  const auto scaling_of = [&](ActivationQuant tier) { return declared == tier ? declared_scaling : ActivationScaling{}; };
   if (!asked.value.empty()) {
     const auto tier = parse_activation_quant(asked.value);
     if (!tier) throw Refusal(asked.source() + " is not valid: expected bf16, int8 or fp8");
-    return ActivationRequest{*tier, true, asked.source()};
+    return ActivationRequest{*tier, true, asked.source(), scaling_of(*tier)};
   }
   if (auto value = lever_choice(kActivationQuantizationLever)) {
-    return ActivationRequest{*parse_activation_quant(*value), true, lever_note(kActivationQuantizationLever)};
+    const ActivationQuant tier = *parse_activation_quant(*value);
+    return ActivationRequest{tier, true, lever_note(kActivationQuantizationLever), scaling_of(tier)};
   }
-  if (declared && *declared != ActivationQuant::bf16) return ActivationRequest{*declared, false, declared_source};
+  if (declared && *declared != ActivationQuant::bf16) return ActivationRequest{*declared, false, declared_source, declared_scaling};
   return ActivationRequest{};
 }
 

@@ -24,12 +24,14 @@ struct ActivationRequest {
   ActivationQuant tier = ActivationQuant::bf16;
   bool is_explicit = false;
   std::string source = "default";  // "--activation-quantization int8", "METRALE_ACTIVATION_QUANTIZATION=int8", "m/config.json"
+  ActivationScaling scaling;  // the checkpoint's, when its tier is the one run; else one scale per row in f32
 };
 
 // What `asked` says, else the lever, else what the checkpoint declares (`declared_source` names
-// it), else bf16. A value that is no tier is a Refusal naming `asked.source()`.
+// it), else bf16. A value that is no tier is a Refusal naming `asked.source()`. The declared
+// scaling goes with the declared tier, whoever asked for it.
 ActivationRequest activation_request(const TierAsk& asked, std::optional<ActivationQuant> declared = std::nullopt,
-                                     const std::string& declared_source = {});
+                                     const std::string& declared_source = {}, ActivationScaling declared_scaling = {});
 
 // The weight formats asked for synthetic weights: `weights` / METRALE_WEIGHT_QUANTIZATION
 // (default int4: the W4A16 format), `experts` / METRALE_EXPERT_QUANTIZATION for MoE experts

@@ -71,10 +71,14 @@ std::vector<std::string> FfnComponent::tiers() const {
 }
 
 void FfnComponent::reference_tiers(ReferenceOptions& options) const {
-  if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) options.activations = d->activations();
+  if (auto* d = std::get_if<DenseFfnLayer>(&impl_)) {
+    options.activations = d->activations();
+    options.activation_scaling = d->kernels().projections.kernels().scaling;
+  }
   if (auto* e = std::get_if<MoeLayer>(&impl_)) {
     options.expert_activations = e->expert_activations();
     options.activations = e->shared_activations().value_or(e->expert_activations());
+    options.activation_scaling = e->kernels().experts.kernels().scaling;  // one request for every set
   }
 }
 

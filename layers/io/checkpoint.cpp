@@ -190,19 +190,24 @@ LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uin
 std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept {
   switch (quant.activations) {
     case DeclaredActivations::bf16: return std::nullopt;
-    case DeclaredActivations::int8_dynamic_token: return ActivationQuant::int8;
+    case DeclaredActivations::int8_dynamic_token:
+    case DeclaredActivations::int8_static_tensor: return ActivationQuant::int8;
+    case DeclaredActivations::fp8_static_tensor:
     case DeclaredActivations::fp8_dynamic_token:
-    case DeclaredActivations::fp8_dynamic_group128: return ActivationQuant::fp8;  // the nearest tier (quant_config.hpp)
+    case DeclaredActivations::fp8_dynamic_group128: return ActivationQuant::fp8;
   }
   return std::nullopt;
 }
 
-std::string declared_activation_source(const CheckpointQuant& quant) {
-  // No backend scales activations per 128 columns yet: say which tier stands in for it.
-  if (quant.activations == DeclaredActivations::fp8_dynamic_group128) {
-    return quant.source + ", per token group of 128 declared, run per row";
-  }
-  return quant.source;
+ActivationScaling declared_activation_scaling(const CheckpointQuant& quant) noexcept {
+  ActivationScaling s;
+  s.group128 = quant.activations == DeclaredActivations::fp8_dynamic_group128;
+  s.static_tensor = quant.activations == DeclaredActivations::int8_static_tensor ||
+                    quant.activations == DeclaredActivations::fp8_static_tensor;
+  // compressed-tensors quantizes activations with torch in the model's dtype; transformers' and
+  // DeepSeek's block-FP8 quantizer computes in f32, as metrale's own contract does.
+  if (quant.method == QuantMethod::compressed_tensors) s.arithmetic = ScaleArithmetic::bf16;
+  return s;
 }
 
 }  // namespace metrale::layers

@@ -55,14 +55,12 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path
 // The same from files already read (config.json's document; the sidecar is read here).
 std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& files);
 
-// The activation tier the checkpoint declares (compressed-tensors' dynamic per-token int8 or
-// fp8 input activations; block FP8's per-128-column fp8 as its nearest tier, fp8 per row);
-// nullopt: bf16, nothing declared.
+// The activation tier the checkpoint declares (compressed-tensors' dynamic int8 or fp8 input
+// activations, block FP8's fp8 per 128 columns); nullopt: bf16, nothing declared.
 std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept;
-// Where that tier comes from, for the tier notes: the declaring file, and when the tier only
-// stands in for the declaration, what was declared ("..., per token group of 128 declared, run
-// per row").
-std::string declared_activation_source(const CheckpointQuant& quant);
+// How that tier's scales are set as the writing tool sets them: per row or per 128 columns, in
+// compressed-tensors' bf16 arithmetic or in f32 (docs/checkpoint-formats.md).
+ActivationScaling declared_activation_scaling(const CheckpointQuant& quant) noexcept;
 
 // Loads layer `layer` (default: the lowest numbered one with FFN tensors) of the checkpoint at
 // `path`. `config` overrides the config.json beside the weights (the model's config, not the

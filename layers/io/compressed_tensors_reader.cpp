@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace metrale::layers {
 
@@ -153,17 +154,49 @@ QuantMatrix read_fp8(const TensorSource& src, const std::string& prefix, uint32_
   return build_fp8_matrix(prefix, n, k, codes, [&](uint32_t row, uint32_t g) { return grid.at(row, g); });
 }
 
+// A static activation scale: P.input_scale, one value ([1]) in the activations' dtype, as
+// llm-compressor stores it. Another shape (a scale per channel) or dtype is refused, naming it.
+float read_input_scale(const TensorSource& src, const std::string& prefix, const CheckpointQuant& q) {
+  const std::string name = prefix + ".input_scale";
+  if (!src.contains(name)) {
+    throw Refusal(name + " is missing: " + q.field("config_groups") + " declares static activation scales (\"dynamic\": "
+                  "false), which llm-compressor stores as each module's input_scale");
+  }
+  SafetensorsReader& file = src.at(name);
+  const TensorInfo& info = file.info(name);
+  if (info.elements() != 1) {
+    contradiction(file.where(name), q.field("config_groups") + ": input_activations.strategy", "\"tensor\"",
+                  "the tensor holds " + std::to_string(info.elements()) + " scales (static scales per tensor are one value)");
+  }
+  // The tool divides the bf16 activations by it in bf16 (compressed-tensors' _quantize): the
+  // quantizers' bf16 arithmetic. Another dtype would promote the quotient.
+  if (info.dtype != Dtype::bf16) {
+    throw Refusal(file.where(name) + "stored as " + std::string(dtype_name(info.dtype)) + ": metrale runs static activation "
+                  "scales stored as BF16, the dtype of the activations they divide (llm-compressor's for a bf16 model)");
+  }
+  const float scale = file.read_f32(name, info.shape)[0];
+  if (!(scale > 0 && scale < std::numeric_limits<float>::infinity())) {
+    throw Error(Status::invalid_argument, file.where(name) + "a static activation scale must be positive and finite, found " +
+                                              std::to_string(scale));
+  }
+  return scale;
+}
+
 }  // namespace
 
 QuantMatrix read_compressed_tensors_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                                            const CheckpointQuant& q) {
+  QuantMatrix m;
   switch (q.scheme) {
-    case WeightScheme::ct_pack_int: return read_packed(src, prefix, n, k, q);
-    case WeightScheme::ct_int: return read_int(src, prefix, n, k, q);
-    case WeightScheme::ct_fp8: return read_fp8(src, prefix, n, k, q);
-    default: break;
+    case WeightScheme::ct_pack_int: m = read_packed(src, prefix, n, k, q); break;
+    case WeightScheme::ct_int: m = read_int(src, prefix, n, k, q); break;
+    case WeightScheme::ct_fp8: m = read_fp8(src, prefix, n, k, q); break;
+    default: throw Error(Status::internal, prefix + ": not a compressed-tensors scheme");
   }
-  throw Error(Status::internal, prefix + ": not a compressed-tensors scheme");
+  if (q.activations == DeclaredActivations::int8_static_tensor || q.activations == DeclaredActivations::fp8_static_tensor) {
+    m.input_scales = {read_input_scale(src, prefix, q)};
+  }
+  return m;
 }
 
 }  // namespace metrale::layers

@@ -149,10 +149,17 @@ DeclaredActivations parse_ct_activations(const Fields& a) {
   const auto bits = int32_field(a, "num_bits").value_or(8);
   const auto type = a.lower_string("type").value_or("int");
   const auto strategy = a.lower_string("strategy").value_or("tensor");
-  if (!a.boolean("dynamic").value_or(false)) {
-    a.unsupported("dynamic", Json(false), "dynamic activation scales (metrale quantizes activations per token as it runs)");
-  }
   if (bits != 8) a.unsupported("num_bits", Json(bits), "8-bit activations");
+  // Static scales: one stored input_scale per module, computed at calibration.
+  if (!a.boolean("dynamic").value_or(false)) {
+    if (strategy != "tensor") {
+      a.unsupported("strategy", Json(strategy), "\"tensor\" for static activation scales (one input_scale per module)");
+    }
+    if (!a.boolean("symmetric").value_or(true)) a.unsupported("symmetric", Json(false), "symmetric static activation scales");
+    if (type == "int") return DeclaredActivations::int8_static_tensor;
+    if (type == "float") return DeclaredActivations::fp8_static_tensor;
+    a.unsupported("type", Json(type), "\"int\" or \"float\"");
+  }
   // FP8_BLOCK: FP8 per token group of 128 columns.
   if (strategy == "group" && type == "float") {
     const auto group = int32_field(a, "group_size");
@@ -244,6 +251,8 @@ const char* declared_activations_name(DeclaredActivations a) noexcept {
     case DeclaredActivations::int8_dynamic_token: return "int8 (dynamic, per token)";
     case DeclaredActivations::fp8_dynamic_token: return "fp8 (dynamic, per token)";
     case DeclaredActivations::fp8_dynamic_group128: return "fp8 (dynamic, per token group of 128)";
+    case DeclaredActivations::int8_static_tensor: return "int8 (static, per tensor)";
+    case DeclaredActivations::fp8_static_tensor: return "fp8 (static, per tensor)";
   }
   return "?";
 }

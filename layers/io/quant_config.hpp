@@ -37,9 +37,16 @@ enum class ScaleStrategy { group, channel, tensor, block };
 
 // Activations as the checkpoint declares them (its default activation tier).
 // fp8_dynamic_group128: one scale per 128 columns of a row (block FP8: DeepSeek-V3's and Qwen3's
-// own releases, compressed-tensors FP8_BLOCK). No backend has group-128 activation kernels yet:
-// it runs as the fp8 tier (one scale per row) where a backend has that, else falls back to bf16.
-enum class DeclaredActivations { bf16, int8_dynamic_token, fp8_dynamic_token, fp8_dynamic_group128 };
+// own releases, compressed-tensors FP8_BLOCK). *_static_tensor: one scale per projection, stored
+// as each module's `input_scale` (compressed-tensors' static presets, llm-compressor's FP8).
+enum class DeclaredActivations {
+  bf16,
+  int8_dynamic_token,
+  fp8_dynamic_token,
+  fp8_dynamic_group128,
+  int8_static_tensor,
+  fp8_static_tensor,
+};
 const char* declared_activations_name(DeclaredActivations a) noexcept;
 
 struct CheckpointQuant {

@@ -35,9 +35,10 @@ constexpr auto kFp8GroupedGemv = signature<6, 3>();  // (x, weight, scales, offs
 constexpr auto kFp8A8Gemm = signature<5, 3>();       // (xq, xscale, weight, scales, y, m, n, k)
 constexpr auto kFp8A8Grouped = signature<6, 3>();    // (xq, xscale, weight, scales, offsets, y, n, k, experts)
 constexpr auto kQuantize = signature<3, 2>();        // (x, xq, xscale, m, k)
+constexpr auto kQuantizeStatic = signature<5, 2>();  // (x, scales, offsets, xq, xscale, k, groups)
 constexpr auto kGather = signature<4, 2>();          // (x, perm, offsets, out, k, groups)
 
-constexpr std::array<FamilyInfo, 7> kFamilies{{
+constexpr std::array<FamilyInfo, 8> kFamilies{{
     {KernelFamily::w4a16, "w4a16", "w4a16", WeightFormat::w4a16, ActivationQuant::bf16},
     {KernelFamily::w4a16_zp, "w4a16_zp", "w4a16_zp", WeightFormat::w4_zp, ActivationQuant::bf16},
     {KernelFamily::w8a16, "w8a16", "w8a16", WeightFormat::w8_zp, ActivationQuant::bf16},
@@ -45,6 +46,7 @@ constexpr std::array<FamilyInfo, 7> kFamilies{{
     {KernelFamily::w4a8, "w4a8", "w4a8", WeightFormat::w4_zp, ActivationQuant::int8},
     {KernelFamily::w8a8, "w8a8", "w8a8", WeightFormat::w8_zp, ActivationQuant::int8},
     {KernelFamily::fp8_a8, "fp8", "fp8", WeightFormat::fp8, ActivationQuant::fp8},
+    {KernelFamily::w4afp8, "w4afp8", "w4afp8", WeightFormat::w4_zp, ActivationQuant::fp8},
 }};
 
 // Every kernel of the families runs 128-thread blocks but the quantizers (256).
@@ -87,8 +89,10 @@ void resolve_zp(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
 
 void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   if (f.activations == ActivationQuant::fp8) {
-    k.gemm = l.need(f.module, "fp8_gemm_a8", kFp8A8Gemm);
-    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8", kFp8A8Grouped);
+    // Scales per 128 columns of the activations: the GEMMs that read them.
+    const std::string groups = l.request.scaling.group128 ? "_group128" : "";
+    k.gemm = l.need(f.module, "fp8_gemm_a8" + groups, kFp8A8Gemm);
+    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8" + groups, kFp8A8Grouped);
   } else {
     k.gemv = l.get(f.module, "fp8_gemv", kFp8Gemm);
     k.gemm = l.need(f.module, "fp8_gemm", kFp8Gemm);
@@ -96,6 +100,19 @@ void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
     if (l.request.grouped_decode) k.grouped_gemv = l.get(f.module, "fp8_grouped_gemv", kFp8GroupedGemv);
   }
   k.repack = l.get(f.module, "fp8_repack", kFp8Repack);
+}
+
+// quant/quantize_int8[_bf16], quantize_fp8[_group128][_bf16], quantize_*_static_bf16
+// (docs/kernels.md).
+std::string quantizer_name(ActivationQuant a, ActivationScaling scaling) {
+  if ((a == ActivationQuant::int8 && scaling.group128) || (scaling.static_tensor && scaling.group128)) {
+    throw Error(Status::internal, "no quantizer scales int8 activations, or static ones, per 128 columns");
+  }
+  std::string name = a == ActivationQuant::int8 ? "quantize_int8" : "quantize_fp8";
+  if (scaling.group128) name += "_group128";
+  if (scaling.static_tensor) name += "_static";
+  if (scaling.arithmetic == ScaleArithmetic::bf16 || scaling.static_tensor) name += "_bf16";
+  return name;
 }
 
 // The zero-point and FP8 families' plan: the GEMV up to 8 rows when there is one, else the GEMM.
@@ -139,6 +156,7 @@ std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant acti
       break;
     case ActivationQuant::fp8:
       if (format == WeightFormat::fp8) return KernelFamily::fp8_a8;
+      if (format == WeightFormat::w4a16 || format == WeightFormat::w4_zp) return KernelFamily::w4afp8;
       break;
   }
   return std::nullopt;
@@ -160,7 +178,9 @@ std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyReques
     resolve_zp(l, f, k);
   }
   if (f.activations != ActivationQuant::bf16) {
-    k.quantize = l.need("quant", f.activations == ActivationQuant::int8 ? "quantize_int8" : "quantize_fp8", kQuantize);
+    k.scaling = request.scaling;
+    k.quantize = l.need("quant", quantizer_name(f.activations, request.scaling),
+                        request.scaling.static_tensor ? std::span<const P>(kQuantizeStatic) : std::span<const P>(kQuantize));
   }
   if (request.act_order) k.gather = l.need("quant", "gather_k", kGather);
   if (!missing.kernel.empty()) return std::nullopt;
@@ -190,7 +210,7 @@ void launch_family_projection(Backend& backend, const FamilyKernels& k, const De
     } else {
       backend.launch(kernel, s, x, q, sc, y, m, w.n, w.k);
     }
-  } else if (f.activations == ActivationQuant::int8) {
+  } else if (f.activations != ActivationQuant::bf16) {
     backend.launch(kernel, s, x, xscale, q, sc, w.zeros_of(index), y, m, w.n, w.k, w.group);
   } else {
     backend.launch(kernel, s, x, q, sc, w.zeros_of(index), y, m, w.n, w.k, w.group);
@@ -208,7 +228,7 @@ void launch_family_grouped(Backend& backend, const FamilyKernels& k, const Devic
     } else {
       backend.launch(k.grouped, s, x, q, sc, offsets, y, w.n, w.k, w.batch);
     }
-  } else if (f.activations == ActivationQuant::int8) {
+  } else if (f.activations != ActivationQuant::bf16) {
     backend.launch(k.grouped, s, x, xscale, q, sc, w.zeros.ptr(), offsets, y, w.n, w.k, w.group, w.batch);
   } else {
     backend.launch(k.grouped, s, x, q, sc, w.zeros.ptr(), offsets, y, w.n, w.k, w.group, w.batch);
@@ -226,6 +246,11 @@ void launch_quantize(Backend& backend, const FamilyKernels& k, DevicePtr x, Devi
   backend.launch(k.quantize, shape({m, 1, 1}, stream, 256), x, xq, xscale, m, width);
 }
 
+void launch_quantize_static(Backend& backend, const FamilyKernels& k, DevicePtr x, DevicePtr scales, DevicePtr offsets,
+                            DevicePtr xq, DevicePtr xscale, uint32_t rows, uint32_t width, uint32_t groups, uint64_t stream) {
+  backend.launch(k.quantize, shape({rows, 1, 1}, stream), x, scales, offsets, xq, xscale, width, groups);
+}
+
 void launch_gather(Backend& backend, const FamilyKernels& k, DevicePtr x, DevicePtr perm, DevicePtr offsets, DevicePtr out,
                    uint32_t rows, uint32_t width, uint32_t groups, uint64_t stream) {
   backend.launch(k.gather, shape({rows, 1, 1}, stream), x, perm, offsets, out, width, groups);
@@ -241,7 +266,9 @@ PlanStep describe_family_projection(Backend& backend, const FamilyKernels& k, co
   const std::string mk = "m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", K=" + std::to_string(width);
   p.why = mk + (small ? ": <= 8 rows, GEMV" : m <= 8 ? ": no GEMV, tile GEMM" : ": tile GEMM");
   const FamilyInfo& f = family_info(k.family);
-  if (f.activations != ActivationQuant::bf16) p.why += std::string(", ") + activation_quant_name(f.activations) + " activations";
+  if (f.activations != ActivationQuant::bf16) {
+    p.why += std::string(", ") + activation_quant_name(f.activations) + " activations " + activation_scaling_name(k.scaling);
+  }
   if (k.gather) p.why += ", act-order gather first";
   return p;
 }

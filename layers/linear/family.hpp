@@ -67,9 +67,15 @@ void launch_family_grouped(Backend& backend, const FamilyKernels& kernels, const
 void launch_family_grouped_decode(Backend& backend, const FamilyKernels& kernels, const DeviceQuantMatrix& weights,
                                   DevicePtr x, DevicePtr offsets, DevicePtr active, DevicePtr y, uint32_t slots,
                                   uint64_t stream);
-// quant/quantize_int8 or quantize_fp8 of m rows of width k: xq (1 byte per value), xscale f32 [m].
+// The family's quantizer (quant/quantize_int8, quantize_fp8, ...) of m rows of width k: xq (1
+// byte per value), xscale f32 [m] or, with scales per 128 columns, [m][k / 128].
 void launch_quantize(Backend& backend, const FamilyKernels& kernels, DevicePtr x, DevicePtr xq, DevicePtr xscale,
                      uint32_t m, uint32_t k, uint64_t stream);
+// quant/quantize_*_static_bf16: rows grouped by `offsets` (groups + 1 entries), `rows` in all,
+// each group with its own stored scale of `scales` (f32 [groups]); xscale f32 [rows].
+void launch_quantize_static(Backend& backend, const FamilyKernels& kernels, DevicePtr x, DevicePtr scales,
+                            DevicePtr offsets, DevicePtr xq, DevicePtr xscale, uint32_t rows, uint32_t k, uint32_t groups,
+                            uint64_t stream);
 // quant/gather_k: rows grouped by `offsets` (groups + 1 entries), `rows` in all, each group
 // through its own permutation of `perm`.
 void launch_gather(Backend& backend, const FamilyKernels& kernels, DevicePtr x, DevicePtr perm, DevicePtr offsets,

@@ -26,7 +26,7 @@
 
 namespace metrale::layers {
 
-enum class KernelFamily : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8 };
+enum class KernelFamily : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, w4afp8 };
 
 // One projection of a site, for shape checks, messages and the kernels that depend on K.
 struct ProjectionShape {
@@ -44,6 +44,7 @@ struct FamilyRequest {
   LookupNotes notes;           // on every lookup's audit row: the lever that steered the tier, the tier
   std::vector<ProjectionShape> shapes;  // every projection of the site (kernels chosen by K need them)
   std::string model_type;               // some kernels are probed for some model types only
+  ActivationScaling scaling;            // int8/fp8 families: how the quantizer sets its scales (its kernels follow)
 };
 
 // A kernel a lookup did not get, and why (the lookup's Resolution reason).
@@ -59,6 +60,7 @@ struct KernelMiss {
 struct FamilyKernels {
   KernelFamily family = KernelFamily::w4a16_zp;
   KernelHandle gemv, gemm, grouped, grouped_gemv, repack, quantize, gather;
+  ActivationScaling scaling;  // int8/fp8 families: the quantizer's scales (xscale per row, or per 128 columns)
   std::string layout;  // the layout the weights will be in (the repack's, or canonical)
   std::vector<KernelMiss> absent;  // the optional kernels looked up and not got
 
@@ -105,12 +107,14 @@ class LinearPlan {
   virtual PlanStep describe(Backend& backend, const std::string& step, uint32_t m, uint32_t n, uint32_t k) const = 0;
 
  private:
-  // x as the family's kernels read it, {input, row scales}: `rows` rows gathered through `perm`
-  // in `groups` groups by `offsets` when the weights carry a permutation, then quantized under
-  // int8/fp8 activations.
+  // x as the family's kernels read it, {input, row scales}: `rows` rows in `groups` groups by
+  // `offsets`, gathered through `perm` when the weights carry a permutation, then quantized under
+  // int8/fp8 activations (with static scales, group g by input_scales[g]).
   std::pair<DevicePtr, DevicePtr> prepared_input(Backend& backend, const DeviceQuantMatrix& weights, DevicePtr x,
-                                                 DevicePtr perm, DevicePtr offsets, uint32_t rows, uint32_t groups,
-                                                 ProjectionScratch& scratch, uint64_t stream) const;
+                                                 DevicePtr perm, DevicePtr input_scales, DevicePtr offsets, uint32_t rows,
+                                                 uint32_t groups, ProjectionScratch& scratch, uint64_t stream) const;
+  // The weights' static activation scales; Error(invalid_argument) naming them when they carry none.
+  static const DeviceBuffer& static_scales_of(const DeviceQuantMatrix& weights);
   FamilyKernels kernels_;
 };
 

@@ -20,21 +20,27 @@ std::vector<AuditAnnotation> tier_annotations(KernelFamily family, ActivationQua
 
 // "w4a8: int8 activations (m/config.json)"; after a fall back, "w4a16_zp: bf16 activations
 // (default); <the note saying why>".
-std::string tier_text(KernelFamily family, ActivationQuant act, const std::string& source, const std::string& note) {
-  std::string text = std::string(family_info(family).module) + ": " + activation_quant_name(act) + " activations (" +
-                     (note.empty() ? source : "default") + ")";
+std::string tier_text(KernelFamily family, ActivationQuant act, ActivationScaling scaling, const std::string& source,
+                      const std::string& note) {
+  std::string text = std::string(family_info(family).module) + ": " + activation_quant_name(act) + " activations";
+  if (act != ActivationQuant::bf16 && scaling != ActivationScaling{}) text += " " + activation_scaling_name(scaling);
+  text += " (" + (note.empty() ? source : std::string("default")) + ")";
   return note.empty() ? text : text + "; " + note;
 }
 
 // Which weight formats an activation tier runs with, for refusals.
 std::string formats_for(ActivationQuant a) {
   return a == ActivationQuant::int8 ? "4-bit (w4a16-nk-g128, w4-zp) and 8-bit (w8-zp) integer weights"
-                                    : "FP8 (fp8-e4m3) weights";
+                                    : "FP8 (fp8-e4m3) and 4-bit (w4a16-nk-g128, w4-zp) weights";
 }
 
 }  // namespace
 
 DeviceQuantMatrix ProjectionSet::upload(Backend& backend, const QuantMatrix& weights) const {
+  if (kernels().scaling.static_tensor && kernels().quantize && weights.input_scales.empty()) {
+    throw Error(Status::invalid_argument, weights.name + ": " + tier + " quantizes with static scales, but the weights carry "
+                                                                       "none (no input_scale)");
+  }
   const WeightFormat reads = family_info(family()).weights;
   if (weights.format == reads) return DeviceQuantMatrix::upload(backend, weights, kernels().repack);
   if (reads != WeightFormat::w4_zp) {
@@ -66,11 +72,11 @@ ProjectionSet resolve_projection_set(Backend& backend, const ProjectionSetReques
   // Each attempt's lookups carry the tier they are made under: a fall back's abandoned rows say
   // which tier was tried, the rows after it the tier the set ended at.
   for (;;) {
-    set.tier = tier_text(*family, act, r.activations.source, note);
+    set.tier = tier_text(*family, act, r.activations.scaling, r.activations.source, note);
     const std::vector<AuditAnnotation> annotations = tier_annotations(*family, act, set.tier);
     KernelMiss missing;
     const FamilyRequest request{*family, r.grouped, r.act_order, r.grouped_decode, LookupNotes{lever, annotations},
-                                r.shapes, r.model_type};
+                                r.shapes, r.model_type, r.activations.scaling};
     if ((set.plan = resolve_linear_plan(backend, request, missing, site))) break;
     const std::string why = missing.kernel + " on backend '" + backend.name() + "': " + missing.reason;
     if (act == ActivationQuant::bf16) {

@@ -71,33 +71,49 @@ struct ProjectionInputs {
 };
 
 ProjectionInputs prepare_inputs(const QuantView& w, const std::vector<double>& x, uint32_t m, bool inputs_rounded,
-                                ActivationQuant tier) {
+                                ActivationQuant tier, ActivationScaling scaling) {
   ProjectionInputs in;
-  const uint32_t k = w.k;
+  const uint32_t k = w.k, width = scale_width(scaling, k);
   std::vector<double> gathered(size_t{m} * k);
   for (uint32_t r = 0; r < m; ++r)
     for (uint32_t c = 0; c < k; ++c) gathered[size_t{r} * k + c] = x[size_t{r} * k + w.input_column(c)];
   in.x.resize(gathered.size());
   if (inputs_rounded) in.ulp.resize(gathered.size());
-  if (inputs_rounded && tier != ActivationQuant::bf16) in.neighbours.assign(2, std::vector<double>(gathered.size()));
+  // A static scale does not depend on the row: no neighbouring scale to allow for.
+  if (inputs_rounded && tier != ActivationQuant::bf16 && !scaling.static_tensor) {
+    in.neighbours.assign(2, std::vector<double>(gathered.size()));
+  }
+  if (scaling.static_tensor && tier != ActivationQuant::bf16 && !(w.input_scale > 0)) {
+    throw Error(Status::invalid_argument, std::string(w.name) + ": the reference quantizes with static scales, but the "
+                                                                "weights carry none (no input_scale)");
+  }
+  std::vector<float> scales(k / width);
   for (uint32_t r = 0; r < m; ++r) {
     const double* xr = gathered.data() + size_t{r} * k;
-    const float scale = quantize_row(tier, xr, k, in.x.data() + size_t{r} * k);
+    if (scaling.static_tensor) {
+      scales.assign(1, w.input_scale);
+      quantize_with_scale(tier, ScaleArithmetic::bf16, xr, k, w.input_scale, in.x.data() + size_t{r} * k);
+    } else {
+      quantize_row(tier, scaling, xr, k, in.x.data() + size_t{r} * k, scales.data());
+    }
     if (!inputs_rounded) continue;
     for (uint32_t c = 0; c < k; ++c) {
+      const double scale = scales[c / width];
       const double step = tier == ActivationQuant::int8 ? scale
                           : tier == ActivationQuant::fp8 ? std::max(std::fabs(in.x[size_t{r} * k + c]) / 8, 0x1.0p-9 * scale)
                                                          : bf16_ulp(xr[c]);
       in.ulp[size_t{r} * k + c] = step;
     }
     if (in.neighbours.empty()) continue;
-    // The row maximum itself may be one ulp off in the kernel: its scale then differs.
-    const double amax = std::fabs(*std::max_element(xr, xr + k, [](double a, double b) { return std::fabs(a) < std::fabs(b); }));
-    const double limit = tier == ActivationQuant::int8 ? 127.0 : 448.0;
-    for (int side = 0; side < 2; ++side) {
-      const double other = side ? amax + bf16_ulp(amax) : std::max(0.0, amax - bf16_ulp(amax));
-      quantize_row_with_scale(tier, xr, k, static_cast<float>(other) / static_cast<float>(limit),
-                              in.neighbours[side].data() + size_t{r} * k);
+    // A group's maximum itself may be one ulp off in the kernel: its scale then differs.
+    for (uint32_t g = 0; g < k / width; ++g) {
+      const double* xg = xr + size_t{g} * width;
+      const double amax = std::fabs(*std::max_element(xg, xg + width, [](double a, double b) { return std::fabs(a) < std::fabs(b); }));
+      for (int side = 0; side < 2; ++side) {
+        const double other = side ? amax + bf16_ulp(amax) : std::max(0.0, amax - bf16_ulp(amax));
+        quantize_with_scale(tier, scaling.arithmetic, xg, width, activation_scale(tier, scaling.arithmetic, other),
+                            in.neighbours[side].data() + size_t{r} * k + size_t{g} * width);
+      }
     }
   }
   return in;
@@ -113,7 +129,7 @@ Stage project(const QuantView& w, const std::vector<double>& x, uint32_t m, cons
                                               " inputs for m = " + std::to_string(m) + ", K = " + std::to_string(w.k));
   }
   Stage s{m, w.n, std::vector<double>(size_t{m} * w.n), std::vector<double>(size_t{m} * w.n)};
-  const ProjectionInputs in = prepare_inputs(w, x, m, inputs_rounded, o.activations);
+  const ProjectionInputs in = prepare_inputs(w, x, m, inputs_rounded, o.activations, o.activation_scaling);
   auto dot = [&](const double* xr, const double* row) {
     double sum = 0;
     for (uint32_t k = 0; k < w.k; ++k) sum += xr[k] * row[k];

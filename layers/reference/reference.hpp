@@ -47,6 +47,7 @@ struct ReferenceOptions {
   ActivationQuant activations = ActivationQuant::bf16;
   // The MoE experts' tier, when it differs (the experts' family fell back, say); unset: `activations`.
   std::optional<ActivationQuant> expert_activations;
+  ActivationScaling activation_scaling;  // how the quantized tiers set their scales
   // Called now and then with a stage name and the fraction done (for stderr progress).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

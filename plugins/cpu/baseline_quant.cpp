@@ -53,14 +53,17 @@ void tile(const void* x, const float* xscale, uint32_t mt, const Weights& w, uin
           }
           acc[i * kTileN + c] += s * static_cast<float>(dot - z * sum);
         } else {
-          const uint16_t* xr = static_cast<const uint16_t*>(x) + size_t{i} * k + g * group;
+          const size_t first = size_t{i} * k + g * group;
           float dot = 0.0f;  // each product is exact in f32
           for (uint32_t t = 0; t < group; ++t) {
             const float wv = f.codes == Codes::fp8 ? e4m3_to_f32(static_cast<uint8_t>(q[t]))
                                                    : static_cast<float>(q[t] - z);
-            dot += bf16_to_f32(xr[t]) * wv;
+            const float xv = f.e4m3_act ? e4m3_to_f32(static_cast<const uint8_t*>(x)[first + t])
+                                        : bf16_to_f32(static_cast<const uint16_t*>(x)[first + t]);
+            dot += xv * wv;
           }
-          acc[i * kTileN + c] += dot * s;
+          // Scales per 128 columns of the activations join the weights' group scale.
+          acc[i * kTileN + c] += dot * (f.act_groups ? s * xscale[size_t{i} * groups + g] : s);
         }
       }
     }
@@ -68,11 +71,10 @@ void tile(const void* x, const float* xscale, uint32_t mt, const Weights& w, uin
   for (uint32_t i = 0; i < mt; ++i)
     for (uint32_t c = 0; c < nt; ++c) {
       const float v = acc[i * kTileN + c];
-      y[size_t{i} * n + n0 + c] = f32_to_bf16(xscale ? v * xscale[i] : v);
+      y[size_t{i} * n + n0 + c] = f32_to_bf16(xscale && !f.act_groups ? v * xscale[i] : v);
     }
 }
 
-size_t row_bytes(const FamilyTraits& f, uint32_t k) { return size_t{k} * (f.int8_act ? 1 : 2); }
 
 template <Family kFamily>
 void gemv(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch) {
@@ -87,8 +89,9 @@ void gemm(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scrat
   const DenseCall c = dense_call(args, traits(kFamily));
   const uint32_t n0 = bx * kTileN, m0 = by * kTileM;
   if (n0 >= c.n || m0 >= c.m) return;
-  tile<kFamily>(static_cast<const uint8_t*>(c.x) + m0 * row_bytes(traits(kFamily), c.k),
-                c.xscale ? c.xscale + m0 : nullptr, min_u32(kTileM, c.m - m0), c.w, c.n, c.k, c.group, n0,
+  constexpr FamilyTraits f = traits(kFamily);
+  tile<kFamily>(static_cast<const uint8_t*>(c.x) + m0 * act_row_bytes(f, c.k),
+                c.xscale ? c.xscale + m0 * act_row_scales(f, c.k) : nullptr, min_u32(kTileM, c.m - m0), c.w, c.n, c.k, c.group, n0,
                 min_u32(kTileN, c.n - n0), c.y + size_t{m0} * c.n, scratch);
 }
 
@@ -99,7 +102,8 @@ void expert_rows(const GroupedQCall& g, uint32_t e, uint32_t first, uint32_t las
   constexpr FamilyTraits f = traits(kFamily);
   const Weights w = matrix_at(f, g.w, e, g.n, g.k, g.group);
   for (uint32_t r = first; r < last; r += kTileM)
-    tile<kFamily>(static_cast<const uint8_t*>(g.x) + r * row_bytes(f, g.k), g.xscale ? g.xscale + r : nullptr,
+    tile<kFamily>(static_cast<const uint8_t*>(g.x) + r * act_row_bytes(f, g.k),
+                  g.xscale ? g.xscale + r * act_row_scales(f, g.k) : nullptr,
                   min_u32(kTileM, last - r), w, g.n, g.k, g.group, n0, min_u32(cols, g.n - n0),
                   g.y + size_t{r} * g.n, scratch);
 }
@@ -155,6 +159,14 @@ void w8a8_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned cha
 void w4zp_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::w4a16_zp>(a, x, y, s); }
 void w8zp_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::w8a16>(a, x, y, s); }
 void fp8_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::fp8>(a, x, y, s); }
+void w4afp8_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::w4afp8>(a, x, y, s); }
+void w4afp8_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::w4afp8>(a, x, y, s); }
+void fp8_gemm_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::fp8_a8>(a, x, y, s); }
+void fp8_grouped_gemm_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::fp8_a8>(a, x, y, s); }
+void fp8_gemm_a8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::fp8_a8_group128>(a, x, y, s); }
+void fp8_grouped_gemm_a8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  grouped<Family::fp8_a8_group128>(a, x, y, s);
+}
 
 // Block (bx, by): 64 columns of every row of expert active[1 + by] (by < active[0]).
 void fp8_grouped_gemv(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
@@ -166,21 +178,102 @@ void fp8_grouped_gemv(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned
                            n0, kGemvRows, scratch);
 }
 
-// Block (bx, 0): row bx, exactly as docs/kernels.md writes it (f32 division and rounding to
-// nearest even; a NaN quotient, from a row holding NaN or infinities, becomes -127).
-void quantize_int8(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
-  const uint32_t k = arg_u32(args, 4);
-  const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + size_t{bx} * k;
-  int8_t* xq = arg_ptr<int8_t>(args, 1) + size_t{bx} * k;
-  float peak = 0.0f;
-  for (uint32_t t = 0; t < k; ++t) peak = std::fmax(peak, std::fabs(bf16_to_f32(x[t])));
-  const float scale = peak / 127.0f;
-  arg_ptr<float>(args, 2)[bx] = scale;
-  for (uint32_t t = 0; t < k; ++t) {
-    float v = scale == 0.0f ? 0.0f : bf16_to_f32(x[t]) / scale;
-    v = !(v >= -127.0f) ? -127.0f : v > 127.0f ? 127.0f : v;
-    xq[t] = static_cast<int8_t>(std::nearbyint(v));  // the default rounding: to nearest even
+namespace {
+
+// The quantizers of docs/kernels.md ("Activation quantization"): codes (int8 or E4M3), one
+// scale per row or per 128 columns, and the arithmetic of the scale and the quotient.
+enum class Arithmetic : uint8_t {
+  f32,   // s = a / 127 (int8) or a / 448 in f32, x / s in f32, int8 codes -127..127; s = 0 when a = 0
+  bf16,  // torch in bf16 (compressed-tensors): s = bf16(a / 127.5) or bf16(a / 448), at least
+         // 2^-23; x / s rounded to bf16; int8 codes -128..127
+};
+
+inline float to_bf16_value(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+template <Codes kCodes, Arithmetic kArith>
+struct QuantRule {
+  static constexpr bool kInt = kCodes != Codes::fp8;
+  static constexpr float kDivisor = kInt ? (kArith == Arithmetic::f32 ? 127.0f : 127.5f) : 448.0f;
+  static constexpr float kLow = kInt ? (kArith == Arithmetic::f32 ? -127.0f : -128.0f) : -448.0f;
+  static constexpr float kHigh = kInt ? 127.0f : 448.0f;
+
+  static float scale(float peak) {
+    if constexpr (kArith == Arithmetic::f32) return peak / kDivisor;
+    const float s = to_bf16_value(peak / kDivisor);
+    return s < 0x1p-23f ? 0x1p-23f : s;  // torch.clamp(min=finfo(float32).eps)
   }
+  // The code of x under scale s (s = 0: every code 0). A NaN quotient, from a row holding NaN
+  // or infinities, becomes the lowest code.
+  static uint8_t code(float x, float s) {
+    if (s == 0.0f) return 0;
+    float v = x / s;
+    if constexpr (kArith == Arithmetic::bf16) v = to_bf16_value(v);
+    v = !(v >= kLow) ? kLow : v > kHigh ? kHigh : v;
+    if constexpr (kInt) return static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(v)));  // ties to even
+    return f32_to_e4m3(v);
+  }
+};
+
+// Block (bx, 0): row bx in groups of `kWidth` columns (0: the whole row), one scale each.
+template <Codes kCodes, Arithmetic kArith, uint32_t kWidth>
+void quantize_rows(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  using Rule = QuantRule<kCodes, kArith>;
+  const uint32_t k = arg_u32(args, 4), width = kWidth ? kWidth : k;
+  const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + size_t{bx} * k;
+  uint8_t* xq = arg_ptr<uint8_t>(args, 1) + size_t{bx} * k;
+  float* xscale = arg_ptr<float>(args, 2) + size_t{bx} * (k / width);
+  for (uint32_t g = 0; g < k / width; ++g) {
+    const uint16_t* xg = x + size_t{g} * width;
+    float peak = 0.0f;
+    for (uint32_t t = 0; t < width; ++t) peak = std::fmax(peak, std::fabs(bf16_to_f32(xg[t])));
+    const float scale = Rule::scale(peak);
+    xscale[g] = scale;
+    for (uint32_t t = 0; t < width; ++t) xq[size_t{g} * width + t] = Rule::code(bf16_to_f32(xg[t]), scale);
+  }
+}
+
+// Block (bx, 0): grouped row bx, quantized with its group's stored scale (bf16 arithmetic).
+template <Codes kCodes>
+void quantize_static(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  using Rule = QuantRule<kCodes, Arithmetic::bf16>;
+  const float* scales = arg_ptr<const float>(args, 1);
+  const int32_t* offsets = arg_ptr<const int32_t>(args, 2);
+  const uint32_t k = arg_u32(args, 5), groups = arg_u32(args, 6);
+  if (bx < static_cast<uint32_t>(offsets[0])) return;  // before the first group: in none
+  uint32_t g = 0;  // the group holding row bx: offsets are non-decreasing
+  while (g + 1 < groups && static_cast<uint32_t>(offsets[g + 1]) <= bx) ++g;
+  const float scale = scales[g];
+  const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + size_t{bx} * k;
+  uint8_t* xq = arg_ptr<uint8_t>(args, 3) + size_t{bx} * k;
+  arg_ptr<float>(args, 4)[bx] = scale;
+  for (uint32_t t = 0; t < k; ++t) xq[t] = Rule::code(bf16_to_f32(x[t]), scale);
+}
+
+}  // namespace
+
+void quantize_int8_static_bf16(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_static<Codes::w8>(a, x, y, s);
+}
+void quantize_fp8_static_bf16(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_static<Codes::fp8>(a, x, y, s);
+}
+void quantize_int8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::w8, Arithmetic::f32, 0>(a, x, y, s);
+}
+void quantize_int8_bf16(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::w8, Arithmetic::bf16, 0>(a, x, y, s);
+}
+void quantize_fp8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::fp8, Arithmetic::f32, 0>(a, x, y, s);
+}
+void quantize_fp8_bf16(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::fp8, Arithmetic::bf16, 0>(a, x, y, s);
+}
+void quantize_fp8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::fp8, Arithmetic::f32, 128>(a, x, y, s);
+}
+void quantize_fp8_group128_bf16(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  quantize_rows<Codes::fp8, Arithmetic::bf16, 128>(a, x, y, s);
 }
 
 // Block (bx, 0): grouped row bx, its columns in the order of its group's permutation.

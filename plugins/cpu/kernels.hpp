@@ -51,6 +51,10 @@ enum class Simd : uint8_t {
   w4a16_zp_gemv, w4a16_zp_gemm, w4a16_zp_grouped_gemm, w4a16_zp_repack,
   w8a16_gemv, w8a16_gemm, w8a16_grouped_gemm, w8a16_repack,
   fp8_gemv, fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemv, fp8_repack,
+  // E4M3 activations on the FP8 family's panels (its repack's layout).
+  fp8_gemm_a8, fp8_grouped_gemm_a8, fp8_gemm_a8_group128, fp8_grouped_gemm_a8_group128,
+  // 4-bit codes with zero points under E4M3 activations (w4-zp panels).
+  w4afp8_gemm, w4afp8_grouped_gemm, w4afp8_repack,
   // The int8-activation families: a tier's integer dot products (see int8_tier in target.hpp).
   w4a8_gemv, w4a8_gemm, w4a8_grouped_gemm, w4a8_repack,
   w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
@@ -58,7 +62,7 @@ enum class Simd : uint8_t {
   count
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
-inline constexpr bool fp8_slot(Simd slot) { return slot >= Simd::fp8_gemv && slot <= Simd::fp8_repack; }
+inline constexpr bool fp8_slot(Simd slot) { return slot >= Simd::fp8_gemv && slot <= Simd::fp8_grouped_gemm_a8_group128; }
 
 struct SimdBodies {
   BlockFn body[static_cast<size_t>(Simd::count)] = {};
@@ -91,7 +95,13 @@ void fp8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemm_a8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_grouped_gemm_a8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemm_a8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_grouped_gemm_a8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4afp8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void w4afp8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4a8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w8a8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
@@ -102,6 +112,13 @@ void w4zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w8zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void quantize_int8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_int8_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_fp8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_fp8_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_fp8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_fp8_group128_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_int8_static_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void quantize_fp8_static_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void gather_k(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Scalar number formats of the kernels: bf16 <-> f32 (round-to-nearest-even on store),
-// f16 -> f32 and OCP FP8 E4M3 -> f32 (exact, subnormals included).
+// f16 -> f32 and OCP FP8 E4M3 -> f32 (exact, subnormals included), f32 -> E4M3 (nearest).
 //
 // Everything here has internal linkage on purpose: this header is included by translation units
 // compiled with -mavx2 / -mavx512f. An inline function with external linkage would be emitted
@@ -69,6 +69,29 @@ inline float e4m3_to_f32(uint8_t code) {
     std::memcpy(&magnitude, &bits, sizeof magnitude);
   }
   return (code & 0x80u) ? -magnitude : magnitude;
+}
+
+// The E4M3 code nearest to `value` (ties to even), saturating to +-448 as the GPUs' satfinite
+// conversion does; a negative value that rounds to zero keeps its sign (0x80); NaN gives 0x7f.
+inline uint8_t f32_to_e4m3(float value) {
+  if (value != value) return 0x7f;
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const float magnitude = value < 0 ? -value : value;
+  if (magnitude >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);
+  // Below 2^-6 the codes are multiples of 2^-9, and code 8 (2^-6) is where the normals begin.
+  if (magnitude < 0x1p-6f) return static_cast<uint8_t>(sign | static_cast<uint8_t>(__builtin_nearbyintf(magnitude * 512.0f)));
+  int exponent = 0;
+  (void)__builtin_frexpf(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
+  exponent -= 1;
+  auto units = static_cast<uint32_t>(__builtin_nearbyintf(__builtin_ldexpf(magnitude, 3 - exponent)));  // 8..16
+  if (units == 16) {
+    units = 8;
+    ++exponent;
+  }
+  const uint32_t code = (static_cast<uint32_t>(exponent + 7) << 3) | (units - 8);
+  return static_cast<uint8_t>(sign | (code > 0x7eu ? 0x7eu : code));
 }
 
 inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }

@@ -19,6 +19,9 @@
 //   Partial sums stay within a few times those of the direct form, inside the f32 budget.
 // - int8 activations: the accumulator is int32 (exact), and the group ends with
 //   tot += s * (acc - z * sum(xq)) in f32 (both products exact below 2^24, see docs/kernels.md).
+// - E4M3 activations (fp8_gemm_a8*): each chunk of a row is widened to bf16 first (exact), then
+//   runs as bf16 activations; the row scale multiplies the total, or scales per 128 columns
+//   join each group's weight scale.
 //
 // Loop structure of a block (rows [0, mt) x columns [n0, n0 + nt), nt <= 128): K in chunks of
 // kChunkK; per chunk, activation rows in blocks of up to I::kMaxRows are prepared (I::prepare)
@@ -58,6 +61,34 @@
 namespace metrale::cpu {
 namespace {
 
+template <bool kFirst, class A, class B>
+struct PickType {
+  using type = A;
+};
+template <class A, class B>
+struct PickType<false, A, B> {
+  using type = B;
+};
+
+// E4M3 codes as bf16 bits, exactly: the code's low 7 bits become the top of an f32's exponent
+// and mantissa, and a product with 2^120 restores E4M3's exponent bias (subnormals included).
+// `len` is a multiple of 32.
+[[gnu::always_inline]] inline void e4m3_to_bf16(const uint8_t* src, uint32_t len, uint16_t* dst) {
+  for (uint32_t t = 0; t < len; t += 32) {
+#pragma GCC unroll 32
+    for (uint32_t j = 0; j < 32; ++j) {
+      const uint32_t code = src[t + j];
+      const uint32_t bits = (code & 0x7fu) << 20;
+      float v;
+      __builtin_memcpy(&v, &bits, sizeof v);
+      v *= 0x1p120f;
+      uint32_t wide;
+      __builtin_memcpy(&wide, &v, sizeof wide);
+      dst[t + j] = static_cast<uint16_t>((wide >> 16) | ((code & 0x80u) << 8));
+    }
+  }
+}
+
 template <class I, Family kFamily>
 struct PanelKernels {
   static constexpr FamilyTraits kF = traits(kFamily);
@@ -67,6 +98,8 @@ struct PanelKernels {
   using vu = typename I::vu;
   using Act = typename I::Act;
   using Src = typename I::Src;
+  static constexpr bool kE4m3Act = kF.e4m3_act;
+  using In = typename PickType<kE4m3Act, uint8_t, Src>::type;  // activations as the kernel takes them
   static constexpr uint32_t kLanes = I::kLanes;
   static constexpr uint32_t kVecs = kPanel / kLanes;  // vectors per panel
   static constexpr uint32_t kUnitK = 32 / kF.code_bits;
@@ -99,7 +132,9 @@ struct PanelKernels {
   static constexpr size_t kOffTot = 0;
   static constexpr size_t kOffCorr = kOffTot + sizeof(float) * kTileM * kBlockCols;
   static constexpr size_t kOffX = (kOffCorr + sizeof(float) * kMaxRows * kMaxChunkGroups + 63) / 64 * 64;
-  static_assert(kOffX + sizeof(Act) * kMaxRows * kXStride <= kScratchBytes);
+  // E4M3 activations widened to bf16: [kMaxRows][kChunkK], after the prepared activations.
+  static constexpr size_t kOffWide = (kOffX + sizeof(Act) * kMaxRows * kXStride + 63) / 64 * 64;
+  static_assert(kOffWide + (kE4m3Act ? sizeof(uint16_t) * kMaxRows * kChunkK : 0) <= kScratchBytes);
 
   // One unit of MR rows x NV vectors: kSteps decode + broadcast + dot steps.
   template <uint32_t MR, uint32_t NV, uint32_t... S>
@@ -222,6 +257,12 @@ struct PanelKernels {
           const vf d = I::fnmadd(z, I::set1(corr[i * kMaxChunkGroups + g]), I::to_f32(acc[i][v]));
           I::storef(t, I::fma(d, s, I::loadf(t)));
         }
+      } else if constexpr (kF.act_groups) {  // corr holds the rows' activation scales of the chunk
+#pragma GCC unroll 16
+        for (uint32_t i = 0; i < MR; ++i) {
+          float* t = tot + i * kBlockCols + v * kLanes;
+          I::storef(t, I::fma(acc[i][v], I::mul(s, I::set1(corr[i * kMaxChunkGroups + g])), I::loadf(t)));
+        }
       } else {
 #pragma GCC unroll 16
         for (uint32_t i = 0; i < MR; ++i) {
@@ -313,14 +354,15 @@ struct PanelKernels {
     }
   }
 
-  // Rows [0, mt) (mt <= kTileM) of x (row stride k; per-row scales xscale, or null) times
-  // columns [n0, n0 + nt) (n0 a multiple of 16, nt <= kBlockCols) of one panel-layout matrix,
-  // into y (row stride n).
-  static void block(const Src* x, const float* xscale, uint32_t mt, const Weights& w, uint32_t n, uint32_t k,
+  // Rows [0, mt) (mt <= kTileM) of x (row stride k; per-row scales xscale, or per row and 128
+  // columns, or null) times columns [n0, n0 + nt) (n0 a multiple of 16, nt <= kBlockCols) of one
+  // panel-layout matrix, into y (row stride n).
+  static void block(const In* x, const float* xscale, uint32_t mt, const Weights& w, uint32_t n, uint32_t k,
                     uint32_t group_arg, uint32_t n0, uint32_t nt, uint16_t* y, unsigned char* scratch) {
     float* tot = scratch_at<float>(scratch, kOffTot);
     float* corr = scratch_at<float>(scratch, kOffCorr);
     Act* xbuf = scratch_at<Act>(scratch, kOffX);
+    [[maybe_unused]] uint16_t* wide = scratch_at<uint16_t>(scratch, kOffWide);
     const uint32_t group = kF.fixed_group ? kF.fixed_group : group_arg;
     const uint32_t count = (nt + kPanel - 1) / kPanel;
     for (uint32_t i = 0; i < mt; ++i) __builtin_memset(tot + i * kBlockCols, 0, sizeof(float) * count * kPanel);
@@ -343,8 +385,17 @@ struct PanelKernels {
         mr = mt - r0 >= kMaxRows ? kMaxRows : min_u32(kSmallRows, mt - r0);
         const Act* xr[kMaxRows];
         for (uint32_t i = 0; i < mr; ++i) {
-          xr[i] = I::template prepare<kCodes>(x + static_cast<size_t>(r0 + i) * k + g0 * group, gn * group,
-                                              xbuf + static_cast<size_t>(i) * kXStride);
+          const In* row = x + static_cast<size_t>(r0 + i) * k + g0 * group;
+          const Src* src;
+          if constexpr (kE4m3Act) {
+            e4m3_to_bf16(row, gn * group, wide + static_cast<size_t>(i) * kChunkK);
+            src = wide + static_cast<size_t>(i) * kChunkK;
+          } else {
+            src = row;
+          }
+          xr[i] = I::template prepare<kCodes>(src, gn * group, xbuf + static_cast<size_t>(i) * kXStride);
+          if constexpr (kF.act_groups)
+            for (uint32_t g = 0; g < gn; ++g) corr[i * kMaxChunkGroups + g] = xscale[static_cast<size_t>(r0 + i) * groups + g0 + g];
           if constexpr (kSums)
             for (uint32_t g = 0; g < gn; ++g)
               corr[i * kMaxChunkGroups + g] = kSumFactor * I::group_sum(xr[i] + g * group, group);
@@ -355,11 +406,12 @@ struct PanelKernels {
           rows_for<kSmallRows>(mr, xr, corr, panels, count, g0, gn, units, tot + r0 * kBlockCols);
       }
     }
+    const bool row_scales = xscale && !kF.act_groups;
     for (uint32_t i = 0; i < mt; ++i) {
-      const float row_scale = xscale ? xscale[i] : 1.0f;
+      const float row_scale = row_scales ? xscale[i] : 1.0f;
       for (uint32_t j = 0; j < nt; ++j) {
         const float v = tot[i * kBlockCols + j];
-        y[static_cast<size_t>(i) * n + n0 + j] = f32_to_bf16(xscale ? v * row_scale : v);
+        y[static_cast<size_t>(i) * n + n0 + j] = f32_to_bf16(row_scales ? v * row_scale : v);
       }
     }
   }
@@ -370,7 +422,7 @@ struct PanelKernels {
     const DenseCall c = dense_call(args, kF);
     const uint32_t n0 = bx * kGemvRows;
     if (n0 >= c.n) return;
-    block(static_cast<const Src*>(c.x), c.xscale, min_u32(c.m, kGemvMaxRows), c.w, c.n, c.k, c.group, n0,
+    block(static_cast<const In*>(c.x), c.xscale, min_u32(c.m, kGemvMaxRows), c.w, c.n, c.k, c.group, n0,
           min_u32(kGemvRows, c.n - n0), c.y, scratch);
   }
 
@@ -380,7 +432,7 @@ struct PanelKernels {
     const DenseCall c = dense_call(args, kF);
     const uint32_t n0 = bx * kTileN, m0 = by * kTileM;
     if (n0 >= c.n || m0 >= c.m) return;
-    block(static_cast<const Src*>(c.x) + static_cast<size_t>(m0) * c.k, c.xscale ? c.xscale + m0 : nullptr,
+    block(static_cast<const In*>(c.x) + static_cast<size_t>(m0) * c.k, c.xscale ? c.xscale + m0 * act_row_scales(kF, c.k) : nullptr,
           min_u32(kTileM, c.m - m0), c.w, c.n, c.k, c.group, n0, min_u32(kTileN, c.n - n0),
           c.y + static_cast<size_t>(m0) * c.n, scratch);
   }
@@ -392,7 +444,7 @@ struct PanelKernels {
                           uint32_t cols, unsigned char* scratch) {
     const Weights w = matrix_at(kF, g.w, e, g.n, g.k, g.group);
     for (uint32_t r = first; r < last; r += kTileM)
-      block(static_cast<const Src*>(g.x) + static_cast<size_t>(r) * g.k, g.xscale ? g.xscale + r : nullptr,
+      block(static_cast<const In*>(g.x) + static_cast<size_t>(r) * g.k, g.xscale ? g.xscale + r * act_row_scales(kF, g.k) : nullptr,
             min_u32(kTileM, last - r), w, g.n, g.k, g.group, n0, min_u32(cols, g.n - n0),
             g.y + static_cast<size_t>(r) * g.n, scratch);
   }
@@ -441,6 +493,19 @@ struct PanelKernels {
         b[Simd::fp8_grouped_gemm] = &grouped;
         b[Simd::fp8_grouped_gemv] = &grouped_gemv;
         b[Simd::fp8_repack] = &panel_repack<kFamily>;
+        break;
+      case Family::fp8_a8:
+        b[Simd::fp8_gemm_a8] = &gemm;
+        b[Simd::fp8_grouped_gemm_a8] = &grouped;
+        break;
+      case Family::fp8_a8_group128:
+        b[Simd::fp8_gemm_a8_group128] = &gemm;
+        b[Simd::fp8_grouped_gemm_a8_group128] = &grouped;
+        break;
+      case Family::w4afp8:
+        b[Simd::w4afp8_gemm] = &gemm;
+        b[Simd::w4afp8_grouped_gemm] = &grouped;
+        b[Simd::w4afp8_repack] = &panel_repack<kFamily>;
         break;
       case Family::w4a8: set(b, Simd::w4a8_gemv); break;
       case Family::w8a8: set(b, Simd::w8a8_gemv); break;

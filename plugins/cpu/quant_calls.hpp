@@ -13,7 +13,7 @@
 namespace metrale::cpu {
 namespace {
 
-enum class Family : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8 };
+enum class Family : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, fp8_a8_group128, w4afp8 };
 enum class Codes : uint8_t { w4, w8, fp8 };  // 4-bit integer, 8-bit integer, E4M3
 
 struct FamilyTraits {
@@ -22,6 +22,8 @@ struct FamilyTraits {
   uint32_t scale_bytes;  // 2 (f16) or 4 (f32)
   bool zeros;            // a u8 zero point per group
   bool int8_act;         // activations int8 with a per-row f32 scale
+  bool e4m3_act;         // activations E4M3 with f32 scales: per row, or per 128 columns (act_groups)
+  bool act_groups;       // xscale f32 [rows][k/128] instead of [rows]
   uint32_t fixed_group;  // 128, or 0 when the `group` argument gives it
   uint32_t sym_zero;     // the implied zero point of a format without zeros (w4a16: 8), else 0
   // Argument positions: dense (x, xscale, codes, scales, zeros, y, m, n, k, group), grouped
@@ -30,16 +32,25 @@ struct FamilyTraits {
   int grouped[11];
 };
 
-constexpr FamilyTraits kW4a16{Codes::w4, 4, 2, false, false, 128, 8,
+constexpr FamilyTraits kW4a16{Codes::w4, 4, 2, false, false, false, false, 128, 8,
                               {0, -1, 1, 2, -1, 3, 4, 5, 6, -1}, {0, -1, 1, 2, -1, 3, 4, 5, 6, -1, 7}};
 constexpr FamilyTraits zero_point_bf16(Codes codes, uint32_t bits) {
-  return {codes, bits, 4, true, false, 0, 0, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8}, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  return {codes, bits, 4, true, false, false, false, 0, 0, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8}, {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
 }
-constexpr FamilyTraits kFp8{Codes::fp8, 8, 4, false, false, 128, 0,
+constexpr FamilyTraits kFp8{Codes::fp8, 8, 4, false, false, false, false, 128, 0,
                             {0, -1, 1, 2, -1, 3, 4, 5, 6, -1}, {0, -1, 1, 2, -1, 3, 4, 5, 6, -1, 7}};
-constexpr FamilyTraits zero_point_int8(Codes codes, uint32_t bits) {
-  return {codes, bits, 4, true, true, 0, 0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
+// fp8_gemm_a8[_group128] (xq, xscale, weight, scales, y, m, n, k) and the grouped form (xq,
+// xscale, weight, scales, offsets, y, n, k, experts).
+constexpr FamilyTraits fp8_e4m3_act(bool act_groups) {
+  return {Codes::fp8, 8, 4, false, false, true, act_groups, 128, 0,
+          {0, 1, 2, 3, -1, 4, 5, 6, 7, -1}, {0, 1, 2, 3, -1, 4, 5, 6, 7, -1, 8}};
 }
+constexpr FamilyTraits zero_point_int8(Codes codes, uint32_t bits) {
+  return {codes, bits, 4, true, true, false, false, 0, 0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
+}
+// w4afp8: 4-bit codes with zero points under E4M3 activations (per-row scales), the arguments of w4a8.
+constexpr FamilyTraits kW4afp8{Codes::w4, 4, 4, true, false, true, false, 0, 0,
+                               {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
 
 constexpr FamilyTraits traits(Family family) {
   switch (family) {
@@ -48,6 +59,9 @@ constexpr FamilyTraits traits(Family family) {
     case Family::w8a16: return zero_point_bf16(Codes::w8, 8);
     case Family::fp8: return kFp8;
     case Family::w4a8: return zero_point_int8(Codes::w4, 4);
+    case Family::fp8_a8: return fp8_e4m3_act(false);
+    case Family::fp8_a8_group128: return fp8_e4m3_act(true);
+    case Family::w4afp8: return kW4afp8;
     case Family::w8a8: break;
   }
   return zero_point_int8(Codes::w8, 8);
@@ -64,6 +78,11 @@ struct Weights {
 struct MatrixBytes {
   uint64_t codes, scales, zeros;
 };
+// Bytes of one activation row of k values, and the number of f32 scales a row carries.
+inline uint64_t act_row_bytes(const FamilyTraits& f, uint64_t k) { return k * (f.int8_act || f.e4m3_act ? 1 : 2); }
+inline uint64_t act_row_scales(const FamilyTraits& f, uint64_t k) {
+  return f.act_groups ? k / 128 : (f.int8_act || f.e4m3_act ? 1 : 0);
+}
 inline MatrixBytes matrix_bytes(const FamilyTraits& f, uint64_t n, uint64_t k, uint64_t group) {
   const uint64_t groups = n * (k / group);
   return {n * k * f.code_bits / 8, groups * f.scale_bytes, f.zeros ? groups : 0};
@@ -82,8 +101,8 @@ inline T* arg_or_null(const KernelArgs& args, int index) {
 
 // <family>_gemv / <family>_gemm: rows [0, m) of x times the [n, k] matrix.
 struct DenseCall {
-  const void* x;         // bf16, or int8 for the int8-activation families
-  const float* xscale;   // per row; null for bf16 activations
+  const void* x;         // bf16, or int8 / E4M3 codes for the 8-bit activation families
+  const float* xscale;   // per row (or per row and 128 columns); null for bf16 activations
   Weights w;
   uint16_t* y;
   uint32_t m, n, k, group;

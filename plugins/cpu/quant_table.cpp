@@ -40,11 +40,13 @@ bool weights_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& 
 // Activations of `rows` rows at argument index[0] (and their scales at index[1]).
 bool activations_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& f, const int* index,
                     uint64_t rows, uint32_t k, const char* rows_name, std::string& error) {
-  const auto what = [&] { return std::string(rows_name) + (f.int8_act ? "*k i8" : "*k bf16"); };
-  const auto scales = [&] { return std::string(rows_name) + " f32"; };
-  return buffer(a, mem, static_cast<unsigned>(index[0]), f.int8_act ? "xq" : "x", product({rows, k, f.int8_act ? 1u : 2u}),
+  const bool quantized = f.int8_act || f.e4m3_act;
+  const auto what = [&] { return std::string(rows_name) + (f.int8_act ? "*k i8" : f.e4m3_act ? "*k e4m3" : "*k bf16"); };
+  const auto scales = [&] { return std::string(rows_name) + (f.act_groups ? "*(k/128) f32" : " f32"); };
+  return buffer(a, mem, static_cast<unsigned>(index[0]), quantized ? "xq" : "x", product({rows, act_row_bytes(f, k)}),
                 what, error) &&
-         (!f.int8_act || buffer(a, mem, static_cast<unsigned>(index[1]), "xscale", product({rows, 4}), scales, error));
+         (!quantized ||
+          buffer(a, mem, static_cast<unsigned>(index[1]), "xscale", product({rows, act_row_scales(f, k), 4}), scales, error));
 }
 
 uint32_t group_of(const KernelArgs& a, const FamilyTraits& f, int index) {
@@ -170,14 +172,32 @@ metrale_status check_grouped_gemv(const KernelArgs& a, const MemoryView& mem, Bl
   return kOk;
 }
 
+// quantize_*: kWidth columns per scale (0: one scale per row).
+template <uint32_t kWidth>
 metrale_status check_quantize(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
   const uint32_t m = arg_u32(a, 3), k = arg_u32(a, 4);
   if (!at_least_one({{"m", m}}, error) || !k_ok(k, error) ||
       !buffer(a, mem, 0, "x", product({m, k, 2}), "m*k bf16", error) ||
-      !buffer(a, mem, 1, "xq", product({m, k}), "m*k i8", error) ||
-      !buffer(a, mem, 2, "xscale", product({m, 4}), "m f32", error))
+      !buffer(a, mem, 1, "xq", product({m, k}), "m*k bytes", error) ||
+      !buffer(a, mem, 2, "xscale", product({m, kWidth ? k / kWidth : 1, 4}), kWidth ? "m*(k/128) f32" : "m f32", error))
     return kInvalid;
   needed = {m, 1};
+  return kOk;
+}
+
+// quantize_*_static_bf16 (x, scales, offsets, xq, xscale, k, groups): rows grouped as gather_k's.
+metrale_status check_quantize_static(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t k = arg_u32(a, 5), groups = arg_u32(a, 6);
+  if (!at_least_one({{"groups", groups}}, error) || !k_ok(k, error) ||
+      !buffer(a, mem, 2, "offsets", product({uint64_t{groups} + 1, 4}), "(groups+1) i32", error) ||
+      !offsets_ok(a, 2, groups, error) || !buffer(a, mem, 1, "scales", product({groups, 4}), "groups f32", error))
+    return kInvalid;
+  const auto rows = static_cast<uint64_t>(arg_ptr<const int32_t>(a, 2)[groups]);
+  if (!buffer(a, mem, 0, "x", product({rows, k, 2}), "offsets[groups]*k bf16", error) ||
+      !buffer(a, mem, 3, "xq", product({rows, k}), "offsets[groups]*k bytes", error) ||
+      !buffer(a, mem, 4, "xscale", product({rows, 4}), "offsets[groups] f32", error))
+    return kInvalid;
+  needed = {static_cast<uint32_t>(rows), 1};
   return kOk;
 }
 
@@ -263,8 +283,14 @@ constexpr metrale_param_type kI8Types[] = {P, P, P, P, P, P, U, U, U, U};
 constexpr const char* kI8GroupedNames[] = {"xq", "xscale", "qweight", "scales", "zeros", "offsets",
                                            "y", "n", "k", "group", "experts"};
 constexpr metrale_param_type kI8GroupedTypes[] = {P, P, P, P, P, P, P, U, U, U, U};
+constexpr const char* kFp8A8Names[] = {"xq", "xscale", "weight", "scales", "y", "m", "n", "k"};
+constexpr metrale_param_type kFp8A8Types[] = {P, P, P, P, P, U, U, U};
+constexpr const char* kFp8A8GroupedNames[] = {"xq", "xscale", "weight", "scales", "offsets", "y", "n", "k", "experts"};
+constexpr metrale_param_type kFp8A8GroupedTypes[] = {P, P, P, P, P, P, U, U, U};
 constexpr const char* kQuantizeNames[] = {"x", "xq", "xscale", "m", "k"};
 constexpr metrale_param_type kQuantizeTypes[] = {P, P, P, U, U};
+constexpr const char* kQuantizeStaticNames[] = {"x", "scales", "offsets", "xq", "xscale", "k", "groups"};
+constexpr metrale_param_type kQuantizeStaticTypes[] = {P, P, P, P, P, U, U};
 constexpr const char* kGatherKNames[] = {"x", "perm", "offsets", "out", "k", "groups"};
 constexpr metrale_param_type kGatherKTypes[] = {P, P, P, P, U, U};
 constexpr const char* kAlignNames[] = {"ids", "topk_weights", "shared_logits", "offsets", "rows", "slots",
@@ -290,8 +316,35 @@ const KernelSpec kSpecs[] = {
      slot(Simd::fp8_grouped_gemv), "(ceil(n/64), active[0])"},
     METRALE_CPU_FAMILY("w4a8", w4a8, I8, I8Grouped, ZpRepack, w4zp_repack),
     METRALE_CPU_FAMILY("w8a8", w8a8, I8, I8Grouped, ZpRepack, w8zp_repack),
-    {"quant", "quantize_int8", METRALE_CPU_PARAMS(Quantize), check_quantize, baseline::quantize_int8,
+    {"w4afp8", "w4afp8_gemm", METRALE_CPU_PARAMS(I8), check_dense<Family::w4afp8, false>, baseline::w4afp8_gemm,
+     slot(Simd::w4afp8_gemm), "(ceil(n/128), ceil(m/64))"},
+    {"w4afp8", "w4afp8_grouped_gemm", METRALE_CPU_PARAMS(I8Grouped), check_grouped<Family::w4afp8>,
+     baseline::w4afp8_grouped_gemm, slot(Simd::w4afp8_grouped_gemm), "(ceil(n/128), experts)"},
+    {"w4afp8", "w4afp8_repack", METRALE_CPU_PARAMS(ZpRepack), check_repack<Family::w4afp8>, baseline::w4zp_repack,
+     slot(Simd::w4afp8_repack), "(ceil(n/64), count)"},
+    {"fp8", "fp8_gemm_a8", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8, false>, baseline::fp8_gemm_a8,
+     slot(Simd::fp8_gemm_a8), "(ceil(n/128), ceil(m/64))"},
+    {"fp8", "fp8_grouped_gemm_a8", METRALE_CPU_PARAMS(Fp8A8Grouped), check_grouped<Family::fp8_a8>,
+     baseline::fp8_grouped_gemm_a8, slot(Simd::fp8_grouped_gemm_a8), "(ceil(n/128), experts)"},
+    {"fp8", "fp8_gemm_a8_group128", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8_group128, false>,
+     baseline::fp8_gemm_a8_group128, slot(Simd::fp8_gemm_a8_group128), "(ceil(n/128), ceil(m/64))"},
+    {"fp8", "fp8_grouped_gemm_a8_group128", METRALE_CPU_PARAMS(Fp8A8Grouped), check_grouped<Family::fp8_a8_group128>,
+     baseline::fp8_grouped_gemm_a8_group128, slot(Simd::fp8_grouped_gemm_a8_group128), "(ceil(n/128), experts)"},
+    {"quant", "quantize_int8", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_int8,
      slot(Simd::quantize_int8), "(m, 1)"},
+    {"quant", "quantize_int8_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_int8_bf16, -1,
+     "(m, 1)"},
+    {"quant", "quantize_fp8", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_fp8, -1, "(m, 1)"},
+    {"quant", "quantize_fp8_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_fp8_bf16, -1,
+     "(m, 1)"},
+    {"quant", "quantize_fp8_group128", METRALE_CPU_PARAMS(Quantize), check_quantize<128>, baseline::quantize_fp8_group128,
+     -1, "(m, 1)"},
+    {"quant", "quantize_fp8_group128_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<128>,
+     baseline::quantize_fp8_group128_bf16, -1, "(m, 1)"},
+    {"quant", "quantize_int8_static_bf16", METRALE_CPU_PARAMS(QuantizeStatic), check_quantize_static,
+     baseline::quantize_int8_static_bf16, -1, "(offsets[groups], 1)"},
+    {"quant", "quantize_fp8_static_bf16", METRALE_CPU_PARAMS(QuantizeStatic), check_quantize_static,
+     baseline::quantize_fp8_static_bf16, -1, "(offsets[groups], 1)"},
     {"quant", "gather_k", METRALE_CPU_PARAMS(GatherK), check_gather_k, baseline::gather_k, -1,
      "(offsets[groups], 1)"},
     {"moe", "moe_align", METRALE_CPU_PARAMS(Align), check_moe_align, baseline::moe_align, -1, "(1, 1)"},

@@ -136,6 +136,9 @@ SimdBodies bodies() {
   PanelKernels<Isa, Family::w4a16_zp>::install(b);
   PanelKernels<Isa, Family::w8a16>::install(b);
   PanelKernels<Isa, Family::fp8>::install(b);
+  PanelKernels<Isa, Family::fp8_a8>::install(b);
+  PanelKernels<Isa, Family::fp8_a8_group128>::install(b);
+  PanelKernels<Isa, Family::w4afp8>::install(b);
   PanelKernels<IsaI8, Family::w4a8>::install(b);
   PanelKernels<IsaI8, Family::w8a8>::install(b);
   ActAvx512::set(b);

@@ -355,11 +355,17 @@ TEST_CASE("audit --model takes run's tier flags; every row shows its site's tier
   CHECK(has(bad.err, "--activation-quantization int4 is not valid: expected bf16, int8 or fp8"));
   CHECK(run("audit --model small-dense --group-size 48").code == 2);
   CHECK(run("audit --weight-quantization int8").code == 2);
-  // fp8 activations need sm_89 kernels the CPU lacks: explicit, so refused naming flag, kernel, backend.
+  // fp8 activations on FP8 weights run on the CPU (E4M3 activations widened to bf16 exactly).
   auto fp8 = run("audit --model small-dense --weight-quantization fp8 --activation-quantization fp8");
-  CHECK(fp8.code == 3);
-  CHECK(has(fp8.err, "--activation-quantization fp8 cannot be honoured for ffn: it needs "));
-  CHECK(has(fp8.err, "on backend 'cpu'"));
+  CHECK(fp8.code == 0);
+  CHECK(has(fp8.out, "fp8/fp8_gemm_a8"));
+  CHECK(has(fp8.out, "quant/quantize_fp8"));
+  CHECK(has(fp8.out, "tier=fp8/fp8"));
+  // fp8 activations on integer weights: no family runs the pair, and the tier was explicit.
+  auto mismatch = run("audit --model small-dense --weight-quantization int8 --activation-quantization fp8");
+  CHECK(mismatch.code == 3);
+  CHECK(has(mismatch.err, "--activation-quantization fp8: fp8 activations run with FP8 (fp8-e4m3) and 4-bit "
+                          "(w4a16-nk-g128, w4-zp) weights, but ffn has w8-zp weights"));
 }
 
 TEST_CASE("a lock pins each row's tier; enforcing it refuses a different tier naming site, locked and resolved tier") {

@@ -81,7 +81,7 @@ TEST_CASE("a default int8 tier falls back to bf16 where w4a8/w8a8 are missing; t
     CAPTURE(weight_format_name(format));
     const std::string kernel = format == WeightFormat::w4_zp ? "w4a8/w4a8_gemm" : "w8a8/w8a8_gemm";
     const uint64_t before = cpu.backend->audit().last_sequence();
-    const auto k = resolve_dense(*cpu.backend, format, ActivationRequest{ActivationQuant::int8, false, "m/config.json"});
+    const auto k = resolve_dense(*cpu.backend, format, ActivationRequest{ActivationQuant::int8, false, "m/config.json", {}});
     CHECK(k.projections.activations == ActivationQuant::bf16);
     CHECK(k.projections.family() == (format == WeightFormat::w4_zp ? KernelFamily::w4a16_zp : KernelFamily::w8a16));
     CHECK(has(k.projections.tier, "int8 activations (m/config.json) fell back to bf16: " + kernel + " on backend 'cpu': "

@@ -65,10 +65,11 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
     }
 
   // The kernels that read quantized weights read the layout their family's repack produces
-  // (docs/kernels.md); the int8-activation families share their bf16 siblings' layouts.
+  // (docs/kernels.md); the 8-bit-activation families share their bf16 siblings' layouts.
   const std::map<std::string, std::string> layouts{
       {"w4a16", "cpu-native"},        {"w4a16_zp", "cpu-native-w4zp"}, {"w4a8", "cpu-native-w4zp"},
-      {"w8a16", "cpu-native-w8"},     {"w8a8", "cpu-native-w8"},       {"fp8", "cpu-native-fp8"}};
+      {"w8a16", "cpu-native-w8"},     {"w8a8", "cpu-native-w8"},       {"fp8", "cpu-native-fp8"},
+      {"w4afp8", "cpu-native-w4zp"}};
   for (const auto& module : manifest.at("modules"))
     for (const auto& kernel : module.at("kernels")) {
       bool reads_weights = false;
@@ -88,9 +89,13 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "w4a16_zp/w4a16_zp_gemv", "w4a16_zp/w4a16_zp_gemm", "w4a16_zp/w4a16_zp_grouped_gemm", "w4a16_zp/w4a16_zp_repack",
       "w8a16/w8a16_gemv", "w8a16/w8a16_gemm", "w8a16/w8a16_grouped_gemm", "w8a16/w8a16_repack",
       "fp8/fp8_gemv", "fp8/fp8_gemm", "fp8/fp8_grouped_gemm", "fp8/fp8_grouped_gemv", "fp8/fp8_repack",
+      "fp8/fp8_gemm_a8", "fp8/fp8_grouped_gemm_a8", "fp8/fp8_gemm_a8_group128", "fp8/fp8_grouped_gemm_a8_group128",
       "w4a8/w4a8_gemv", "w4a8/w4a8_gemm", "w4a8/w4a8_grouped_gemm", "w4a8/w4a8_repack",
+      "w4afp8/w4afp8_gemm", "w4afp8/w4afp8_grouped_gemm", "w4afp8/w4afp8_repack",
       "w8a8/w8a8_gemv", "w8a8/w8a8_gemm", "w8a8/w8a8_grouped_gemm", "w8a8/w8a8_repack",
-      "quant/quantize_int8", "quant/gather_k"};
+      "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
+      "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",
+      "quant/quantize_fp8_static_bf16", "quant/gather_k"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The quantized families' repacks (sizes, per-matrix offsets, guard bytes, shared layouts), the
-// quant module (quantize_int8 bit for bit against the contract's formula, gather_k) and
+// quant module (quantize_int8 bit for bit against the contract's formula, the other quantizers
+// against worked-out codes, gather_k) and
 // moe/moe_align, on every instruction-set tier this CPU has.
 #include "quant_device.hpp"
+#include "../support/quantizer_cases.hpp"
 
 #include <doctest/doctest.h>
 
@@ -176,6 +178,63 @@ TEST_CASE("quantize_int8 is bit-exact against the contract's formula on every ti
     CHECK(b.download<int8_t>(dq, x.size()) == want);
     CHECK(b.download<float>(ds, m) == want_scale);
     for (uint64_t a : {dx, dq, ds}) b.free(a);
+  }
+}
+
+TEST_CASE("the quantizers write the codes of their arithmetic: f32 or compressed-tensors' bf16, per row or per 128 columns") {
+  const uint32_t k = quantizer_cases::kCols, m = quantizer_cases::kRows;
+  std::vector<uint16_t> x;
+  for (double v : quantizer_cases::rows()) x.push_back(to_bf16(v));
+  const std::vector<quantizer_cases::Case> cases = quantizer_cases::cases();
+  for (const std::string& tier : supported_tiers()) {
+    Backend& b = tier_backend(tier);
+    for (const quantizer_cases::Case& c : cases) {
+      INFO("quant/" << c.kernel << " on " << tier);
+      const std::vector<uint8_t> want = c.bytes();
+      const uint64_t dx = b.upload(x), dq = b.alloc(x.size()), ds = b.alloc(c.scales.size() * 4);
+      Args args;
+      args.ptr(dx).ptr(dq).ptr(ds).u32(m).u32(k);
+      REQUIRE_MESSAGE(b.launch(b.kernel("quant", c.kernel), {m, 1}, args, 256) == METRALE_STATUS_OK, b.last_error());
+      CHECK(b.download<uint8_t>(dq, x.size()) == want);
+      CHECK(b.download<float>(ds, c.scales.size()) == c.scales);
+      for (uint64_t a : {dx, dq, ds}) b.free(a);
+    }
+  }
+}
+
+TEST_CASE("the static quantizers take each group's stored scale: the dynamic bf16 codes at the same scales, saturation at -128") {
+  const uint32_t k = quantizer_cases::kCols, m = quantizer_cases::kRows;
+  std::vector<uint16_t> x;
+  for (double v : quantizer_cases::rows()) x.push_back(to_bf16(v));
+  const std::vector<int32_t> offsets{0, 1, 2};  // one group per row
+  for (const std::string& tier : supported_tiers()) {
+    Backend& b = tier_backend(tier);
+    for (const auto& c : quantizer_cases::static_cases()) {
+      INFO("quant/" << c.kernel << " on " << tier);
+      std::vector<uint8_t> want;
+      for (const auto& d : quantizer_cases::cases())
+        if (std::string(d.kernel) == c.dynamic) want = d.bytes();
+      const auto run = [&](std::vector<float> scales, std::vector<int32_t> offs) {
+        const uint64_t dx = b.upload(x), dsc = b.upload(scales), doff = b.upload(offs), dq = b.alloc(x.size()),
+                       ds = b.alloc(size_t{m} * 4);
+        Args args;
+        args.ptr(dx).ptr(dsc).ptr(doff).ptr(dq).ptr(ds).u32(k).u32(static_cast<uint32_t>(offs.size() - 1));
+        REQUIRE_MESSAGE(b.launch(b.kernel("quant", c.kernel), {m, 1}, args, 128) == METRALE_STATUS_OK, b.last_error());
+        auto out = std::make_pair(b.download<uint8_t>(dq, x.size()), b.download<float>(ds, m));
+        for (uint64_t a : {dx, dsc, doff, dq, ds}) b.free(a);
+        return out;
+      };
+      const auto [codes, xscale] = run(c.scales, offsets);
+      CHECK(codes == want);
+      CHECK(xscale == c.scales);
+      if (std::string(c.kernel).starts_with("quantize_int8")) {
+        // Both rows in one group under a scale too small for row 0: saturated codes.
+        const auto [sat, sat_scale] = run({quantizer_cases::kSaturatingScale}, {0, 2});
+        CHECK(sat[0] == 0x7f);
+        CHECK(sat[1] == 0x80);
+        CHECK(sat_scale == std::vector<float>{quantizer_cases::kSaturatingScale, quantizer_cases::kSaturatingScale});
+      }
+    }
   }
 }
 

@@ -175,6 +175,28 @@ inline void check_act8_rows(Comparison& c, const uint8_t* xq, const float* xscal
   }
 }
 
+// The same with E4M3 activations scaled per 128 columns (fp8_*_a8_group128): xscale [m][k/128],
+// y[r][c] = Σ_g xscale[r][g] · s · Σ_{k∈g} e4m3(xq[r][k]) · unscaled(c, k).
+inline void check_e4m3_group_rows(Comparison& c, const uint8_t* xq, const float* xscale, const QuantMatrix& w,
+                                  uint32_t e, uint32_t m, const uint16_t* y, size_t index_base = 0) {
+  const uint32_t groups = w.k / 128;
+  std::vector<double> row(w.k);
+  for (uint32_t col = 0; col < w.n; ++col) {
+    for (uint32_t kk = 0; kk < w.k; ++kk) row[kk] = w.value(e, col, kk);
+    for (uint32_t r = 0; r < m; ++r) {
+      double sum = 0, magnitude = 0;
+      for (uint32_t kk = 0; kk < w.k; ++kk) {
+        const double term = e4m3_value(xq[static_cast<size_t>(r) * w.k + kk]) * row[kk] *
+                            xscale[static_cast<size_t>(r) * groups + kk / 128];
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      const size_t at = static_cast<size_t>(r) * w.n + col;
+      compare(c, index_base + at, bf16_to_float(y[at]), sum, tolerance(sum, magnitude, w.k));
+    }
+  }
+}
+
 // quantize_int8 / quantize_fp8 of one row: the scale and the codes, exactly.
 inline float quantize_row(const uint16_t* x, uint32_t k, bool fp8, uint8_t* xq) {
   float a = 0;

@@ -52,12 +52,15 @@ TEST_CASE("catalog: the manifest's modules, and bad fields named by JSON pointer
   REQUIRE(v3 != nullptr);
   CHECK(v3->min_target == Target{90, '\0'});
   CHECK(v3->params.size() == 7);
-  CHECK(catalog.descriptors().size() == 38);
+  CHECK(catalog.descriptors().size() == 46);
   const CatalogKernel* a8 = catalog.find("fp8")->find("fp8_gemm_a8");
   REQUIRE(a8 != nullptr);
   CHECK(a8->min_target == Target{89, '\0'});
   CHECK(a8->params.size() == 8);
   CHECK_FALSE(catalog.find("quant")->find("quantize_int8")->min_target.has_value());
+  CHECK_FALSE(catalog.find("quant")->find("quantize_int8_bf16")->min_target.has_value());
+  CHECK(catalog.find("fp8")->find("fp8_gemm_a8_group128")->min_target == Target{89, '\0'});
+  CHECK(catalog.find("quant")->find("quantize_fp8_group128_bf16")->min_target == Target{89, '\0'});
 
   const auto error_of = [](const std::string& json) {
     try {

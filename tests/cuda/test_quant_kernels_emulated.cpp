@@ -3,12 +3,14 @@
 // compiled for the host against the CUDA emulation of tests/cuda/emulation and checked against
 // the double-precision definitions of quant_reference.hpp: GEMV tiers, bf16 / int8 / E4M3 tensor
 // core tiles and their grouped forms at awkward shapes, every group size, zero points at the
-// ends of their ranges, FP8 subnormals, ±448 and NaN, and the activation quantizers bit for bit.
+// ends of their ranges, FP8 subnormals, ±448 and NaN, E4M3 activations scaled per 128 columns,
+// and the activation quantizers bit for bit (f32 and bf16 arithmetic, per row and per 128 columns).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "metrale_emulated_ptx.hpp"
 #include "quant_reference.hpp"
+#include "quantizer_cases.hpp"
 
 // The kernel sources themselves, as NVRTC sees them.
 #include "fp8.cu"
@@ -292,6 +294,117 @@ TEST_CASE("quantize_int8 and quantize_fp8: scales and codes bit for bit, any blo
       }
     }
   }
+}
+
+TEST_CASE("fp8_gemm_a8_group128 and its grouped form: activation scales per 128 columns join the weights' scales") {
+  for (const auto& s : kGemmShapes) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    ref::QuantData data(s.m * 17 + s.n + s.k);
+    const auto w = data.weights(QuantKind::fp8, s.n, s.k, 128, 1);
+    const auto xq = data.e4m3(static_cast<size_t>(s.m) * s.k);
+    const auto xscale = data.f32(static_cast<size_t>(s.m) * (s.k / 128), 0.001f, 0.02f);
+    std::vector<uint16_t> y(static_cast<size_t>(s.m) * s.n, 0xffff);
+    emu::launch(grid_of(Variant::gemm, s.n, s.m, 1), {128, 1, 1}, [&] {
+      fp8_gemm_a8_group128(xq.data(), xscale.data(), bytes(w), w.scales.data(), bf(y), s.m, s.n, s.k);
+    });
+    ref::Comparison c;
+    ref::check_e4m3_group_rows(c, xq.data(), xscale.data(), w, 0, s.m, y.data());
+    CHECK_MESSAGE(c.ok(), c.report());
+  }
+  const uint32_t n = 129, k = 384, experts = static_cast<uint32_t>(kOffsets.size() - 1);
+  const auto t = static_cast<uint32_t>(kOffsets.back());
+  ref::QuantData data(901);
+  const auto w = data.weights(QuantKind::fp8, n, k, 128, experts);
+  const auto xq = data.e4m3(static_cast<size_t>(t) * k);
+  const auto xscale = data.f32(static_cast<size_t>(t) * (k / 128), 0.001f, 0.02f);
+  std::vector<uint16_t> y(static_cast<size_t>(t) * n, 0xffff);
+  emu::launch(grid_of(Variant::grouped, n, 0, experts), {128, 1, 1}, [&] {
+    fp8_grouped_gemm_a8_group128(xq.data(), xscale.data(), bytes(w), w.scales.data(), kOffsets.data(), bf(y), n, k, experts);
+  });
+  ref::Comparison c;
+  for (uint32_t e = 0; e < experts; ++e) {
+    const auto begin = static_cast<size_t>(kOffsets[e]);
+    ref::check_e4m3_group_rows(c, xq.data() + begin * k, xscale.data() + begin * (k / 128), w, e,
+                               static_cast<uint32_t>(kOffsets[e + 1] - kOffsets[e]), y.data() + begin * n, begin * n);
+  }
+  CHECK_MESSAGE(c.ok(), c.report());
+}
+
+TEST_CASE("every quantizer on the worked rows: f32 and compressed-tensors' bf16 arithmetic, per row and per 128 columns") {
+  const uint32_t m = quantizer_cases::kRows, k = quantizer_cases::kCols;
+  std::vector<uint16_t> x;
+  for (double v : quantizer_cases::rows()) x.push_back(ref::float_to_bf16(static_cast<float>(v)));
+  for (const quantizer_cases::Case& c : quantizer_cases::cases()) {
+    for (const unsigned block : {256u, 96u}) {
+      CAPTURE(c.kernel);
+      CAPTURE(block);
+      std::vector<uint8_t> xq(static_cast<size_t>(m) * k, 0xaa);
+      std::vector<float> xscale(c.scales.size(), NAN);
+      const std::string name = c.kernel;
+      emu::launch({m, 1, 1}, {block, 1, 1}, [&] {
+        if (name == "quantize_int8") quantize_int8(bf(x), xq.data(), xscale.data(), m, k);
+        if (name == "quantize_int8_bf16") quantize_int8_bf16(bf(x), xq.data(), xscale.data(), m, k);
+        if (name == "quantize_fp8") quantize_fp8(bf(x), xq.data(), xscale.data(), m, k);
+        if (name == "quantize_fp8_bf16") quantize_fp8_bf16(bf(x), xq.data(), xscale.data(), m, k);
+        if (name == "quantize_fp8_group128") quantize_fp8_group128(bf(x), xq.data(), xscale.data(), m, k);
+        if (name == "quantize_fp8_group128_bf16") quantize_fp8_group128_bf16(bf(x), xq.data(), xscale.data(), m, k);
+      });
+      CHECK(xq == c.bytes());
+      CHECK(xscale == c.scales);
+    }
+  }
+}
+
+TEST_CASE("the static quantizers take each group's stored scale: the dynamic bf16 codes at the same scales") {
+  const uint32_t m = quantizer_cases::kRows, k = quantizer_cases::kCols;
+  std::vector<uint16_t> x;
+  for (double v : quantizer_cases::rows()) x.push_back(ref::float_to_bf16(static_cast<float>(v)));
+  const std::vector<int> offsets{0, 1, 2};
+  for (const auto& c : quantizer_cases::static_cases()) {
+    CAPTURE(c.kernel);
+    std::vector<uint8_t> want;
+    for (const auto& d : quantizer_cases::cases())
+      if (std::string(d.kernel) == c.dynamic) want = d.bytes();
+    std::vector<uint8_t> xq(static_cast<size_t>(m) * k, 0xaa);
+    std::vector<float> xscale(m, NAN);
+    const bool int8 = std::string(c.kernel).starts_with("quantize_int8");
+    emu::launch({m, 1, 1}, {128, 1, 1}, [&] {
+      if (int8) quantize_int8_static_bf16(bf(x), c.scales.data(), offsets.data(), xq.data(), xscale.data(), k, 2);
+      else quantize_fp8_static_bf16(bf(x), c.scales.data(), offsets.data(), xq.data(), xscale.data(), k, 2);
+    });
+    CHECK(xq == want);
+    CHECK(xscale == c.scales);
+    if (int8) {
+      const std::vector<float> small{quantizer_cases::kSaturatingScale};
+      const std::vector<int> one{0, 2};
+      emu::launch({m, 1, 1}, {96, 1, 1}, [&] {
+        quantize_int8_static_bf16(bf(x), small.data(), one.data(), xq.data(), xscale.data(), k, 1);
+      });
+      CHECK(xq[0] == 0x7f);
+      CHECK(xq[1] == 0x80);
+      CHECK(xscale[1] == quantizer_cases::kSaturatingScale);
+    }
+  }
+}
+
+TEST_CASE("quantize_fp8_group128 is quantize_fp8 of each 128 columns as a row of their own") {
+  ref::QuantData data(93);
+  const uint32_t m = 3, k = 384, groups = k / 128;
+  auto x = data.bf16(static_cast<size_t>(m) * k);
+  for (uint32_t j = 0; j < 128; ++j) x[k + 128 + j] = ref::float_to_bf16(data.uniform(-1e-3f, 1e-3f));  // a quiet group
+  std::vector<uint8_t> xq(static_cast<size_t>(m) * k, 0xaa);
+  std::vector<float> xscale(static_cast<size_t>(m) * groups, NAN);
+  emu::launch({m, 1, 1}, {256, 1, 1}, [&] { quantize_fp8_group128(bf(x), xq.data(), xscale.data(), m, k); });
+  for (uint32_t r = 0; r < m; ++r)
+    for (uint32_t g = 0; g < groups; ++g) {
+      CAPTURE(r);
+      CAPTURE(g);
+      std::vector<uint8_t> want(128);
+      CHECK(xscale[r * groups + g] == ref::quantize_row(&x[r * k + g * 128], 128, true, want.data()));
+      CHECK(std::equal(want.begin(), want.end(), xq.begin() + r * k + g * 128));
+    }
 }
 
 TEST_CASE("gather_k: a permutation of K per group, empty groups skipped, dense as one group") {

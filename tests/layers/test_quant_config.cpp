@@ -158,8 +158,17 @@ TEST_CASE("compressed-tensors declarations: pack-quantized, int8 W8A8, FP8") {
   q = parse_quant_config(w8a8, "x");
   CHECK(q.scheme == WeightScheme::ct_int);
   CHECK(q.activations == DeclaredActivations::int8_dynamic_token);
+  // Static scales: per tensor (each module's input_scale) is read, per token or channel refused.
+  const json dynamic_token = w8a8["config_groups"]["group_0"]["input_activations"];
   w8a8["config_groups"]["group_0"]["input_activations"]["dynamic"] = false;
-  CHECK(has(refusal(w8a8), "input_activations.dynamic = false"));
+  CHECK(has(refusal(w8a8), "input_activations.strategy = \"token\" is not supported: \"tensor\" for static"));
+  w8a8["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor";
+  CHECK(parse_quant_config(w8a8, "x").activations == DeclaredActivations::int8_static_tensor);
+  w8a8["config_groups"]["group_0"]["input_activations"]["type"] = "float";
+  CHECK(parse_quant_config(w8a8, "x").activations == DeclaredActivations::fp8_static_tensor);
+  w8a8["config_groups"]["group_0"]["input_activations"]["symmetric"] = false;
+  CHECK(has(refusal(w8a8), "input_activations.symmetric = false"));
+  w8a8["config_groups"]["group_0"]["input_activations"] = dynamic_token;
 
   json fp8 = ct;
   fp8["format"] = "float-quantized";

@@ -53,7 +53,7 @@ Resolved resolve_family_variant(Backend& b, const Variant& v, std::map<KernelFam
   if (fresh) {
     try {
       f.kernels = resolve_family(b, FamilyRequest{.family = v.family, .grouped = false, .act_order = false,
-                                                  .grouped_decode = false, .notes = {}, .shapes = {}, .model_type = {}},
+                                                  .grouped_decode = false, .notes = {}, .shapes = {}, .model_type = {}, .scaling = {}},
                                  f.missing);
     } catch (const Refusal&) {
       throw;

@@ -238,11 +238,38 @@ CaseResult run_dispatch(Backend& b, const Case& c, CaseResult r) {
   return finish(std::move(r), compare_to_reference(download_bf16(b, dy.ptr(), size_t{c.m} * c.n), ref));
 }
 
+// Static activation scales for every projection, as a checkpoint stores them (bf16 values):
+// around max|x| / 127.5 (int8) or / 448 of the layer's inputs, a different one per expert, some
+// small enough that codes clamp.
+void add_static_scales(FfnWeights& w, const std::vector<uint16_t>& x, ActivationQuant tier) {
+  float amax = 0;
+  for (uint16_t v : x) amax = std::max(amax, std::fabs(bf16_to_f32(v)));
+  const float base = amax / (tier == ActivationQuant::int8 ? 127.5f : 448.0f);
+  const auto scales_for = [&](QuantMatrix& m, float factor) {
+    m.input_scales.resize(m.batch);
+    for (uint32_t e = 0; e < m.batch; ++e) {
+      m.input_scales[e] = bf16_to_f32(f32_to_bf16(base * factor * (1.0f + 0.125f * static_cast<float>(e % 5)) * 0.75f));
+    }
+  };
+  const auto dense = [&](DenseFfnWeights& d) {
+    scales_for(d.gate_up, 1.0f);
+    scales_for(d.down, 0.5f);
+  };
+  if (w.dense) dense(*w.dense);
+  if (w.moe) {
+    scales_for(w.moe->gate_up, 1.0f);
+    scales_for(w.moe->down, 0.5f);
+    if (w.moe->shared_expert) dense(*w.moe->shared_expert);
+  }
+}
+
 CaseResult run_layer(Backend& b, const Case& c, CaseResult r) {
   FfnWeights w = synthetic_ffn_weights(c.config, c.seed, c.formats);
   std::vector<uint16_t> x = synthetic_activations(c.m, c.config.hidden_size, c.seed + 1);
+  if (c.scaling.static_tensor) add_static_scales(w, x, c.activations);
   if (c.routing == Routing::uneven) make_uneven(*w.moe, x, c.m, c.config.num_experts_per_tok);
-  const ActivationRequest activations{c.activations, c.activations != ActivationQuant::bf16, "conformance case " + c.name};
+  const ActivationRequest activations{c.activations, c.activations != ActivationQuant::bf16, "conformance case " + c.name,
+                                      c.scaling};
   FfnComponent ffn = FfnComponent::build(b, c.config, w, FfnBuildOptions{c.moe_options, activations});
   std::set<std::string> seen;
   for (const auto& step : ffn.plan(c.m))

@@ -49,6 +49,7 @@ struct Case {
   layers::MoeBuildOptions moe_options;
   layers::SyntheticFormats formats;  // dense and MoE cases: the weights' format (default W4A16)
   layers::ActivationQuant activations = layers::ActivationQuant::bf16;  // asked for explicitly when not bf16
+  layers::ActivationScaling scaling;  // how the int8/fp8 quantizer sets its scales
   Routing routing = Routing::synthetic;
   uint64_t seed = 1;
 };

@@ -93,7 +93,7 @@ Probe dense_probe(Backend& b, Activation act, uint32_t m, const char* primary) {
 // layers may fall back to bf16 activations, as they do for a checkpoint's declaration).
 Probe family_probe(Backend& b, Activation act, WeightFormat format, ActivationQuant tier, KernelFamily native,
                    bool act_order = false) {
-  DenseFfnTier request{format, act_order, ActivationRequest{tier, false, "conformance coverage"}};
+  DenseFfnTier request{format, act_order, ActivationRequest{tier, false, "conformance coverage", {}}};
   DenseFfnKernels k = DenseFfnLayer::resolve(b, "conformance.coverage", kHidden, kIntermediate, act, kModelType, request);
   const FamilyKernels& f = k.projections.kernels();
   Probe p;

@@ -16,23 +16,28 @@ namespace {
 
 constexpr uint32_t kRows[] = {1, 5, 40};
 
-std::string variant_name(const SyntheticFormats& f, ActivationQuant a) {
+std::string variant_name(const SyntheticFormats& f, ActivationQuant a, ActivationScaling s) {
   std::string name = weight_tier_name(f.weights);
   if (f.weights == WeightFormat::w4_zp || f.weights == WeightFormat::w8_zp) {
     name += "-g" + std::to_string(f.group) + (f.symmetric ? "-sym" : "-asym");
   }
   if (f.act_order) name += "-actorder";
-  return name + "/" + activation_quant_name(a);
+  name += "/" + std::string(activation_quant_name(a));
+  if (s.group128) name += "-g128";
+  if (s.static_tensor) name += "-static";
+  else if (s.arithmetic == ScaleArithmetic::bf16) name += "-bf16math";
+  return name;
 }
 
 Case quant_case(const std::string& kind, const ModelConfig& config, const SyntheticFormats& f, ActivationQuant a,
-                uint32_t m, uint64_t seed) {
+                uint32_t m, uint64_t seed, ActivationScaling scaling = {}) {
   Case c;
   c.kind = config.ffn_kind() == FfnKind::moe ? CaseKind::moe : CaseKind::dense;
-  c.name = "quant/" + variant_name(f, a) + "/" + kind + "/m" + std::to_string(m);
+  c.name = "quant/" + variant_name(f, a, scaling) + "/" + kind + "/m" + std::to_string(m);
   c.config = config;
   c.formats = f;
   c.activations = a;
+  c.scaling = scaling;
   c.m = m;
   c.seed = seed;
   return c;
@@ -90,6 +95,33 @@ std::vector<Case> quant_layer_cases() {
       }
     }
   }
+  // The other ways of setting activation scales (checkpoints' tools): FP8 per 128 columns, and
+  // compressed-tensors' bf16 arithmetic for FP8 and int8.
+  const ScaleArithmetic bf16 = ScaleArithmetic::bf16, f32 = ScaleArithmetic::f32;
+  const ActivationScaling bf16_rows{.arithmetic = bf16}, static_scales{.static_tensor = true, .arithmetic = bf16};
+  for (const ActivationScaling s : {bf16_rows, ActivationScaling{.group128 = true, .arithmetic = f32},
+                                    ActivationScaling{.group128 = true, .arithmetic = bf16}, static_scales}) {
+    for (uint32_t m : {1u, 40u}) {
+      out.push_back(quant_case("dense", dense, formats(WeightFormat::fp8, false), ActivationQuant::fp8, m, ++seed, s));
+      out.push_back(quant_case("moe", moe, formats(WeightFormat::fp8, false), ActivationQuant::fp8, m, ++seed, s));
+    }
+  }
+  for (uint32_t m : {1u, 40u}) {
+    for (const ActivationScaling s : {bf16_rows, static_scales}) {
+      out.push_back(quant_case("dense", dense, formats(WeightFormat::w4a16, false), ActivationQuant::int8, m, ++seed, s));
+      out.push_back(quant_case("moe", moe, formats(WeightFormat::w4a16, false), ActivationQuant::int8, m, ++seed, s));
+    }
+  }
+  out.push_back(quant_case("dense", dense, SyntheticFormats{WeightFormat::w8_zp, std::nullopt, 128, false, false},
+                           ActivationQuant::int8, 5, ++seed, bf16_rows));
+  // 4-bit weights under FP8 activations (W4AFP8): symmetric (loaded as w4-zp) and asymmetric groups.
+  for (uint32_t m : kRows) {
+    out.push_back(quant_case("dense", dense, formats(WeightFormat::w4a16, false), ActivationQuant::fp8, m, ++seed, bf16_rows));
+    out.push_back(quant_case("moe", moe, SyntheticFormats{WeightFormat::w4_zp, std::nullopt, 64, false, false},
+                             ActivationQuant::fp8, m, ++seed, bf16_rows));
+  }
+  out.push_back(quant_case("dense", dense, SyntheticFormats{WeightFormat::w4_zp, std::nullopt, 32, false, true},
+                           ActivationQuant::fp8, 5, ++seed));
   // Experts in another format than the shared expert (--expert-quantization).
   SyntheticFormats mixed = formats(WeightFormat::w4_zp, false);
   mixed.experts = WeightFormat::fp8;
@@ -113,7 +145,8 @@ std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c) {
                         activation_quant_name(c.activations) + " activations";
     const FamilyInfo& info = family_info(*family);
     if (info.family == KernelFamily::w4a16) continue;
-    const std::string gemm = std::string(info.prefix) + (info.family == KernelFamily::fp8_a8 ? "_gemm_a8" : "_gemm");
+    const std::string gemm = std::string(info.prefix) +
+                             (info.family == KernelFamily::fp8_a8 ? (c.scaling.group128 ? "_gemm_a8_group128" : "_gemm_a8") : "_gemm");
     if (!backend.manifest().find_kernel(info.module, gemm)) {
       return "backend '" + backend.name() + "' does not list " + std::string(info.module) + "/" + gemm;
     }

@@ -125,6 +125,8 @@ def ct_naive(get: Lookup, qcfg: Dict) -> np.ndarray:
     t = get("weight")
     q = e4m3_value(t.data) if t.dtype == "F8_E4M3" else t.data.astype(np.float64)
     scale = float_values(get("weight_scale"))
+    if scale.size == 1:  # tensor strategy (the FP8 preset): one scale for the whole weight
+        return q * scale.reshape(())
     if scale.shape[0] != q.shape[0]:  # block strategy: one scale per 128x128 block
         bn, bk = ct_weights_args(qcfg)["block_structure"]
         n, k = q.shape

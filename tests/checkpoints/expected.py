@@ -55,11 +55,17 @@ class Checkpoint:
             self.config = json.load(f)
         self.qcfg = read_quant_config(directory, self.config)
         self.activations = activation_scheme(self.qcfg) if activations == "format" else "bf16"
+        self.arithmetic = activation_arithmetic(self.qcfg)
         self.tensors = split_fused_experts(load_checkpoint(directory))
         self._cache: Dict[str, np.ndarray] = {}
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
+
+    def input_scale(self, module: str) -> Optional[float]:
+        """The module's static activation scale (input_scale, as stored), when it has one."""
+        t = self.tensors.get(f"{module}.input_scale")
+        return None if t is None else float(decoders.float_values(t).reshape(-1)[0])
 
     def weight(self, module: str) -> np.ndarray:
         """The float64 [N, K] weight of a linear module, as its tool dequantizes it."""
@@ -91,18 +97,28 @@ def split_fused_experts(tensors: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 
 def activation_scheme(qcfg: Dict) -> str:
-    """The dynamic activation quantization a checkpoint's config asks for: "bf16" (none),
-    "int8-token", "fp8-token" (compressed-tensors input_activations) or "fp8-group128" (block FP8
-    with activation_scheme dynamic)."""
+    """The activation quantization a checkpoint's config asks for: "bf16" (none), "int8-token",
+    "fp8-token" (compressed-tensors dynamic input_activations), "int8-static" / "fp8-static" (static
+    per-tensor scales: each module's input_scale) or "fp8-group128" (block FP8)."""
     if qcfg.get("quant_method") == "fp8" and qcfg.get("activation_scheme") == "dynamic":
         return "fp8-group128"
     if qcfg.get("quant_method") == "compressed-tensors":
         acts = list(qcfg["config_groups"].values())[0].get("input_activations")
+        if acts and not acts.get("dynamic") and acts.get("strategy") == "tensor":
+            return "int8-static" if acts["type"] == "int" else "fp8-static"
         if acts and acts.get("dynamic") and acts.get("strategy") == "token":
             return "int8-token" if acts["type"] == "int" else "fp8-token"
         if acts and acts.get("dynamic") and acts.get("strategy") == "group" and acts["type"] == "float":
             return "fp8-group128"
     return "bf16"
+
+
+def activation_arithmetic(qcfg: Dict) -> str:
+    """How the tool that runs the checkpoint computes activation scales and codes: "bf16" for
+    compressed-tensors (torch in the model's dtype: scale max|x| / 127.5 (int8, (q_max - q_min) / 2)
+    or / 448 rounded to bf16, quotients rounded to bf16, int8 codes -128..127), "f32" for the rest
+    (transformers' block-FP8 quantizer: max|x| / 448 and x / s in f32)."""
+    return "bf16" if qcfg.get("quant_method") == "compressed-tensors" else "f32"
 
 
 def _e4m3_step(v: np.ndarray) -> np.ndarray:
@@ -112,15 +128,33 @@ def _e4m3_step(v: np.ndarray) -> np.ndarray:
     return np.where(a < 2.0 ** -6, 2.0 ** -9, np.ldexp(1.0, e - 1 - 3))
 
 
-def quantize_activations(x: np.ndarray, scheme: str, amax: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+def quantize_activations(x: np.ndarray, scheme: str, arithmetic: str = "f32",
+                         amax: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """(the values a kernel multiplies after quantizing x as `scheme` does, the step of each):
-    per row (or per 128 columns) s = amax / 127 (int8) or amax / 448 (FP8) in f32, codes rounded
-    to nearest even. `amax` [m, K / width] replaces the blocks' own maxima when given."""
+    per row (or per 128 columns) a scale and codes rounded to nearest even, in the tool's
+    `arithmetic` (activation_arithmetic). `amax` [m, K / width] replaces the blocks' own maxima
+    when given. The value is code * scale exactly, as an int8 or FP8 kernel multiplies it
+    (compressed-tensors' own fake quantization then rounds it to bf16 too, within 2^-9 of it)."""
     if scheme == "bf16":
         return x, np.zeros_like(x)
     m, k = x.shape
+    if scheme.endswith("-static"):  # amax: the stored scale itself; compressed-tensors' bf16 quotient
+        int8 = scheme == "int8-static"
+        s = np.full((m, k), float(amax))
+        v = np.clip(round_bf16(np.float32(x) / np.float32(s)), -128.0 if int8 else -448.0, 127.0 if int8 else 448.0)
+        if int8:
+            return np.rint(v) * s, s
+        return e4m3_value(e4m3_codes(v)) * s, _e4m3_step(v) * s
     width = 128 if scheme == "fp8-group128" else k
     blocks = np.abs(x).reshape(m, k // width, width).max(axis=2) if amax is None else amax
+    if arithmetic == "bf16":
+        int8 = scheme == "int8-token"
+        s = round_bf16(np.float32(blocks) / np.float32(127.5 if int8 else 448.0))
+        s = np.repeat(np.maximum(s, 2.0 ** -23), width, axis=1)
+        v = np.clip(round_bf16(np.float32(x) / np.float32(s)), -128.0 if int8 else -448.0, 127.0 if int8 else 448.0)
+        if int8:
+            return np.rint(v) * s, s
+        return e4m3_value(e4m3_codes(v)) * s, _e4m3_step(v) * s
     qmax = 127.0 if scheme == "int8-token" else 448.0
     s = np.float32(blocks / qmax).astype(np.float64)
     s = np.repeat(np.where(s > 0, s, 1.0), width, axis=1)
@@ -130,13 +164,15 @@ def quantize_activations(x: np.ndarray, scheme: str, amax: Optional[np.ndarray] 
     return e4m3_value(e4m3_codes(v)) * s, _e4m3_step(v) * s
 
 
-def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "bf16") -> Tuple[np.ndarray, np.ndarray]:
+def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "bf16",
+             arithmetic: str = "f32", input_scale: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
     """x [m, K] times w [N, K]^T: (value, slack beyond 2^-7 |value|). With an activation scheme
     the inputs are quantized first, and up to FLIPS codes may round the other way in the kernel.
     Rounded (bf16 intermediate) inputs may also have their largest element one bf16 ulp away in
     the kernel, which moves that row's scale and with it any number of codes: the slack covers
     the projection under either neighbouring maximum."""
-    xq, step = quantize_activations(x, scheme)
+    static = scheme.endswith("-static")
+    xq, step = quantize_activations(x, scheme, arithmetic, input_scale if static else None)
     value = xq @ w.T
     slack = SCALE * (np.abs(xq) @ np.abs(w).T)
     if rounded_inputs:
@@ -144,11 +180,11 @@ def _project(w: np.ndarray, x: np.ndarray, rounded_inputs: bool, scheme: str = "
         slack = slack + FLIPS * flip
     if scheme != "bf16":
         slack = slack + FLIPS * (np.abs(w)[None, :, :] * step[:, None, :]).max(axis=2)
-        if rounded_inputs:
+        if rounded_inputs and not static:  # a stored scale does not move with the row maximum
             m, k = x.shape
             width = 128 if scheme == "fp8-group128" else k
             amax = np.abs(x).reshape(m, k // width, width).max(axis=2)
-            moved = [np.abs(quantize_activations(x, scheme, a)[0] @ w.T - value)
+            moved = [np.abs(quantize_activations(x, scheme, arithmetic, a)[0] @ w.T - value)
                      for a in (amax - bf16_ulp(amax), amax + bf16_ulp(amax))]
             slack = slack + np.maximum(*moved)
     return value, slack
@@ -160,10 +196,11 @@ def _silu(g: np.ndarray) -> np.ndarray:
 
 def dense(ck: Checkpoint, names, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     gate, up, down = (ck.weight(n) for n in names)
-    g = round_bf16(_project(gate, x, False, ck.activations)[0])
-    u = round_bf16(_project(up, x, False, ck.activations)[0])
+    s = [ck.input_scale(n) for n in names]
+    g = round_bf16(_project(gate, x, False, ck.activations, ck.arithmetic, s[0])[0])
+    u = round_bf16(_project(up, x, False, ck.activations, ck.arithmetic, s[1])[0])
     a = round_bf16(_silu(g) * u)
-    return _project(down, a, True, ck.activations)
+    return _project(down, a, True, ck.activations, ck.arithmetic, s[2])
 
 
 def route(logits: np.ndarray, scale: np.ndarray, k: int, renormalize: bool, scaling: float):

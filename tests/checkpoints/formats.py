@@ -27,8 +27,11 @@ FORMAT_DEFAULTS = {
     "ct-int4": dict(strategy="group", group_size=128, symmetric=True, actorder=None),
     "ct-int8": dict(),
     "ct-w4a8": dict(group_size=128, symmetric=True),
+    "ct-w4afp8": dict(group_size=128, symmetric=True),
     "ct-fp8": dict(),
     "ct-fp8-block": dict(),
+    "ct-int8-static": dict(),
+    "ct-fp8-static": dict(),
     "fp8-block": dict(),
 }
 
@@ -44,7 +47,7 @@ def weight_bits(fmt: Dict) -> int:
     f = resolved(fmt)
     if f["method"] == "gptq":
         return int(f["bits"])
-    return 4 if f["method"] in ("awq", "ct-int4", "ct-w4a8") else 8
+    return 4 if f["method"] in ("awq", "ct-int4", "ct-w4a8", "ct-w4afp8") else 8
 
 
 def model_dtype(fmt: Dict) -> str:
@@ -102,6 +105,15 @@ def _ct_config(f: Dict, ignore) -> Dict:
     elif method == "ct-w4a8":
         weights = _ct_args(4, "int", "group", f["symmetric"], f["group_size"])
         acts, fmt = _ct_args(8, "int", "token", True, dynamic=True, observer=None), "int-quantized"
+    elif method == "ct-w4afp8":  # llm-compressor's W4AFP8: int4 weights, FP8 activations per token
+        weights = _ct_args(4, "int", "group", f["symmetric"], f["group_size"])
+        acts, fmt = _ct_args(8, "float", "token", True, dynamic=True, observer=None), "int-quantized"
+    elif method == "ct-int8-static":  # W8A8 with static per-tensor activation scales
+        weights = _ct_args(8, "int", "channel", True)
+        acts, fmt = _ct_args(8, "int", "tensor", True), "int-quantized"
+    elif method == "ct-fp8-static":  # the FP8 preset: weights and activations per tensor, static
+        weights = _ct_args(8, "float", "tensor", True)
+        acts, fmt = _ct_args(8, "float", "tensor", True), "float-quantized"
     elif method == "ct-fp8-block":
         weights = dict(_ct_args(8, "float", "block", True), block_structure=[128, 128])
         acts, fmt = _ct_args(8, "float", "group", True, 128, dynamic=True, observer=None), "float-quantized"
@@ -190,12 +202,16 @@ def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
                                                    symmetric=f["symmetric"], actorder=f["actorder"], rng=rng)
     if m == "ct-int8":
         return lambda w, rng: writers.ct_int8_channel(w)
-    if m == "ct-w4a8":
+    if m in ("ct-w4a8", "ct-w4afp8"):
         return lambda w, rng: writers.ct_int4_naive(w, group_size=f["group_size"], symmetric=f["symmetric"])
     if m == "ct-fp8":
         return lambda w, rng: writers.ct_fp8_channel(w)
     if m == "ct-fp8-block":
         return lambda w, rng: writers.ct_fp8_block(w)
+    if m == "ct-int8-static":
+        return lambda w, rng: {**writers.ct_int8_channel(w), **writers.static_input_scale(rng, 127.5)}
+    if m == "ct-fp8-static":
+        return lambda w, rng: {**writers.ct_fp8_tensor(w), **writers.static_input_scale(rng, 448.0)}
     if m == "fp8-block":
         return lambda w, rng: writers.fp8_block(w)
     raise ValueError(m)

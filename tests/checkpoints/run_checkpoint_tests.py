@@ -147,6 +147,8 @@ def self_test(v) -> list:
             step = 2 * np.abs(w).max(axis=1) / levels
             if v.fmt["method"] in ("fp8-block", "ct-fp8", "ct-fp8-block"):
                 step = np.abs(w).max(axis=1) / 448 * 32 + 2.0 ** -10 * np.abs(w).max(axis=1)
+            if v.fmt["method"] == "ct-fp8-static":  # one scale for the whole tensor: its maximum's step
+                step = np.full(n, np.abs(w).max() / 448 * 32 + 2.0 ** -10 * np.abs(w).max())
             err = np.abs(d - w).max(axis=1) / step
             # Forced zero points clamp codes on purpose: there only the shape is checked.
             forced = v.fmt.get("force_zero") is not None or v.fmt.get("zero_override")

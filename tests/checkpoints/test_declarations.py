@@ -144,7 +144,12 @@ def main():
         # `metrale audit --weights` resolves the layer as `metrale run` does, in the formats its
         # weights hold and at the activation tier the checkpoint declares.
         for family, part, want in (("gptq-asym", "v1-all-zeros-8", "w4a16_zp"), ("gptq-act-order", "v1-autogptq", "gather"),
-                                   ("ct-int8", "qwen3", "int8")):
+                                   ("ct-int8", "qwen3", "quant/quantize_int8_bf16"),
+                                   ("ct-int8-static", "tensor-qwen3", "quant/quantize_int8_static_bf16"),
+                                   ("ct-fp8-static", "tensor-qwen3", "quant/quantize_fp8_static_bf16"),
+                                   ("ct-fp8", "channel-qwen3", "fp8/fp8_gemm_a8 fp8/fp8"),
+                                   ("ct-w4afp8", "group-sym-qwen3", "w4afp8/w4afp8_gemm fp8/w4afp8"),
+                                   ("fp8-block", "e4m3-qwen3", "quant/quantize_fp8_group128 ")):
             directory, layer = checkpoint(root, family, part)
             audit = subprocess.run([METRALE, "--json", "audit", "--weights", directory, "--layer", str(layer)],
                                    capture_output=True, text=True)
@@ -156,13 +161,17 @@ def main():
             else:
                 print(f"ok   audit --weights {family}: {len(rows)} rows, '{want}' among them")
 
-        # Block FP8 declares FP8 activations per 128 columns; the audit says which tier stands in.
+        # Block FP8 declares FP8 activations per 128 columns, as compressed-tensors computes them:
+        # the tier note says so, and the quantizer and GEMMs are the group-128 ones.
         directory, layer = checkpoint(root, "ct-fp8-block", "qwen3")
         audit = subprocess.run([METRALE, "--json", "audit", "--weights", directory, "--layer", str(layer)],
                                capture_output=True, text=True)
         notes = [r.get("annotations", {}).get("tier_note", "") for r in json.loads(audit.stdout)["rows"]] \
             if audit.returncode == 0 else []
-        if not any("per token group of 128 declared, run per row" in n for n in notes):
+        kernels = [r.get("kernel", "") for r in json.loads(audit.stdout)["rows"]] if audit.returncode == 0 else []
+        if not any("fp8 activations per 128 columns, bf16 arithmetic" in n for n in notes) or \
+                not any(k.endswith("quantize_fp8_group128_bf16") for k in kernels) or \
+                not any(k.endswith("fp8_gemm_a8_group128") for k in kernels):
             failures.append(f"audit --weights of ct-fp8-block: no tier note names the group-128 declaration: "
                             f"exit {audit.returncode}, {notes[:4]}\n{audit.stderr[-800:]}")
         else:
@@ -211,7 +220,32 @@ def main():
                                               "dynamic": False, "group_size": None, "observer": "minmax"}
         expect_refusal("static per-channel activation scales",
                        *checkpoint(root, "ct-int8", "qwen3", static_channel_activations),
-                       "input_activations.dynamic = false is not supported")
+                       "input_activations.strategy = \"channel\" is not supported")
+        # Static per-tensor scales: each module's input_scale, one BF16 value, gate's equal to up's.
+        from numerics import bf16_bits, bf16_value
+        from safetensors_np import Tensor
+
+        def edit_scale(suffix, change):
+            def edit(ts):
+                for name in [n for n in ts if n.endswith(suffix + ".input_scale")]:
+                    ts[name] = change(ts[name])
+                return ts
+            return edit
+        doubled = edit_scale("up_proj", lambda t: Tensor("BF16", bf16_bits(bf16_value(t.data) * 2)))
+        directory, layer = checkpoint(root, "ct-int8-static", "tensor-qwen3")
+        expect_refusal("gate and up with different static scales", rewritten(directory, doubled), layer,
+                       "gate_proj.input_scale = ", "up_proj.input_scale = ", "differ")
+        directory, layer = checkpoint(root, "ct-fp8-static", "tensor-qwen3")
+        as_f32 = edit_scale("down_proj", lambda t: Tensor("F32", bf16_value(t.data).astype("float32")))
+        expect_refusal("a static scale stored as F32", rewritten(directory, as_f32), layer, "down_proj.input_scale",
+                       "stored as F32", "BF16")
+        directory, layer = checkpoint(root, "ct-fp8-static", "tensor-qwen3")
+        per_channel = edit_scale("down_proj", lambda t: Tensor("BF16", bf16_bits([bf16_value(t.data)[0]] * 384)))
+        expect_refusal("a static scale per channel", rewritten(directory, per_channel), layer, "down_proj.input_scale",
+                       "input_activations.strategy = \"tensor\"", "384 scales")
+        directory, layer = checkpoint(root, "ct-int8-static", "tensor-qwen3")
+        rewritten(directory, lambda ts: {k: t for k, t in ts.items() if not k.endswith("down_proj.input_scale")})
+        expect_refusal("a static scale missing", directory, layer, "down_proj.input_scale is missing", "\"dynamic\": false")
         directory, layer = checkpoint(root, "moe-names", "gptq-mixtral")
         expect_refusal("Mixtral experts named fc1/fc2/fc3", renamed(renamed(renamed(directory, ".w1.", ".fc1."), ".w2.", ".fc2."),
                                                                     ".w3.", ".fc3."), layer,

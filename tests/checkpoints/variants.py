@@ -37,6 +37,12 @@ FAMILIES: Dict[str, str] = {
     "ct-int8": "compressed-tensors int-quantized W8A8: int8 weights with per-channel scales",
     "ct-w4a8": "compressed-tensors int-quantized W4A8 (llm-compressor's W4A8 scheme): 4-bit values one per int8, "
                "group 128 and 64, symmetric and asymmetric (weight_zero_point I8), dense and MoE",
+    "ct-w4afp8": "compressed-tensors int-quantized W4AFP8 (llm-compressor's W4AFP8 scheme): 4-bit values one per "
+                 "int8, group 128, FP8 dynamic per-token activations, dense and MoE",
+    "ct-int8-static": "compressed-tensors int-quantized W8A8 with static per-tensor activation scales "
+                      "(input_scale BF16 [1] per module, llm-compressor's minmax calibration)",
+    "ct-fp8-static": "compressed-tensors float-quantized FP8 preset: weights and activations per tensor, static "
+                     "(weight_scale [1], input_scale [1])",
 }
 
 # The families `meson test` runs (every one: tests/checkpoints/meson.build).
@@ -149,6 +155,7 @@ def _ct_act_order(out):
     _v(out, "ct-act-order", "group-asym", "qwen2_moe", dict(ct, actorder="group", symmetric=False))
     _v(out, "ct-act-order", "static-asym", "qwen3_moe", dict(ct, actorder="static", symmetric=False))
     _v(out, "ct-act-order", "group-sym-tf5", "mixtral", dict(ct, actorder="group"), extra={"layout": "tf5"})
+    _v(out, "ct-act-order", "group-asym", "mixtral", dict(ct, actorder="group", symmetric=False))
 
 
 def _fp8_block(out):
@@ -157,11 +164,13 @@ def _fp8_block(out):
     _v(out, "fp8-block", "e4m3", "deepseek_v2", dict(method="fp8-block"), layer=1)
     _v(out, "fp8-block", "e4m3-fused", "qwen3_moe", dict(method="fp8-block"), extra={"layout": "fused"}, shards=2)
     _v(out, "fp8-block", "e4m3-fused", "mixtral", dict(method="fp8-block"), extra={"layout": "fused"})
+    _v(out, "fp8-block", "e4m3", "mixtral", dict(method="fp8-block"))
 
 
 def _ct_fp8(out):
     for arch in ("qwen3", "qwen3_moe", "mixtral"):
         _v(out, "ct-fp8", "channel", arch, dict(method="ct-fp8"))
+    _v(out, "ct-fp8", "channel-tf5", "mixtral", dict(method="ct-fp8"), extra={"layout": "tf5"})
 
 
 def _gptq_int8(out):
@@ -172,8 +181,9 @@ def _gptq_int8(out):
 
 
 def _ct_int8(out):
-    for arch in ("qwen3", "qwen2_moe"):
+    for arch in ("qwen3", "qwen3_moe", "qwen2_moe", "mixtral"):
         _v(out, "ct-int8", "w8a8", arch, dict(method="ct-int8"))
+    _v(out, "ct-int8", "w8a8-tf5", "mixtral", dict(method="ct-int8"), extra={"layout": "tf5"})
 
 
 def _ct_w4a8(out):
@@ -182,19 +192,35 @@ def _ct_w4a8(out):
     _v(out, "ct-w4a8", "group64-sym", "qwen3_moe", dict(method="ct-w4a8", group_size=64))
     _v(out, "ct-w4a8", "group-asym", "qwen2_moe", dict(method="ct-w4a8", symmetric=False))
     _v(out, "ct-w4a8", "group-sym-tf5", "mixtral", dict(method="ct-w4a8"), extra={"layout": "tf5"})
+    _v(out, "ct-w4a8", "group-sym", "mixtral", dict(method="ct-w4a8"))
+
+
+def _ct_w4afp8(out):
+    _v(out, "ct-w4afp8", "group-sym", "qwen3", dict(method="ct-w4afp8"))
+    _v(out, "ct-w4afp8", "group-asym", "qwen3_moe", dict(method="ct-w4afp8", symmetric=False))
+    _v(out, "ct-w4afp8", "group-sym", "mixtral", dict(method="ct-w4afp8"))
+    _v(out, "ct-w4afp8", "group-sym-tf5", "mixtral", dict(method="ct-w4afp8"), extra={"layout": "tf5"})
+
+
+def _ct_static(out, method):
+    for arch in ("qwen3", "qwen3_moe", "mixtral"):
+        _v(out, method, "tensor", arch, dict(method=method))
+    _v(out, method, "tensor-tf5", "mixtral", dict(method=method), extra={"layout": "tf5"})
 
 
 def _ct_fp8_block(out):
     for arch in ("qwen3", "qwen3_moe", "qwen2_moe"):
         _v(out, "ct-fp8-block", "block128", arch, dict(method="ct-fp8-block"))
     _v(out, "ct-fp8-block", "block128-tf5", "mixtral", dict(method="ct-fp8-block"), extra={"layout": "tf5"})
+    _v(out, "ct-fp8-block", "block128", "mixtral", dict(method="ct-fp8-block"))
 
 
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
              "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
              "ct-int4": _ct_int4, "ct-act-order": _ct_act_order, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
              "ct-int8": _ct_int8, "ct-w4a8": _ct_w4a8,
-             "ct-fp8-block": _ct_fp8_block}
+             "ct-fp8-block": _ct_fp8_block, "ct-int8-static": lambda out: _ct_static(out, "ct-int8-static"),
+             "ct-fp8-static": lambda out: _ct_static(out, "ct-fp8-static"), "ct-w4afp8": _ct_w4afp8}
 assert set(_BUILDERS) == set(FAMILIES)
 
 

@@ -253,6 +253,23 @@ def ct_fp8_channel(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Ten
     return {"weight": Tensor("F8_E4M3", e4m3_codes(w / stored)), "weight_scale": _store_float(scale, scale_dtype)}
 
 
+def ct_fp8_tensor(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Tensor]:
+    """float-quantized FP8 per tensor (the FP8 preset's weights): weight F8_E4M3 [N, K],
+    weight_scale [1] = amax / 448 in the model's dtype."""
+    scale = np.maximum(np.abs(w).max() / 448.0, np.finfo(np.float32).eps).reshape(1)
+    stored = _stored_value(scale, scale_dtype)
+    return {"weight": Tensor("F8_E4M3", e4m3_codes(w / stored)), "weight_scale": _store_float(scale, scale_dtype)}
+
+
+def static_input_scale(rng: np.random.Generator, qmax: float, scale_dtype: str = "BF16") -> Dict[str, Tensor]:
+    """input_scale [1] as llm-compressor's calibration leaves it for static activations: the
+    minmax observer's max |x| over the calibration inputs / qmax (127.5 for int8, 448 for FP8), in
+    the model's dtype. The calibration maximum is drawn from `rng`, which gate and up share (they
+    observe the same inputs, hence one scale), between 0.25 and 1: inputs of the test beyond it
+    saturate, as unseen outliers do."""
+    return {"input_scale": _store_float(np.array([rng.uniform(0.25, 1.0) / qmax]), scale_dtype)}
+
+
 def ct_fp8_block(w: np.ndarray, *, scale_dtype: str = "BF16") -> Dict[str, Tensor]:
     """float-quantized FP8 with 128x128 blocks (FP8_BLOCK): weight F8_E4M3 [N, K], weight_scale
     [ceil(N/128), ceil(K/128)] in the model's dtype, amax / 448 of each block."""

@@ -104,8 +104,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--presets", o.presets, "Presets to measure")->delimiter(',')->capture_default_str();
   app.add_option("--variants", o.variants,
                  "Weight tiers to measure, comma-separated: w4a16 (every m), w4-zp and w4-zp-act (asymmetric "
-                 "group-128 int4, the latter with a K permutation; m = 1 and m >= 64), w8a16 and fp8 (m = 1), "
-                 "w4a8 and w8a8 (int8 activations; m >= 64)")
+                 "group-128 int4, the latter with a K permutation) and ct-act-order (symmetric, with a K "
+                 "permutation, as compressed-tensors' act-order loads; m = 1 and m >= 64), w8a16, fp8 and "
+                 "fp8-block (FP8 weights, E4M3 activations scaled per 128 columns; m = 1), w4a8 and w8a8 "
+                 "(int8 activations; m >= 64)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--m", o.m_list, "Rows (tokens) per pass to measure, comma-separated")

@@ -17,13 +17,14 @@ using namespace metrale::layers;
 namespace {
 
 Variant variant(std::string name, WeightFormat format, ActivationQuant act, VariantPaths paths, bool moe,
-                bool act_order = false) {
+                bool act_order = false, bool symmetric = false, ActivationScaling scaling = {}) {
   Variant v;
   v.name = std::move(name);
   v.formats.weights = format;
   v.formats.group = kW4a16GroupSize;
-  v.formats.symmetric = false;  // zero-point formats: asymmetric, zero points anywhere
+  v.formats.symmetric = symmetric;  // zero-point formats: asymmetric unless asked, zero points anywhere
   v.formats.act_order = act_order;
+  v.scaling = scaling;
   v.activations = act;
   v.paths = paths;
   v.moe = moe;
@@ -46,6 +47,7 @@ FfnComponent build_ffn(Backend& b, const ModelConfig& c, const Variant& v) {
   options.activations.tier = v.activations;
   options.activations.is_explicit = v.activations != ActivationQuant::bf16;
   options.activations.source = "metrale-bench-layers variant " + v.name;
+  options.activations.scaling = v.scaling;
   FfnWeights w = synthetic_ffn_weights(c, 1, v.formats);
   return FfnComponent::build(b, c, w, options);  // host weights freed on return
 }
@@ -101,8 +103,13 @@ const std::vector<Variant>& all_variants() {
       variant("w4a16", F::w4a16, A::bf16, P::all, true),
       variant("w4-zp", F::w4_zp, A::bf16, P::decode_and_prefill, false),
       variant("w4-zp-act", F::w4_zp, A::bf16, P::decode_and_prefill, false, true),
+      // compressed-tensors' GPTQModifier act-order (actorder "group", symmetric by default): w4-zp
+      // with the permutation of its weight_g_idx and every zero point 8.
+      variant("ct-act-order", F::w4_zp, A::bf16, P::decode_and_prefill, false, true, true),
       variant("w8a16", F::w8_zp, A::bf16, P::decode, false),
       variant("fp8", F::fp8, A::bf16, P::decode, true),
+      // Block FP8 as its checkpoints declare it: E4M3 activations with a scale per 128 columns.
+      variant("fp8-block", F::fp8, A::fp8, P::decode, true, false, false, ActivationScaling{.group128 = true}),
       variant("w4a8", F::w4a16, A::int8, P::prefill, false),
       variant("w8a8", F::w8_zp, A::int8, P::prefill, false),
   };

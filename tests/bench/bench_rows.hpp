@@ -21,9 +21,10 @@ enum class VariantPaths { all, decode_and_prefill, decode, prefill };
 // One weight tier of the rows: synthetic weights in `formats`, activations entering the
 // projections as `activations`.
 struct Variant {
-  std::string name;  // "w4a16", "w4-zp", "w4-zp-act", "w8a16", "fp8", "w4a8", "w8a8"
+  std::string name;  // "w4a16", "w4-zp", "w4-zp-act", "ct-act-order", "w8a16", "fp8", "fp8-block", "w4a8", "w8a8"
   layers::SyntheticFormats formats;
   layers::ActivationQuant activations = layers::ActivationQuant::bf16;
+  layers::ActivationScaling scaling;  // how the int8/fp8 activations are scaled
   VariantPaths paths = VariantPaths::all;
   bool dense = true;  // measured on dense presets
   bool moe = false;   // measured on MoE presets

@@ -90,14 +90,14 @@ std::vector<TargetRow> targets_of(const ThreadRun& run) {
                              0.85, [](const Rate& r) { return r.ffn == "moe" && r.m == 1; }, of_bw, bw_ceiling));
   launch_targets(run, out);
   out.push_back(ratio_target(run, 6, "decode m=1, dense w4-zp asym/act-order, of read bw", "fraction_of_read_bandwidth",
-                             0.85, [](const Rate& r) { return r.m == 1 && in(r, {"w4-zp", "w4-zp-act"}); }, of_bw,
-                             bw_ceiling));
+                             0.85, [](const Rate& r) { return r.m == 1 && in(r, {"w4-zp", "w4-zp-act", "ct-act-order"}); },
+                             of_bw, bw_ceiling));
   out.push_back(ratio_target(run, 7, "prefill m>=64, w4-zp asym/act-order, of bf16 dot peak",
                              "fraction_of_bf16_dot_peak", 0.80,
-                             [&](const Rate& r) { return bf16 && r.m >= 64 && in(r, {"w4-zp", "w4-zp-act"}); },
+                             [&](const Rate& r) { return bf16 && r.m >= 64 && in(r, {"w4-zp", "w4-zp-act", "ct-act-order"}); },
                              of_bf16, bf16_ceiling));
-  out.push_back(ratio_target(run, 8, "decode m=1, dense W8A16/FP8, of read bw", "fraction_of_read_bandwidth", 0.85,
-                             [](const Rate& r) { return r.ffn == "dense" && r.m == 1 && in(r, {"w8a16", "fp8"}); },
+  out.push_back(ratio_target(run, 8, "decode m=1, dense W8A16/FP8/block FP8, of read bw", "fraction_of_read_bandwidth", 0.85,
+                             [](const Rate& r) { return r.ffn == "dense" && r.m == 1 && in(r, {"w8a16", "fp8", "fp8-block"}); },
                              of_bw, bw_ceiling));
   out.push_back(ratio_target(run, 9, "prefill m>=64, W4A8/W8A8, of int8 dot peak", "fraction_of_int8_dot_peak", 0.70,
                              [](const Rate& r) { return r.m >= 64 && in(r, {"w4a8", "w8a8"}); }, of_int8,

@@ -48,7 +48,7 @@ const TargetRow& target(const std::vector<TargetRow>& all, int id) {
 
 TEST_CASE("each weight tier covers its paths") {
   const auto v = select_variants(variant_names());
-  REQUIRE(v.size() == 7);
+  REQUIRE(v.size() == 9);
   const auto& zp = v[1];
   CHECK(zp.name == "w4-zp");
   CHECK_FALSE(zp.formats.symmetric);
@@ -58,13 +58,20 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK_FALSE(zp.covers(8, false));
   CHECK(zp.covers(64, false));
   CHECK_FALSE(zp.covers(1, true));  // dense presets only
-  CHECK(v[4].name == "fp8");
-  CHECK(v[4].covers(1, true));
-  CHECK_FALSE(v[4].covers(64, false));
-  CHECK(v[5].activations == metrale::layers::ActivationQuant::int8);
-  CHECK_FALSE(v[5].covers(1, false));
+  CHECK(v[3].name == "ct-act-order");
+  CHECK(v[3].formats.symmetric);
+  CHECK(v[3].formats.act_order);
+  CHECK(v[5].name == "fp8");
+  CHECK(v[5].covers(1, true));
+  CHECK_FALSE(v[5].covers(64, false));
+  CHECK(v[6].name == "fp8-block");
+  CHECK(v[6].activations == metrale::layers::ActivationQuant::fp8);
+  CHECK(v[6].scaling.group128);
+  CHECK(v[6].covers(1, true));
+  CHECK(v[7].activations == metrale::layers::ActivationQuant::int8);
+  CHECK_FALSE(v[7].covers(1, false));
   CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
-                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, w8a16, fp8, w4a8, w8a8)",
+                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, fp8-block, w4a8, w8a8)",
                        metrale::Error);
 }
 

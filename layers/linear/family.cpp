@@ -91,6 +91,7 @@ void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   if (f.activations == ActivationQuant::fp8) {
     // Scales per 128 columns of the activations: the GEMMs that read them.
     const std::string groups = l.request.scaling.group128 ? "_group128" : "";
+    k.gemv = l.get(f.module, "fp8_gemv_a8" + groups, kFp8A8Gemm);
     k.gemm = l.need(f.module, "fp8_gemm_a8" + groups, kFp8A8Gemm);
     if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8" + groups, kFp8A8Grouped);
   } else {

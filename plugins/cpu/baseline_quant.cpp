@@ -161,7 +161,11 @@ void w8zp_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) 
 void fp8_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::fp8>(a, x, y, s); }
 void w4afp8_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::w4afp8>(a, x, y, s); }
 void w4afp8_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::w4afp8>(a, x, y, s); }
+void fp8_gemv_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemv<Family::fp8_a8>(a, x, y, s); }
 void fp8_gemm_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::fp8_a8>(a, x, y, s); }
+void fp8_gemv_a8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {
+  gemv<Family::fp8_a8_group128>(a, x, y, s);
+}
 void fp8_grouped_gemm_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::fp8_a8>(a, x, y, s); }
 void fp8_gemm_a8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::fp8_a8_group128>(a, x, y, s); }
 void fp8_grouped_gemm_a8_group128(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) {

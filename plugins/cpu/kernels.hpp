@@ -52,7 +52,8 @@ enum class Simd : uint8_t {
   w8a16_gemv, w8a16_gemm, w8a16_grouped_gemm, w8a16_repack,
   fp8_gemv, fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemv, fp8_repack,
   // E4M3 activations on the FP8 family's panels (its repack's layout).
-  fp8_gemm_a8, fp8_grouped_gemm_a8, fp8_gemm_a8_group128, fp8_grouped_gemm_a8_group128,
+  fp8_gemv_a8, fp8_gemm_a8, fp8_grouped_gemm_a8, fp8_gemv_a8_group128, fp8_gemm_a8_group128,
+  fp8_grouped_gemm_a8_group128,
   // 4-bit codes with zero points under E4M3 activations (w4-zp panels).
   w4afp8_gemm, w4afp8_grouped_gemm, w4afp8_repack,
   // The int8-activation families: a tier's integer dot products (see int8_tier in target.hpp).
@@ -95,7 +96,9 @@ void fp8_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemv_a8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_gemm_a8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void fp8_gemv_a8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemm_a8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_gemm_a8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_grouped_gemm_a8_group128(const KernelArgs&, uint32_t, uint32_t, unsigned char*);

@@ -495,10 +495,12 @@ struct PanelKernels {
         b[Simd::fp8_repack] = &panel_repack<kFamily>;
         break;
       case Family::fp8_a8:
+        b[Simd::fp8_gemv_a8] = &gemv;
         b[Simd::fp8_gemm_a8] = &gemm;
         b[Simd::fp8_grouped_gemm_a8] = &grouped;
         break;
       case Family::fp8_a8_group128:
+        b[Simd::fp8_gemv_a8_group128] = &gemv;
         b[Simd::fp8_gemm_a8_group128] = &gemm;
         b[Simd::fp8_grouped_gemm_a8_group128] = &grouped;
         break;

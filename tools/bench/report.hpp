@@ -2,7 +2,8 @@
 // The whole of a `metrale bench GLOB` run as one value: the shapes (a model preset's projections or
 // an explicit n and k, for each m), the backends (each one named, else the selected one), every
 // matching variant of each run (bench.hpp) and the dispositions counted, and that report as the
-// JSON `metrale bench --json` prints. The CLI renders it as text, CSV or JSON (cli/cmd_bench.cpp).
+// JSON `metrale bench --json` prints. The CLI renders it as text, CSV or JSON (cli/cmd_bench.cpp);
+// the Python package returns it as objects (metrale.bench, docs/python.md).
 #pragma once
 
 #include "bench/bench.hpp"

@@ -2,7 +2,7 @@
  *
  * An extension of the CPU plugin (libmetrale_cpu.so): host memory the caller owns, accepted by the
  * instance's copies and launches as if it were one of its allocations, so a program's own arrays
- * (a numpy array, a torch CPU tensor) reach a kernel without a copy. The plugin
+ * (a numpy array, a torch CPU tensor: docs/python.md) reach a kernel without a copy. The plugin
  * exports no symbol for it: its table's get_proc_address answers METRALE_CPU_HOST_REGISTER_NAME
  * with a metrale_cpu_host_register_fn and METRALE_CPU_HOST_UNREGISTER_NAME with a
  * metrale_cpu_host_unregister_fn, reached through the runtime's registry (Registry::extension).

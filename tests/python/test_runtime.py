@@ -33,8 +33,9 @@ def test_discovery_options_list_exact_manifests(runtime, cpu):
     # A manifest that is not there becomes an entry with its reason, never an exception.
     missing = metrale.Runtime(manifests=["/nonexistent/x.json"])
     (entry,) = missing.entries()
-    assert entry["state"] != "loaded"
-    assert "/nonexistent/x.json" in entry["reason"] or entry["reason"]
+    assert entry["state"] == "invalid"
+    assert entry["reason"] == "/nonexistent/x.json: (document): cannot read the manifest: No such file or directory"
+    assert missing.backends() == []
 
 
 def test_refusal_is_its_own_class_with_the_cli_message(runtime, cli):
@@ -50,9 +51,10 @@ def test_other_errors_are_not_refusals(cpu):
     with pytest.raises(metrale.Error) as failed:
         cpu.kernel("w4a16", "no_such_kernel")
     assert not isinstance(failed.value, metrale.Refusal)
-    message = str(failed.value)
-    assert "w4a16" in message and "no_such_kernel" in message
-    assert "not in manifest" in message or "not listed" in message or "manifest" in message
+    assert failed.value.status == "not-found"
+    # Module, name, backend and why: what the module does list.
+    assert str(failed.value).startswith(f"w4a16/no_such_kernel on backend cpu ({cpu.target}): not in manifest: "
+                                        "module 'w4a16' lists w4a16_gemv")
 
 
 def test_try_kernel_returns_none_and_the_audit_says_why(runtime, cpu):

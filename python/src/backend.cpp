@@ -303,18 +303,7 @@ void bind_backend_kernels(nb::class_<PyBackend>& backend) {
       }, nb::arg("module"), nb::arg("name"), "The kernel, or None when this backend cannot run it (the audit row says why).")
       .def("kernel", [](const std::shared_ptr<PyBackend>& b, const std::string& module, const std::string& name) {
         return lookup(b, module, name, LookupKind::require);
-      }, nb::arg("module"), nb::arg("name"), "The kernel; raises metrale.Error naming module, name and why when absent.")
-      .def("resolution", [](const std::shared_ptr<PyBackend>& b, const std::string& module, const std::string& name) {
-        Backend::LookupRequest request;
-        if (std::string caller = python_caller(); !caller.empty()) request.annotations.push_back({"python", std::move(caller), false});
-        const Backend::Resolution r = b->backend->resolve(module, name, request);
-        nb::dict d;
-        d["resolved"] = static_cast<bool>(r);
-        d["outcome"] = lookup_outcome_name(r.outcome);
-        d["reason"] = r.reason;
-        d["sequence"] = r.sequence;
-        return d;
-      }, nb::arg("module"), nb::arg("name"), "A try lookup's outcome and reason, as its audit row records them.");
+      }, nb::arg("module"), nb::arg("name"), "The kernel; raises metrale.Error naming module, name and why when absent.");
 }
 
 void bind_backend_memory(nb::class_<PyBackend>& backend) {

@@ -182,7 +182,8 @@ Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures fe
 
 Instance::~Instance() {
   pool_.reset();
-  for (const auto& [address, bytes] : allocations_) std::free(reinterpret_cast<void*>(address));
+  for (const auto& [address, bytes] : allocations_)
+    if (!borrowed_.contains(address)) std::free(reinterpret_cast<void*>(address));
 }
 
 void Instance::log(metrale_log_level level, const std::string& message) const {
@@ -282,6 +283,12 @@ metrale_status Instance::mem_free(uint64_t device_ptr) {
   {
     std::unique_lock lock(memory_mutex_);
     auto it = allocations_.find(device_ptr);
+    if (it != allocations_.end() && borrowed_.contains(device_ptr)) {
+      lock.unlock();
+      return fail(METRALE_STATUS_INVALID_ARGUMENT, "mem_free: " + hex(device_ptr) +
+                                                       " is the caller's host memory (metrale_cpu_host_register): "
+                                                       "unregister it, its owner frees it");
+    }
     if (it != allocations_.end()) {
       allocations_.erase(it);
       lock.unlock();
@@ -297,6 +304,60 @@ metrale_status Instance::mem_free(uint64_t device_ptr) {
                   (inside != 0 ? " points inside an allocation but not at its start"
                                : " is not a live allocation of this cpu backend instance "
                                  "(never allocated, or already freed)"));
+}
+
+metrale_status Instance::host_register(const void* host, size_t bytes, uint64_t* device_ptr, uint32_t* registered) {
+  if (device_ptr == nullptr || registered == nullptr)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "host_register: device_ptr or registered is NULL");
+  *device_ptr = 0;
+  *registered = 0;
+  if (host == nullptr || bytes == 0)
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "host_register: " + std::string(host == nullptr ? "host is NULL" : "size is 0 bytes"));
+  const auto address = reinterpret_cast<uint64_t>(host);
+  if (bytes > UINT64_MAX - address) return fail(METRALE_STATUS_INVALID_ARGUMENT, "host_register: the range wraps the address space");
+  std::unique_lock lock(memory_mutex_);
+  // The allocation at or below `address`, and the first one above it: either may overlap.
+  auto above = allocations_.upper_bound(address);
+  if (above != allocations_.begin()) {
+    const auto below = std::prev(above);
+    const uint64_t end = below->first + below->second;
+    if (address < end) {
+      if (bytes <= end - address) {  // inside live memory already: nothing to register
+        *device_ptr = address;
+        return METRALE_STATUS_OK;
+      }
+      lock.unlock();
+      return fail(METRALE_STATUS_INVALID_ARGUMENT, "host_register: " + hex(address) + " (" + std::to_string(bytes) +
+                                                       " bytes) runs past the end of the live allocation at " + hex(below->first) +
+                                                       " (" + std::to_string(below->second) + " bytes)");
+    }
+  }
+  if (above != allocations_.end() && above->first - address < bytes) {
+    const std::string other = hex(above->first) + " (" + std::to_string(above->second) + " bytes)";
+    lock.unlock();
+    return fail(METRALE_STATUS_INVALID_ARGUMENT, "host_register: " + hex(address) + " (" + std::to_string(bytes) +
+                                                     " bytes) overlaps the live allocation at " + other);
+  }
+  allocations_.emplace(address, bytes);
+  try {
+    borrowed_.insert(address);
+  } catch (...) {
+    allocations_.erase(address);
+    throw;
+  }
+  *device_ptr = address;
+  *registered = 1;
+  return METRALE_STATUS_OK;
+}
+
+metrale_status Instance::host_unregister(uint64_t device_ptr) {
+  std::unique_lock lock(memory_mutex_);
+  if (borrowed_.erase(device_ptr) == 0) {
+    lock.unlock();
+    return fail(METRALE_STATUS_NOT_FOUND, "host_unregister: " + hex(device_ptr) + " is not registered host memory");
+  }
+  allocations_.erase(device_ptr);
+  return METRALE_STATUS_OK;
 }
 
 uint64_t Instance::extent(uint64_t address) const {

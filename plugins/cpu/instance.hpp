@@ -45,6 +45,9 @@ class Instance final : private MemoryView {
   metrale_status copy_to_host(void* dst, uint64_t src, size_t bytes, uint64_t stream);
   metrale_status copy_device(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream);
   metrale_status memset_device(uint64_t dst, uint8_t value, size_t bytes, uint64_t stream);
+  // The caller's host memory as an allocation (runtime/abi/metrale/cpu_host_memory.h).
+  metrale_status host_register(const void* host, size_t bytes, uint64_t* device_ptr, uint32_t* registered);
+  metrale_status host_unregister(uint64_t device_ptr);
 
   metrale_status stream_create(uint64_t* stream);
   metrale_status stream_destroy(uint64_t stream);
@@ -94,6 +97,7 @@ class Instance final : private MemoryView {
 
   mutable std::shared_mutex memory_mutex_;
   std::map<uint64_t, uint64_t> allocations_;  // address -> bytes requested
+  std::set<uint64_t> borrowed_;  // the addresses in allocations_ that host_register added: never freed here
 
   // Last errors per thread, kept here rather than in thread_local storage so that nothing of the
   // plugin outlives the instance in other threads (and dlclose can unload it). The same holds for

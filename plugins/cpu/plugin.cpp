@@ -4,6 +4,7 @@
 // last_error(); create() and device_count() write theirs into the caller's buffer.
 #include "instance.hpp"
 
+#include <metrale/cpu_host_memory.h>
 #include <metrale/plugin_glue.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 
 #ifndef METRALE_CPU_VERSION
 #define METRALE_CPU_VERSION "0.0.0"
@@ -180,6 +182,25 @@ metrale_status launch(metrale_backend* b, uint64_t kernel, const metrale_launch_
   return guarded(b, "launch", [&](Instance& i) { return i.launch(kernel, config, args, arg_count); });
 }
 
+metrale_status host_register(metrale_backend* b, const void* host, size_t bytes, uint64_t* device_ptr, uint32_t* registered) {
+  return guarded(b, "host_register", [&](Instance& i) { return i.host_register(host, bytes, device_ptr, registered); });
+}
+
+metrale_status host_unregister(metrale_backend* b, uint64_t device_ptr) {
+  return guarded(b, "host_unregister", [&](Instance& i) { return i.host_unregister(device_ptr); });
+}
+
+// The extensions of cpu_host_memory.h; any other name (NULL included) has none.
+void* get_proc_address(const char* name) {
+  if (name == nullptr) return nullptr;
+  const std::string_view wanted(name);
+  if (wanted == METRALE_CPU_HOST_REGISTER_NAME)
+    return reinterpret_cast<void*>(static_cast<metrale_cpu_host_register_fn>(host_register));
+  if (wanted == METRALE_CPU_HOST_UNREGISTER_NAME)
+    return reinterpret_cast<void*>(static_cast<metrale_cpu_host_unregister_fn>(host_unregister));
+  return nullptr;
+}
+
 const metrale_plugin_table kTable = {
     sizeof(metrale_plugin_table),
     kAbiVersion,
@@ -201,7 +222,7 @@ const metrale_plugin_table kTable = {
     stream_destroy,
     stream_synchronize,
     launch,
-    nullptr,  // get_proc_address: no extensions
+    get_proc_address,  // the host-memory extension (cpu_host_memory.h)
 };
 
 }  // namespace

@@ -59,29 +59,52 @@ std::optional<BuildTree> read_build_tree(const fs::path& marker) {
   return tree;
 }
 
+// The marker in `dir` or one of its parents: build-tree programs and libraries sit at most a few
+// levels below the build root (build/cli/metrale, build/tests/<suite>/<program>, build/runtime/).
+std::optional<BuildTree> build_tree_above(fs::path dir) {
+  std::error_code error;
+  for (int level = 0; level < 4 && !dir.empty(); ++level, dir = dir.parent_path()) {
+    const fs::path marker = dir / "metrale-build-tree.json";
+    if (fs::is_regular_file(marker, error)) return read_build_tree(marker);
+    if (dir == dir.root_path()) break;
+  }
+  return std::nullopt;
+}
+
+// The directory of libmetrale itself (this file is part of it), whatever program loaded it.
+fs::path runtime_library_dir() {
+  std::error_code error;
+  const fs::path library = fs::weakly_canonical(boost::dll::this_line_location(error), error);
+  return error ? fs::path() : library.parent_path();
+}
+
+// Above the running program, else above libmetrale: a program from elsewhere (a Python
+// interpreter) that loads the build tree's runtime runs uninstalled too.
 const std::optional<BuildTree>& build_tree() {
   static const std::optional<BuildTree> tree = []() -> std::optional<BuildTree> {
     std::error_code error;
     const fs::path program = fs::weakly_canonical(boost::dll::program_location(error), error);
-    if (error) return std::nullopt;
-    // Build-tree programs sit at most a few levels below the build root (build/cli/metrale,
-    // build/tests/<suite>/<program>).
-    fs::path dir = program.parent_path();
-    for (int level = 0; level < 4 && !dir.empty(); ++level, dir = dir.parent_path()) {
-      const fs::path marker = dir / "metrale-build-tree.json";
-      if (fs::is_regular_file(marker, error)) return read_build_tree(marker);
-      if (dir == dir.root_path()) break;
-    }
-    return std::nullopt;
+    if (!error)
+      if (auto found = build_tree_above(program.parent_path())) return found;
+    const fs::path library_dir = runtime_library_dir();
+    if (library_dir.empty()) return std::nullopt;
+    return build_tree_above(library_dir);
   }();
   return tree;
+}
+
+// An install directory as configured: absolute, or relative to libmetrale's directory in a
+// relocatable install (the Python package, meson option `wheel`, which lives wherever pip puts it).
+fs::path install_dir(const char* configured) {
+  const fs::path dir(configured);
+  return dir.is_absolute() ? dir : runtime_library_dir() / dir;
 }
 
 }  // namespace
 
 bool running_from_build_tree() { return build_tree().has_value(); }
 
-fs::path installed_plugin_dir() { return METRALE_INSTALL_PLUGIN_DIR; }
+fs::path installed_plugin_dir() { return install_dir(METRALE_INSTALL_PLUGIN_DIR); }
 
 std::vector<fs::path> build_tree_plugin_dirs() {
   return build_tree() ? build_tree()->plugin_dirs : std::vector<fs::path>{};
@@ -104,7 +127,7 @@ std::vector<fs::path> kernel_source_dirs() {
   std::vector<fs::path> dirs;
   if (auto lever = lever_raw("METRALE_KERNEL_SRC")) dirs.emplace_back(*lever);
   if (const auto& tree = build_tree()) dirs.insert(dirs.end(), tree->kernel_source_dirs.begin(), tree->kernel_source_dirs.end());
-  dirs.emplace_back(METRALE_INSTALL_KERNEL_SRC_DIR);
+  dirs.push_back(install_dir(METRALE_INSTALL_KERNEL_SRC_DIR));
   return dirs;
 }
 

@@ -9,6 +9,8 @@
 #include "support.hpp"
 #include "target.hpp"
 
+#include <metrale/cpu_host_memory.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 #include <sched.h>
@@ -288,6 +290,53 @@ TEST_CASE("memory: 64-byte aligned; zero-byte allocations refused; messages say 
   CHECK(t.stream_destroy(b.raw(), 424242) == METRALE_STATUS_NOT_FOUND);
   CHECK(contains(b.last_error(), "stream 424242"));
   CHECK(t.mem_free(b.raw(), c) == METRALE_STATUS_OK);
+}
+
+// The host-memory extension (metrale/cpu_host_memory.h): the caller's memory taken as an
+// allocation by copies, refused by mem_free, never freed by the plugin; overlaps refused.
+TEST_CASE("host memory extension: register, use, refuse overlaps and mem_free, unregister") {
+  Backend b;
+  const auto& t = b.table();
+  REQUIRE(static_cast<bool>(t.get_proc_address));
+  void* const register_entry = t.get_proc_address(METRALE_CPU_HOST_REGISTER_NAME);
+  void* const unregister_entry = t.get_proc_address(METRALE_CPU_HOST_UNREGISTER_NAME);
+  REQUIRE(register_entry != nullptr);
+  REQUIRE(unregister_entry != nullptr);
+  const auto host_register = reinterpret_cast<metrale_cpu_host_register_fn>(register_entry);
+  const auto host_unregister = reinterpret_cast<metrale_cpu_host_unregister_fn>(unregister_entry);
+
+  std::vector<uint8_t> mine(256, 7), back(256);
+  uint64_t address = 0;
+  uint32_t registered = 0;
+  REQUIRE(host_register(b.raw(), mine.data(), mine.size(), &address, &registered) == METRALE_STATUS_OK);
+  CHECK(registered == 1);
+  CHECK(address == reinterpret_cast<uint64_t>(mine.data()));  // no copy: the caller's own bytes
+  CHECK(t.memset_device(b.raw(), address + 16, 9, 16, 0) == METRALE_STATUS_OK);
+  CHECK(mine[15] == 7);
+  CHECK(mine[16] == 9);
+  CHECK(t.copy_to_host(b.raw(), back.data(), address, back.size(), 0) == METRALE_STATUS_OK);
+  CHECK(back == mine);
+
+  // A range inside it registers nothing; one running past its end is refused.
+  uint64_t inner = 0;
+  CHECK(host_register(b.raw(), mine.data() + 8, 8, &inner, &registered) == METRALE_STATUS_OK);
+  CHECK(registered == 0);
+  CHECK(inner == address + 8);
+  CHECK(host_register(b.raw(), mine.data() + 200, 100, &inner, &registered) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(contains(b.last_error(), "runs past the end of the live allocation"));
+  CHECK(host_register(b.raw(), nullptr, 8, &inner, &registered) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(contains(b.last_error(), "host is NULL"));
+
+  CHECK(t.mem_free(b.raw(), address) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(contains(b.last_error(), "unregister it"));
+  CHECK(host_unregister(b.raw(), address) == METRALE_STATUS_OK);
+  CHECK(host_unregister(b.raw(), address) == METRALE_STATUS_NOT_FOUND);
+  CHECK(contains(b.last_error(), "is not registered host memory"));
+  CHECK(t.copy_to_host(b.raw(), back.data(), address, 1, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  // An allocation of the plugin's own is never registered memory.
+  const uint64_t own = b.alloc(64);
+  CHECK(host_unregister(b.raw(), own) == METRALE_STATUS_NOT_FOUND);
+  CHECK(t.mem_free(b.raw(), own) == METRALE_STATUS_OK);
 }
 
 // A w4a16_gemv problem (n = 64, k = 256) with zeroed inputs, whose launches the cases below break.

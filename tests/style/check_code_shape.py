@@ -31,7 +31,7 @@ from check_layering import list_files
 MAX_FUNCTION_LINES = 80
 MAX_FILE_LINES = 600
 MARKER_HEAD_LINES = 20
-AREAS = ("runtime/", "layers/", "tools/", "plugins/", "cli/", "tests/", "fuzz/", "kernel_src/", "docs/examples/")
+AREAS = ("runtime/", "layers/", "tools/", "plugins/", "cli/", "python/", "tests/", "fuzz/", "kernel_src/", "docs/examples/")
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 TABLE_MARKER = "code-shape: data table"
 FILE_MARKER = re.compile(r"code-shape: single concept: *\S")

@@ -9,8 +9,11 @@
 
 namespace metrale {
 
-// Whether the running executable lives in this project's build tree (run uninstalled).
+// Whether this runs uninstalled: the running executable, or else libmetrale itself (loaded by a
+// program from elsewhere, a Python interpreter), lives in this project's build tree.
 bool running_from_build_tree();
+// <prefix>/<libdir>/metrale/plugins; in a relocatable install (the Python package) the directory
+// configured relative to libmetrale's own.
 std::filesystem::path installed_plugin_dir();
 std::vector<std::filesystem::path> build_tree_plugin_dirs();
 // $XDG_DATA_HOME/metrale/plugins or ~/.local/share/metrale/plugins.

@@ -150,9 +150,12 @@ inline void check_bf16_rows(Comparison& c, const uint16_t* x, const QuantMatrix&
 // y[r][c] = xscale[r] · Σ_g s · Σ_{k∈g} a(xq[r][k]) · unscaled(c, k), with a() the int8 or E4M3
 // value of an activation byte. `slack`: relative error allowed on top of f32 accumulation (the
 // E4M3 tensor cores of some GPUs accumulate with fewer bits).
+// With `group_scales`, xscale is [m][k/128] (fp8_*_a8_group128): each term takes the scale of its
+// 128 columns, y[r][c] = Σ_g xscale[r][g] · s · Σ_{k∈g} a(xq[r][k]) · unscaled(c, k).
 inline void check_act8_rows(Comparison& c, const uint8_t* xq, const float* xscale, const QuantMatrix& w, uint32_t e,
                             uint32_t m, const uint16_t* y, bool e4m3_activations, double slack = 0,
-                            size_t index_base = 0) {
+                            size_t index_base = 0, bool group_scales = false) {
+  const uint32_t groups = w.k / 128;
   std::vector<double> a(static_cast<size_t>(m) * w.k);
   for (size_t i = 0; i < a.size(); ++i) {
     a[i] = e4m3_activations ? e4m3_value(xq[i]) : static_cast<double>(static_cast<int8_t>(xq[i]));
@@ -163,36 +166,17 @@ inline void check_act8_rows(Comparison& c, const uint8_t* xq, const float* xscal
     for (uint32_t r = 0; r < m; ++r) {
       double sum = 0, magnitude = 0;
       for (uint32_t kk = 0; kk < w.k; ++kk) {
-        const double term = a[static_cast<size_t>(r) * w.k + kk] * row[kk];
+        const double term = a[static_cast<size_t>(r) * w.k + kk] * row[kk] *
+                            (group_scales ? xscale[static_cast<size_t>(r) * groups + kk / 128] : 1.0);
         sum += term;
         magnitude += std::abs(term);
       }
-      sum *= xscale[r];
-      magnitude *= xscale[r];
+      if (!group_scales) {
+        sum *= xscale[r];
+        magnitude *= xscale[r];
+      }
       const size_t at = static_cast<size_t>(r) * w.n + col;
       compare(c, index_base + at, bf16_to_float(y[at]), sum, tolerance(sum, magnitude, w.k) + slack * magnitude);
-    }
-  }
-}
-
-// The same with E4M3 activations scaled per 128 columns (fp8_*_a8_group128): xscale [m][k/128],
-// y[r][c] = Σ_g xscale[r][g] · s · Σ_{k∈g} e4m3(xq[r][k]) · unscaled(c, k).
-inline void check_e4m3_group_rows(Comparison& c, const uint8_t* xq, const float* xscale, const QuantMatrix& w,
-                                  uint32_t e, uint32_t m, const uint16_t* y, size_t index_base = 0) {
-  const uint32_t groups = w.k / 128;
-  std::vector<double> row(w.k);
-  for (uint32_t col = 0; col < w.n; ++col) {
-    for (uint32_t kk = 0; kk < w.k; ++kk) row[kk] = w.value(e, col, kk);
-    for (uint32_t r = 0; r < m; ++r) {
-      double sum = 0, magnitude = 0;
-      for (uint32_t kk = 0; kk < w.k; ++kk) {
-        const double term = e4m3_value(xq[static_cast<size_t>(r) * w.k + kk]) * row[kk] *
-                            xscale[static_cast<size_t>(r) * groups + kk / 128];
-        sum += term;
-        magnitude += std::abs(term);
-      }
-      const size_t at = static_cast<size_t>(r) * w.n + col;
-      compare(c, index_base + at, bf16_to_float(y[at]), sum, tolerance(sum, magnitude, w.k));
     }
   }
 }

@@ -310,7 +310,7 @@ TEST_CASE("fp8_gemm_a8_group128 and its grouped form: activation scales per 128 
       fp8_gemm_a8_group128(xq.data(), xscale.data(), bytes(w), w.scales.data(), bf(y), s.m, s.n, s.k);
     });
     ref::Comparison c;
-    ref::check_e4m3_group_rows(c, xq.data(), xscale.data(), w, 0, s.m, y.data());
+    ref::check_act8_rows(c, xq.data(), xscale.data(), w, 0, s.m, y.data(), true, 0, 0, true);
     CHECK_MESSAGE(c.ok(), c.report());
   }
   const uint32_t n = 129, k = 384, experts = static_cast<uint32_t>(kOffsets.size() - 1);
@@ -326,8 +326,8 @@ TEST_CASE("fp8_gemm_a8_group128 and its grouped form: activation scales per 128 
   ref::Comparison c;
   for (uint32_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<size_t>(kOffsets[e]);
-    ref::check_e4m3_group_rows(c, xq.data() + begin * k, xscale.data() + begin * (k / 128), w, e,
-                               static_cast<uint32_t>(kOffsets[e + 1] - kOffsets[e]), y.data() + begin * n, begin * n);
+    ref::check_act8_rows(c, xq.data() + begin * k, xscale.data() + begin * (k / 128), w, e,
+                         static_cast<uint32_t>(kOffsets[e + 1] - kOffsets[e]), y.data() + begin * n, true, 0, begin * n, true);
   }
   CHECK_MESSAGE(c.ok(), c.report());
 }

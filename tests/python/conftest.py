@@ -23,9 +23,10 @@ def cli():
     return path
 
 
-def run_cli(cli, *args, expect=0):
-    """Runs the CLI on the CPU backend; returns (stdout, stderr), failing on an unexpected exit code."""
-    env = dict(os.environ, METRALE_BACKENDS_DISABLE="cuda")
+def run_cli(cli, *args, expect=0, cpu_only=True):
+    """Runs the CLI (on the CPU backend unless cpu_only is False: then it discovers what a Runtime()
+    of this process does); returns (stdout, stderr), failing on an unexpected exit code."""
+    env = dict(os.environ, METRALE_BACKENDS_DISABLE="cuda") if cpu_only else dict(os.environ)
     done = subprocess.run([cli, *args], capture_output=True, text=True, env=env)
     assert done.returncode == expect, f"{' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout, done.stderr

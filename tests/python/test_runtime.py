@@ -43,7 +43,7 @@ def test_refusal_is_its_own_class_with_the_cli_message(runtime, cli):
         runtime.select("nosuch")
     assert isinstance(refused.value, metrale.Error)
     assert refused.value.status == "incompatible"
-    _, stderr = run_cli(cli, "run", "--backend", "nosuch", "--quiet", expect=3)
+    _, stderr = run_cli(cli, "run", "--backend", "nosuch", "--quiet", expect=3, cpu_only=False)
     assert stderr.strip() == "metrale: error: refusing to start: " + str(refused.value)
 
 

@@ -202,8 +202,7 @@ std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& q
 ActivationScaling declared_activation_scaling(const CheckpointQuant& quant) noexcept {
   ActivationScaling s;
   s.group128 = quant.activations == DeclaredActivations::fp8_dynamic_group128;
-  s.static_tensor = quant.activations == DeclaredActivations::int8_static_tensor ||
-                    quant.activations == DeclaredActivations::fp8_static_tensor;
+  s.static_tensor = static_activation_scales(quant.activations);
   // compressed-tensors quantizes activations with torch in the model's dtype; transformers' and
   // DeepSeek's block-FP8 quantizer computes in f32, as metrale's own contract does.
   if (quant.method == QuantMethod::compressed_tensors) s.arithmetic = ScaleArithmetic::bf16;

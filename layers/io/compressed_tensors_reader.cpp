@@ -193,7 +193,7 @@ QuantMatrix read_compressed_tensors_linear(const TensorSource& src, const std::s
     case WeightScheme::ct_fp8: m = read_fp8(src, prefix, n, k, q); break;
     default: throw Error(Status::internal, prefix + ": not a compressed-tensors scheme");
   }
-  if (q.activations == DeclaredActivations::int8_static_tensor || q.activations == DeclaredActivations::fp8_static_tensor) {
+  if (static_activation_scales(q.activations)) {
     m.input_scales = {read_input_scale(src, prefix, q)};
   }
   return m;

@@ -48,6 +48,10 @@ enum class DeclaredActivations {
   fp8_static_tensor,
 };
 const char* declared_activations_name(DeclaredActivations a) noexcept;
+// Whether the activations take a stored scale per module (P.input_scale).
+constexpr bool static_activation_scales(DeclaredActivations a) noexcept {
+  return a == DeclaredActivations::int8_static_tensor || a == DeclaredActivations::fp8_static_tensor;
+}
 
 struct CheckpointQuant {
   std::string source;  // "<dir>/config.json: quantization_config", for messages

@@ -106,13 +106,15 @@ void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
 // quant/quantize_int8[_bf16], quantize_fp8[_group128][_bf16], quantize_*_static_bf16
 // (docs/kernels.md).
 std::string quantizer_name(ActivationQuant a, ActivationScaling scaling) {
-  if ((a == ActivationQuant::int8 && scaling.group128) || (scaling.static_tensor && scaling.group128)) {
-    throw Error(Status::internal, "no quantizer scales int8 activations, or static ones, per 128 columns");
+  if ((a == ActivationQuant::int8 && scaling.group128) ||
+      (scaling.static_tensor && (scaling.group128 || scaling.arithmetic != ScaleArithmetic::bf16))) {
+    throw Error(Status::internal, "no quantizer scales int8 activations per 128 columns; static scales are per tensor, "
+                                  "in bf16 arithmetic");
   }
   std::string name = a == ActivationQuant::int8 ? "quantize_int8" : "quantize_fp8";
   if (scaling.group128) name += "_group128";
   if (scaling.static_tensor) name += "_static";
-  if (scaling.arithmetic == ScaleArithmetic::bf16 || scaling.static_tensor) name += "_bf16";
+  if (scaling.arithmetic == ScaleArithmetic::bf16) name += "_bf16";
   return name;
 }
 

@@ -39,7 +39,7 @@ std::pair<DevicePtr, DevicePtr> LinearPlan::prepared_input(Backend& backend, con
 
 void LinearPlan::run(Backend& backend, const DeviceQuantMatrix& w, uint32_t index, DevicePtr x, DevicePtr y, uint32_t m,
                      ProjectionScratch& scratch, uint64_t stream) const {
-  const bool static_scales = kernels_.scaling.static_tensor && kernels_.quantize;
+  const bool static_scales = kernels_.scaling.static_tensor;
   DevicePtr perm{}, input_scale{};
   if (w.act_order || static_scales) {
     // One group of m rows, through matrix `index`'s permutation and with its static scale.
@@ -59,7 +59,7 @@ void LinearPlan::run(Backend& backend, const DeviceQuantMatrix& w, uint32_t inde
 void LinearPlan::run_grouped(Backend& backend, const DeviceQuantMatrix& w, DevicePtr x, DevicePtr offsets, DevicePtr y,
                              uint32_t rows, ProjectionScratch& scratch, uint64_t stream) const {
   const DevicePtr perm = w.act_order ? w.perm.ptr() : DevicePtr{};
-  const DevicePtr input_scales = kernels_.scaling.static_tensor && kernels_.quantize ? static_scales_of(w).ptr() : DevicePtr{};
+  const DevicePtr input_scales = kernels_.scaling.static_tensor ? static_scales_of(w).ptr() : DevicePtr{};
   const auto [input, xscale] = prepared_input(backend, w, x, perm, input_scales, offsets, rows, w.batch, scratch, stream);
   launch_grouped(backend, w, input, xscale, offsets, y, stream);
 }

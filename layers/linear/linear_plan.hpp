@@ -60,7 +60,9 @@ struct KernelMiss {
 struct FamilyKernels {
   KernelFamily family = KernelFamily::w4a16_zp;
   KernelHandle gemv, gemm, grouped, grouped_gemv, repack, quantize, gather;
-  ActivationScaling scaling;  // int8/fp8 families: the quantizer's scales (xscale per row, or per 128 columns)
+  // int8/fp8 families: the quantizer's scales (xscale per row, per 128 columns, or static);
+  // default for the bf16 families, whose plans quantize nothing.
+  ActivationScaling scaling;
   std::string layout;  // the layout the weights will be in (the repack's, or canonical)
   std::vector<KernelMiss> absent;  // the optional kernels looked up and not got
 

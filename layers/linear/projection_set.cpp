@@ -37,7 +37,7 @@ std::string formats_for(ActivationQuant a) {
 }  // namespace
 
 DeviceQuantMatrix ProjectionSet::upload(Backend& backend, const QuantMatrix& weights) const {
-  if (kernels().scaling.static_tensor && kernels().quantize && weights.input_scales.empty()) {
+  if (kernels().scaling.static_tensor && weights.input_scales.empty()) {
     throw Error(Status::invalid_argument, weights.name + ": " + tier + " quantizes with static scales, but the weights carry "
                                                                        "none (no input_scale)");
   }

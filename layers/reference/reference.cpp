@@ -92,7 +92,7 @@ ProjectionInputs prepare_inputs(const QuantView& w, const std::vector<double>& x
     const double* xr = gathered.data() + size_t{r} * k;
     if (scaling.static_tensor) {
       scales.assign(1, w.input_scale);
-      quantize_with_scale(tier, ScaleArithmetic::bf16, xr, k, w.input_scale, in.x.data() + size_t{r} * k);
+      quantize_with_scale(tier, scaling.arithmetic, xr, k, w.input_scale, in.x.data() + size_t{r} * k);
     } else {
       quantize_row(tier, scaling, xr, k, in.x.data() + size_t{r} * k, scales.data());
     }

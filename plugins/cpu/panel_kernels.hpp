@@ -4,8 +4,8 @@
 // TU defines its Isas and installs PanelKernels<Isa, family> for every family. Everything is in
 // an anonymous namespace, so each TU's instantiations are its own (see numeric.hpp for why that
 // matters with per-TU -m flags). Use no std:: function here: an out-of-line std template
-// instantiated under -mavx512f could be shared with baseline code (std::integer_sequence below
-// is a type only).
+// instantiated under -mavx512f could be shared with baseline code (std::integer_sequence and
+// std::conditional_t below are types only).
 //
 // The outer-product form: columns along the vector lanes, one 64-byte unit (16 columns x 8 k of
 // 4-bit codes, or x 4 k of 8-bit codes) loaded per panel and decoded in registers, each decoded
@@ -54,21 +54,13 @@
 //   group_sum(p, len): the sum of `len` prepared activations at p, as f32.
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include "panel_layout.hpp"
 
 namespace metrale::cpu {
 namespace {
-
-template <bool kFirst, class A, class B>
-struct PickType {
-  using type = A;
-};
-template <class A, class B>
-struct PickType<false, A, B> {
-  using type = B;
-};
 
 // E4M3 codes as bf16 bits, exactly: the code's low 7 bits become the top of an f32's exponent
 // and mantissa, and a product with 2^120 restores E4M3's exponent bias (subnormals included).
@@ -99,7 +91,7 @@ struct PanelKernels {
   using Act = typename I::Act;
   using Src = typename I::Src;
   static constexpr bool kE4m3Act = kF.e4m3_act;
-  using In = typename PickType<kE4m3Act, uint8_t, Src>::type;  // activations as the kernel takes them
+  using In = std::conditional_t<kE4m3Act, uint8_t, Src>;  // activations as the kernel takes them
   static constexpr uint32_t kLanes = I::kLanes;
   static constexpr uint32_t kVecs = kPanel / kLanes;  // vectors per panel
   static constexpr uint32_t kUnitK = 32 / kF.code_bits;

@@ -99,6 +99,24 @@ struct Bf16Isa : Avx512PanelOps, Avx512FloatAcc {
 #endif
     }
   }
+#if defined(__AVX512VBMI__)
+  // E4M3 activations as bf16 (panel_kernels.hpp's e4m3_to_bf16, same bits), 64 codes per step:
+  // the decoder's two table lookups, then the low and high bytes interleaved in order.
+  static void widen_e4m3(const uint8_t* src, uint32_t len, uint16_t* dst) {
+    const auto table = [](const uint8_t* p) { return _mm512_load_si512(p); };
+    const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (uint32_t t = 0; t < len; t += 64) {
+      const __m512i codes = _mm512_loadu_si512(src + t);
+      const __m512i low = _mm512_permutex2var_epi8(table(kFp8Tables.low[0]), codes, table(kFp8Tables.low[1]));
+      __m512i high = _mm512_permutex2var_epi8(table(kFp8Tables.high[0]), codes, table(kFp8Tables.high[1]));
+      high = _mm512_ternarylogic_epi32(high, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);  // a | (b & c)
+      // Per 128-bit lane: unpacklo holds codes 0..7 of the lane, unpackhi 8..15.
+      const __m512i lo = _mm512_unpacklo_epi8(low, high), hi = _mm512_unpackhi_epi8(low, high);
+      _mm512_storeu_si512(dst + t, _mm512_permutex2var_epi64(lo, first, hi));
+      _mm512_storeu_si512(dst + t + 32, _mm512_permutex2var_epi64(lo, second, hi));
+    }
+  }
+#endif
   static vx bcast(const uint16_t* p) {
     int32_t pair;
     __builtin_memcpy(&pair, p, sizeof pair);

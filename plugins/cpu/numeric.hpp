@@ -73,25 +73,21 @@ inline float e4m3_to_f32(uint8_t code) {
 
 // The E4M3 code nearest to `value` (ties to even), saturating to +-448 as the GPUs' satfinite
 // conversion does; a negative value that rounds to zero keeps its sign (0x80); NaN gives 0x7f.
+// Between 2^-6 and 448 the f32 bits round to 3 mantissa bits as integers (a carry moves into
+// the exponent); every f32 gives the code of the frexp/ldexp form (checked over all 2^32).
 inline uint8_t f32_to_e4m3(float value) {
   if (value != value) return 0x7f;
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const float magnitude = value < 0 ? -value : value;
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  float magnitude;
+  std::memcpy(&magnitude, &abs_bits, sizeof magnitude);
   if (magnitude >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);
   // Below 2^-6 the codes are multiples of 2^-9, and code 8 (2^-6) is where the normals begin.
   if (magnitude < 0x1p-6f) return static_cast<uint8_t>(sign | static_cast<uint8_t>(__builtin_nearbyintf(magnitude * 512.0f)));
-  int exponent = 0;
-  (void)__builtin_frexpf(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
-  exponent -= 1;
-  auto units = static_cast<uint32_t>(__builtin_nearbyintf(__builtin_ldexpf(magnitude, 3 - exponent)));  // 8..16
-  if (units == 16) {
-    units = 8;
-    ++exponent;
-  }
-  const uint32_t code = (static_cast<uint32_t>(exponent + 7) << 3) | (units - 8);
-  return static_cast<uint8_t>(sign | (code > 0x7eu ? 0x7eu : code));
+  const uint32_t rounded = abs_bits + 0x7ffffu + ((abs_bits >> 20) & 1u);  // ties to even
+  return static_cast<uint8_t>(sign | ((rounded >> 20) - (120u << 3)));      // f32 bias 127, E4M3's 7
 }
 
 inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }

@@ -2,7 +2,7 @@
 // Bodies of the cpu-x86_64-avx512bf16 tier: the bf16-activation GEMM families with integer
 // codes on the panel layouts (panel_layout.hpp) that this tier's repacks write at load, the loop
 // structure panel_kernels.hpp's and the instructions bf16_isa.hpp's; the activations of
-// act_avx512.hpp; the int8 quantization of quant_avx512.hpp. The FP8 family comes from
+// act_avx512.hpp; the activation quantizers of quant_avx512.hpp. The FP8 family comes from
 // fp8_avx512vbmi.cpp and the int8-activation families from int8_avx512vnni.cpp (or, on a CPU
 // without VBMI or VNNI, from the avx512 tier). Compiled with the matching -m flags; called only
 // after target detection.

@@ -136,3 +136,48 @@ TEST_CASE("fp8: every E4M3 code decodes exactly on every tier (subnormals, +-448
     }
   }
 }
+
+// E4M3 activations exactly: x holds each finite code once (the NaN codes 0x7f and 0xff as +0),
+// weight row c is 1.0 at column c (0 elsewhere), scales 1, so output c is activation code c's
+// value, whatever path widens it; then a NaN code among zeros makes every output NaN.
+TEST_CASE("fp8_gemv_a8 and fp8_gemv_a8_group128: every E4M3 activation code is read exactly on every tier (NaN too)") {
+  const uint32_t n = 256, k = 256;
+  QuantProblem p;
+  p.fam = Fam::fp8;
+  p.m = 1;
+  p.n = n;
+  p.k = k;
+  p.codes.assign(size_t{n} * k, 0x00);
+  for (uint32_t c = 0; c < n; ++c) p.codes[size_t{c} * k + c] = 0x38;  // 1.0
+  p.scales.assign(size_t{n} * (k / 128), 1.0f);
+  std::vector<uint8_t> finite(k), nan(k, 0x00);
+  for (uint32_t c = 0; c < k; ++c) finite[c] = (c & 0x7f) == 0x7f ? 0x00 : static_cast<uint8_t>(c);
+  for (const std::string& tier : supported_tiers()) {
+    Backend& b = tier_backend(tier);
+    const DeviceQ w = upload_weights(b, p);
+    for (const auto& [name, scales] : {std::pair{std::string("fp8_gemv_a8"), 1u}, std::pair{std::string("fp8_gemv_a8_group128"), k / 128}}) {
+      const auto run = [&, &kernel = name, scale_count = scales](const std::vector<uint8_t>& xq) {
+        const uint64_t x = b.upload(xq), xs = b.upload(std::vector<float>(scale_count, 1.0f)), y = b.alloc(size_t{n} * 2);
+        Args args;
+        args.ptr(x).ptr(xs).ptr(w.codes).ptr(w.scales).ptr(y).u32(1).u32(n).u32(k);
+        REQUIRE_MESSAGE(b.launch(b.kernel("fp8", kernel.c_str()), {ceil_div(n, 64), 1}, args) == METRALE_STATUS_OK, b.last_error());
+        const auto out = widen_bf16(b.download<uint16_t>(y, n));
+        for (uint64_t a : {x, xs, y}) b.free(a);
+        return out;
+      };
+      const auto out = run(finite);
+      for (uint32_t c = 0; c < n; ++c) {
+        const double want = e4m3_value(finite[c]);
+        INFO(name << " code " << c << " on " << tier << ": got " << out[c] << " want " << want);
+        CHECK(out[c] == want);
+      }
+      for (const uint8_t code : {uint8_t{0x7f}, uint8_t{0xff}}) {
+        nan[9] = code;
+        const auto poisoned = run(nan);
+        INFO(name << " NaN code " << int{code} << " on " << tier);
+        CHECK(std::all_of(poisoned.begin(), poisoned.end(), [](double v) { return std::isnan(v); }));
+      }
+    }
+    for (uint64_t a : {w.codes, w.scales}) b.free(a);
+  }
+}

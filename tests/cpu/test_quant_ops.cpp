@@ -202,6 +202,58 @@ TEST_CASE("the quantizers write the codes of their arithmetic: f32 or compressed
   }
 }
 
+TEST_CASE("every tier's quantizers write the baseline's bytes: ties, subnormal quotients, saturation, NaN and infinity rows") {
+  const uint32_t k = 384;  // three groups of 128
+  std::mt19937_64 rng(6100);
+  std::vector<double> x;
+  const auto row = [&](auto value) {
+    for (uint32_t t = 0; t < k; ++t) x.push_back(value(t));
+  };
+  // Peak 448 in every group: scale 1 (f32 and bf16), quotients on E4M3 and int8 ties, normal and subnormal.
+  const double ties[] = {448, 1.0625, -1.0625, 1.1875, 0.0126953125, -0.005859375, 0.0009765625, 2.5, -3.5, 12.5, 0.5};
+  row([&](uint32_t t) { return t % 128 < std::size(ties) ? ties[t % 128] : 0.0; });
+  row([&](uint32_t t) { return t == 7 ? std::nan("") : 1.0; });                          // NaN in group 0
+  row([&](uint32_t t) { return t == 200 ? -HUGE_VAL : 0.25; });                           // infinity in group 1
+  row([](uint32_t) { return 0.0; });                                                      // scale 0 (f32) or 2^-23 (bf16)
+  row([&](uint32_t) { return std::ldexp(static_cast<double>(rng() % 64) - 32, -135); });  // subnormal bf16
+  for (int r = 0; r < 4; ++r) {
+    std::normal_distribution<double> dist(0.0, std::ldexp(1.0, 12 * r - 20));
+    row([&](uint32_t t) { return t == 300 ? dist(rng) * 1000 : dist(rng); });  // an outlier in group 2
+  }
+  const auto m = static_cast<uint32_t>(x.size() / k);
+  std::vector<uint16_t> xb;
+  for (double v : x) xb.push_back(to_bf16(v));
+  for (const char* kernel : {"quantize_int8", "quantize_int8_bf16", "quantize_fp8", "quantize_fp8_bf16", "quantize_fp8_group128",
+                             "quantize_fp8_group128_bf16"}) {
+    const uint32_t scales = std::string(kernel).ends_with("group128") || std::string(kernel).ends_with("group128_bf16") ? k / 128 : 1;
+    const auto run = [&](const std::string& tier) {
+      Backend& b = tier_backend(tier);
+      const uint64_t dx = b.upload(xb), dq = b.alloc(xb.size()), ds = b.alloc(size_t{m} * scales * 4);
+      Args args;
+      args.ptr(dx).ptr(dq).ptr(ds).u32(m).u32(k);
+      REQUIRE_MESSAGE(b.launch(b.kernel("quant", kernel), {m, 1}, args, 256) == METRALE_STATUS_OK, b.last_error());
+      auto out = std::make_pair(b.download<uint8_t>(dq, xb.size()), b.download<float>(ds, size_t{m} * scales));
+      for (uint64_t a : {dx, dq, ds}) b.free(a);
+      return out;
+    };
+    const auto [want_codes, want_scales] = run("baseline");
+    if (std::string(kernel) == "quantize_fp8") {  // the ties go to the even code
+      CHECK(want_codes[1] == 0x38);  // 1.0625 -> 1.0
+      CHECK(want_codes[3] == 0x3a);  // 1.1875 -> 1.25
+      CHECK(want_codes[4] == 0x06);  // 6.5 * 2^-9 -> subnormal 6
+      CHECK(want_codes[5] == 0x83);  // -3 * 2^-9
+      CHECK(want_codes[6] == 0x00);  // 2^-10 -> 0
+      CHECK(want_codes[9] == 0x54);  // 12.5 -> 12
+    }
+    for (const std::string& tier : supported_tiers()) {
+      INFO("quant/" << kernel << " on " << tier);
+      const auto [codes, got_scales] = run(tier);
+      CHECK(codes == want_codes);
+      CHECK(std::memcmp(got_scales.data(), want_scales.data(), want_scales.size() * 4) == 0);  // NaN scales too
+    }
+  }
+}
+
 TEST_CASE("the static quantizers take each group's stored scale: the dynamic bf16 codes at the same scales, saturation at -128") {
   const uint32_t k = quantizer_cases::kCols, m = quantizer_cases::kRows;
   std::vector<uint16_t> x;

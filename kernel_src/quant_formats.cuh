@@ -6,6 +6,8 @@
 //   W4Zp   w4-zp:         4-bit, value (q - z) · f32 scale, groups of G, u8 zero points
 //   W8Zp   w8-zp:         8-bit, value (q - z) · f32 scale, groups of G, u8 zero points
 //   Fp8W   fp8-e4m3:      8-bit E4M3, value e4m3(q) · f32 scale, groups of 128
+//   W4ZpE4m3 w4-zp read by the E4M3 tensor cores (module w4afp8): the codes 0..15 as E4M3
+// kFp8: the codes are E4M3; kE4m3Mma: the tiles multiply on the E4M3 tensor cores.
 #pragma once
 
 #include "metrale_common.cuh"
@@ -18,6 +20,7 @@ struct W4Sym {
   static constexpr bool kZeros = false;
   static constexpr int kZero = 8;
   static constexpr bool kFp8 = false;
+  static constexpr bool kE4m3Mma = false;
   using Scale = __half;
   __device__ static float scale(Scale s) { return __half2float(s); }
 };
@@ -28,6 +31,7 @@ struct W4Zp {
   static constexpr bool kZeros = true;
   static constexpr int kZero = 0;
   static constexpr bool kFp8 = false;
+  static constexpr bool kE4m3Mma = false;
   using Scale = float;
   __device__ static float scale(Scale s) { return s; }
 };
@@ -38,6 +42,7 @@ struct W8Zp {
   static constexpr bool kZeros = true;
   static constexpr int kZero = 0;
   static constexpr bool kFp8 = false;
+  static constexpr bool kE4m3Mma = false;
   using Scale = float;
   __device__ static float scale(Scale s) { return s; }
 };
@@ -48,8 +53,15 @@ struct Fp8W {
   static constexpr bool kZeros = false;
   static constexpr int kZero = 0;
   static constexpr bool kFp8 = true;
+  static constexpr bool kE4m3Mma = true;
   using Scale = float;
   __device__ static float scale(Scale s) { return s; }
+};
+
+// w4-zp under E4M3 activations: each code q (0..15, an E4M3 number exactly) enters the E4M3
+// tensor cores as itself; the zero point joins through the activations' row sums.
+struct W4ZpE4m3 : W4Zp {
+  static constexpr bool kE4m3Mma = true;
 };
 
 // The value of code q (already extracted) given zf = code_offset(zero point): exact in f32 and

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Tile GEMM on tensor cores for 8-bit activations: int8 activations with integer weight codes
 // (modules w4a8, w8a8: mma.sync m16n8k32 s8·u8 -> s32, sm_80+) and E4M3 activations with E4M3
-// weights (fp8_*_a8: mma.sync m16n8k32 e4m3 -> f32, sm_89+). One N128×M64 tile per block, four
+// weights (fp8_*_a8) or 4-bit codes with zero points (w4afp8: each code 0..15 as the E4M3 number
+// it equals), both on mma.sync m16n8k32 e4m3 -> f32, sm_89+. One N128×M64 tile per block, four
 // warps side by side along N, K in chunks of 32 (one mma K step) through a 4-stage cp.async ring.
 //
 // Integer path: per group of K the block sums Σ xq·q exactly in int32 (`part`), and the row sums
@@ -9,6 +10,8 @@
 // completes, acc += s · f32(part - z · rsum), exact up to that product (|part - z·rsum| < 2^24
 // for groups of at most 128). The result is y = xscale[row] · acc (docs/kernels.md).
 // E4M3 path: part accumulates in f32 per group of 128, acc += part · s, y = xscale[row] · acc;
+// with 4-bit codes the row sums are an E4M3 mma against ones too and acc += s · (part − z · rsum)
+// in f32;
 // with activation scales per 128 columns (GROUP_SCALES: xscale [m][k/128]) acc += part · s ·
 // xscale[row][group] instead, and y = acc.
 //
@@ -21,6 +24,16 @@
 #include "tile_pipeline.cuh"
 
 namespace metrale {
+
+// Four bytes holding integers 0..15 as the four E4M3 codes of the same numbers: 0..7 looked up
+// (0, 1, 2, 3 -> 0x00, 0x38, 0x40, 0x44; 4..7 -> 0x48 + 2 (q - 4)), 8..15 are 0x48 + q.
+__device__ __forceinline__ unsigned small_ints_to_e4m3(unsigned v) {
+  const unsigned low3 = v & 0x07070707u;
+  const unsigned pairs = low3 | (low3 >> 4);                       // selectors of bytes 0, 1 | 2, 3
+  const unsigned small = __byte_perm(0x44403800u, 0x4e4c4a48u, (pairs & 0xffu) | ((pairs >> 8) & 0xff00u));
+  const unsigned big = ((v >> 3) & 0x01010101u) * 0xffu;           // bytes whose integer is 8..15
+  return (small & ~big) | ((v + 0x48484848u) & big);
+}
 
 // A and B rows of 32 K positions: 8-byte loads of a half-warp's four row groups (rows 32 bytes
 // apart) and 4-byte loads of eight columns (16 bytes apart) hit distinct banks unpadded.
@@ -37,10 +50,11 @@ template <class Fmt, unsigned BM, unsigned BN, unsigned WARPS_M, unsigned WARPS_
 struct Math8 {
   using Shape = TileShape<BM, BN, WARPS_M, WARPS_N>;
   using Stage = Stage8<BM, BN, Fmt::kBits>;
-  using Part = typename Select<Fmt::kFp8, float, int>::type;
+  using Part = typename Select<Fmt::kE4m3Mma, float, int>::type;
+  static constexpr bool kRowSums = !Fmt::kFp8;  // integer codes: the zero points need Σ xq
   float acc[Shape::kMTiles][Shape::kNTiles][4];
   Part part[Shape::kMTiles][Shape::kNTiles][4];
-  int rsum[Shape::kMTiles][4];  // Σ xq of rows g (elements 0, 1) and g+8 (2, 3); integer path
+  Part rsum[Shape::kMTiles][4];  // Σ xq of rows g (elements 0, 1) and g+8 (2, 3); integer codes
   // GROUP_SCALES: the tile's rows of xscale ([rows][groups], row 0 the tile's first), and how many.
   const float* group_scales;
   unsigned groups, rows;
@@ -61,7 +75,7 @@ struct Math8 {
   }
 
   __device__ static void mma(Part (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    if constexpr (Fmt::kFp8) {
+    if constexpr (Fmt::kE4m3Mma) {
 #if defined(METRALE_HAS_FP8)
       mma_e4m3_16832(d, a, b);
 #else
@@ -87,9 +101,10 @@ struct Math8 {
       a[i][1] = hi.x;  // row g+8
       a[i][2] = lo.y;  // row g,   K 8t+4..8t+7 (elements 4t+16..4t+19)
       a[i][3] = hi.y;  // row g+8
-      if constexpr (!Fmt::kFp8) {
-        const unsigned ones[2] = {0x01010101u, 0x01010101u};
-        if (warp_m * Shape::kWarpM + i * 16 < rows) mma_s8u8_16832(rsum[i], a[i], ones);
+      if constexpr (kRowSums) {
+        constexpr unsigned kOne = Fmt::kE4m3Mma ? 0x38383838u : 0x01010101u;  // 1 in E4M3, or in u8
+        const unsigned ones[2] = {kOne, kOne};
+        if (warp_m * Shape::kWarpM + i * 16 < rows) mma(rsum[i], a[i], ones);
       }
     }
 #pragma unroll
@@ -102,6 +117,10 @@ struct Math8 {
         b[1] = v.y;
       } else {
         spread_nibbles(*reinterpret_cast<const unsigned*>(stage.b + col * Stage::kBStride + 4 * t), b[0], b[1]);
+        if constexpr (Fmt::kE4m3Mma) {
+          b[0] = small_ints_to_e4m3(b[0]);
+          b[1] = small_ints_to_e4m3(b[1]);
+        }
       }
 #pragma unroll
       for (unsigned i = 0; i < Shape::kMTiles; ++i) {
@@ -134,6 +153,8 @@ struct Math8 {
             acc[i][j][e] = fmaf(part[i][j][e], s[e & 1u] * xs[i][e >> 1], acc[i][j][e]);
           } else if constexpr (Fmt::kFp8) {
             acc[i][j][e] = fmaf(part[i][j][e], s[e & 1u], acc[i][j][e]);
+          } else if constexpr (Fmt::kE4m3Mma) {
+            acc[i][j][e] = fmaf(part[i][j][e] - static_cast<float>(z[e & 1u]) * rsum[i][e], s[e & 1u], acc[i][j][e]);
           } else {
             const int exact = part[i][j][e] - z[e & 1u] * rsum[i][e];
             acc[i][j][e] = fmaf(static_cast<float>(exact), s[e & 1u], acc[i][j][e]);

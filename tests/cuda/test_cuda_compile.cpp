@@ -76,14 +76,14 @@ bool gated_on(const std::string& kernel, const std::string& target) {
 
 }  // namespace
 
-TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activation kernels are gated on sm_80") {
+TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3, w4afp8 and the FP8-activation kernels are gated on sm_80") {
   for (const char* target : {"sm_80", "sm_90"}) {
     CAPTURE(target);
     Compile compile(target);
     REQUIRE_MESSAGE(compile.status == METRALE_STATUS_OK, compile.error);
     CHECK(std::string(compile.result->target) == target);
     CHECK(std::string(compile.result->cache_dir).empty());
-    REQUIRE(compile.result->module_count == 11);
+    REQUIRE(compile.result->module_count == 12);
     size_t kernels = 0;
     size_t gated = 0;
     for (uint32_t i = 0; i < compile.result->module_count; ++i) {
@@ -93,6 +93,11 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activ
       if (std::string(m.module) == "w4a16_v3" && std::string(target) == "sm_80") {
         CHECK(m.outcome == METRALE_CUDA_MODULE_GATED);
         CHECK(std::string(m.message).find("w4a16_gemm_t_m128_v3: sm_90") != std::string::npos);
+        continue;
+      }
+      if (std::string(m.module) == "w4afp8" && std::string(target) == "sm_80") {
+        CHECK(m.outcome == METRALE_CUDA_MODULE_GATED);
+        CHECK(std::string(m.message).find("w4afp8_gemm: sm_89") != std::string::npos);
         continue;
       }
       CHECK(m.outcome == METRALE_CUDA_MODULE_COMPILED);
@@ -119,11 +124,11 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activ
         }
       }
     }
-    CHECK(kernels == (std::string(target) == "sm_80" ? 45u : 46u));
+    CHECK(kernels == (std::string(target) == "sm_80" ? 45u : 48u));
     CHECK(gated == (std::string(target) == "sm_80" ? 9u : 0u));
-    CHECK(compile.progress.events.size() == 22);
+    CHECK(compile.progress.events.size() == 24);
     CHECK(compile.progress.events.front() == "start w4a16");
-    CHECK(compile.progress.events.back() == "end w8a8");
+    CHECK(compile.progress.events.back() == "end w4afp8");
   }
 }
 

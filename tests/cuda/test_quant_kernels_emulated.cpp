@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The quantized-weight kernels of kernel_src/ (modules w4a16_zp, w8a16, fp8, w4a8, w8a8, quant),
+// The quantized-weight kernels of kernel_src/ (modules w4a16_zp, w8a16, fp8, w4a8, w8a8, w4afp8, quant),
 // compiled for the host against the CUDA emulation of tests/cuda/emulation and checked against
 // the double-precision definitions of quant_reference.hpp: GEMV tiers, bf16 / int8 / E4M3 tensor
 // core tiles and their grouped forms at awkward shapes, every group size, zero points at the
@@ -17,6 +17,7 @@
 #include "quant.cu"
 #include "w4a16_zp.cu"
 #include "w4a8.cu"
+#include "w4afp8.cu"
 #include "w8a16.cu"
 #include "w8a8.cu"
 
@@ -69,9 +70,9 @@ void launch_bf16(Variant v, const std::vector<uint16_t>& x, const ref::QuantMatr
   });
 }
 
-// 8-bit activations: w4a8_* and w8a8_* (int8), fp8_*_a8 (E4M3; no gemv).
+// 8-bit activations: w4a8_* and w8a8_* (int8), fp8_*_a8 and w4afp8_* (E4M3; no gemv).
 void launch_act8(Variant v, const std::vector<uint8_t>& xq, const std::vector<float>& xscale, const ref::QuantMatrix& w,
-                 const std::vector<int>& offsets, std::vector<uint16_t>& y, uint32_t m) {
+                 const std::vector<int>& offsets, std::vector<uint16_t>& y, uint32_t m, bool e4m3_act) {
   const unsigned char* a = xq.data();
   const float* xs = xscale.data();
   const float* s = w.scales.data();
@@ -80,6 +81,11 @@ void launch_act8(Variant v, const std::vector<uint8_t>& xq, const std::vector<fl
   emu::launch(grid_of(v, n, m, e), {128, 1, 1}, [&] {
     switch (w.kind) {
       case QuantKind::w4zp:
+        if (e4m3_act) {
+          if (v == Variant::gemm) w4afp8_gemm(a, xs, w.words.data(), s, z, bf(y), m, n, k, g);
+          if (v == Variant::grouped) w4afp8_grouped_gemm(a, xs, w.words.data(), s, z, offsets.data(), bf(y), n, k, g, e);
+          break;
+        }
         if (v == Variant::gemv) w4a8_gemv(a, xs, w.words.data(), s, z, bf(y), m, n, k, g);
         if (v == Variant::gemm) w4a8_gemm(a, xs, w.words.data(), s, z, bf(y), m, n, k, g);
         if (v == Variant::grouped) w4a8_grouped_gemm(a, xs, w.words.data(), s, z, offsets.data(), bf(y), n, k, g, e);
@@ -131,7 +137,7 @@ void check_dense(QuantKind kind, Variant v, const Shape& s, bool act8, bool e4m3
   if (act8) {
     const auto xq = e4m3_act ? data.e4m3(static_cast<size_t>(s.m) * s.k) : data.int8(static_cast<size_t>(s.m) * s.k);
     const auto xscale = data.f32(s.m, 0.001f, 0.02f);
-    launch_act8(v, xq, xscale, w, {}, y, s.m);
+    launch_act8(v, xq, xscale, w, {}, y, s.m, e4m3_act);
     ref::check_act8_rows(c, xq.data(), xscale.data(), w, 0, s.m, y.data(), e4m3_act);
   } else {
     const auto x = data.bf16(static_cast<size_t>(s.m) * s.k);
@@ -160,7 +166,7 @@ void check_grouped(QuantKind kind, bool act8, bool e4m3_act) {
     const auto xq = e4m3_act ? data.e4m3(static_cast<size_t>(t) * cs.k) : data.int8(static_cast<size_t>(t) * cs.k);
     const auto xscale = data.f32(t, 0.001f, 0.02f);
     const auto x = data.bf16(static_cast<size_t>(t) * cs.k);
-    if (act8) launch_act8(Variant::grouped, xq, xscale, w, cs.offsets, y, 0);
+    if (act8) launch_act8(Variant::grouped, xq, xscale, w, cs.offsets, y, 0, e4m3_act);
     else launch_bf16(Variant::grouped, x, w, cs.offsets, y, 0);
     ref::Comparison c;
     for (uint32_t e = 0; e < experts; ++e) {
@@ -187,14 +193,16 @@ TEST_CASE("bf16 activations: w4a16_zp, w8a16 and fp8 GEMV, GEMM and grouped GEMM
   }
 }
 
-TEST_CASE("int8 activations: w4a8 and w8a8 GEMV, GEMM and grouped GEMM; E4M3 activations: fp8_*_a8") {
+TEST_CASE("int8 activations: w4a8 and w8a8 GEMV, GEMM and grouped GEMM; E4M3 activations: fp8_*_a8 and w4afp8") {
   for (const QuantKind kind : {QuantKind::w4zp, QuantKind::w8zp}) {
     for (const auto& s : kGemvShapes) check_dense(kind, Variant::gemv, s, true, false);
     for (const auto& s : kGemmShapes) check_dense(kind, Variant::gemm, s, true, false);
     check_grouped(kind, true, false);
   }
-  for (const auto& s : kGemmShapes) check_dense(QuantKind::fp8, Variant::gemm, s, true, true);
-  check_grouped(QuantKind::fp8, true, true);
+  for (const QuantKind kind : {QuantKind::fp8, QuantKind::w4zp}) {
+    for (const auto& s : kGemmShapes) check_dense(kind, Variant::gemm, s, true, true);
+    check_grouped(kind, true, true);
+  }
 }
 
 TEST_CASE("the tiles and the grouped loop under other schedules and copy timings (races show up here)") {
@@ -243,7 +251,7 @@ TEST_CASE("FP8 weights: subnormals and ±448 exactly, a NaN weight poisons its c
   for (uint32_t j = 0; j < 16; ++j) xq[j] = static_cast<uint8_t>(j < 8 ? j : 0x7e);  // subnormal and ±448 activations
   const auto xscale = data.f32(m, 0.001f, 0.02f);
   std::vector<uint16_t> y(static_cast<size_t>(m) * n, 0xffff);
-  launch_act8(Variant::gemm, xq, xscale, w, {}, y, m);
+  launch_act8(Variant::gemm, xq, xscale, w, {}, y, m, true);
   ref::Comparison c;
   ref::check_act8_rows(c, xq.data(), xscale.data(), w, 0, m, y.data(), true);
   CHECK_MESSAGE(c.ok(), c.report());

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Conformance of the CUDA quantized-weight kernels on a real GPU, through the real plugin,
 // against the double-precision definitions of tests/cuda/quant_reference.hpp (the checks the host
-// emulation passes): w4a16_zp, w8a16, fp8 (bf16 and, on sm_89+, E4M3 activations), w4a8, w8a8 at
-// ragged and model-sized shapes, the activation quantizers bit for bit, gather_k, and moe_align
-// feeding fp8_grouped_gemv. Suite 'gpu'; exits 77 with one line when no CUDA device is usable.
+// emulation passes): w4a16_zp, w8a16, fp8 (bf16 and, on sm_89+, E4M3 activations), w4a8, w8a8,
+// w4afp8 (sm_89+) at ragged and model-sized shapes, the activation quantizers bit for bit,
+// gather_k, and moe_align feeding fp8_grouped_gemv. Suite 'gpu'; exits 77 with one line when no CUDA device is usable.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -37,6 +37,7 @@ const Family kFamilies[] = {
     {"w4a16_zp", "w4a16_zp", "", QuantKind::w4zp, Act::bf16}, {"w8a16", "w8a16", "", QuantKind::w8zp, Act::bf16},
     {"fp8", "fp8", "", QuantKind::fp8, Act::bf16},            {"w4a8", "w4a8", "", QuantKind::w4zp, Act::int8},
     {"w8a8", "w8a8", "", QuantKind::w8zp, Act::int8},         {"fp8", "fp8", "_a8", QuantKind::fp8, Act::e4m3},
+    {"w4afp8", "w4afp8", "", QuantKind::w4zp, Act::e4m3},
 };
 
 // The E4M3 tensor cores of some GPUs accumulate with fewer than f32's bits within an mma.

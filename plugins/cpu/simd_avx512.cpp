@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Bodies of the cpu-x86_64-avx512 tier (AVX-512 F/BW/VL, with AVX2, FMA, F16C): every GEMM
 // family on the panel layouts (panel_layout.hpp) that this tier's repacks write at load, the
-// loop structure panel_kernels.hpp's; the activations of act_avx512.hpp; the int8 quantization
-// of quant_avx512.hpp. Compiled with the matching -m flags; called only after target detection
+// loop structure panel_kernels.hpp's; the activations of act_avx512.hpp; the activation
+// quantizers of quant_avx512.hpp. Compiled with the matching -m flags; called only after target detection
 // found them.
 //
 // bf16 activations (Isa): a panel is one zmm of 16 columns, each decoded vector the f32 weights

@@ -8,7 +8,7 @@ void add_tier_flags(CLI::App& cmd, TierFlags& flags) {
                  "Activation tier: bf16, int8 or fp8 (quantized per token); explicit: refused when the backend lacks it "
                  "(default: METRALE_ACTIVATION_QUANTIZATION, else what the checkpoint declares, else bf16)");
   cmd.add_option("--weight-quantization", flags.weight_quantization,
-                 "Synthetic weights' format: int4 (symmetric group-128 W4A16), int4-zp, int8 or fp8 "
+                 "Synthetic weights' format: int4 (symmetric group-128 W4A16), int4-zp, int8, fp8, bf16 or f16 (unquantized) "
                  "(default: METRALE_WEIGHT_QUANTIZATION, else int4); a checkpoint's format is what it declares");
   cmd.add_option("--expert-quantization", flags.expert_quantization,
                  "Synthetic MoE experts' format when it differs (default: METRALE_EXPERT_QUANTIZATION, else the weights')");

@@ -25,7 +25,7 @@ struct LayerRequest {
   std::optional<uint32_t> layer;  // the decoder layer (default: the lowest with an FFN)
   uint64_t seed = 1;
   TierAsk activations;    // bf16, int8 or fp8 (else the lever, the checkpoint's, bf16)
-  TierAsk weight_format;  // synthetic weights: int4, int4-zp, int8, fp8; a checkpoint's may only repeat its own
+  TierAsk weight_format;  // synthetic weights: int4, int4-zp, int8, fp8, bf16, f16; a checkpoint's may only repeat its own
   TierAsk expert_format;  // synthetic MoE experts, when they differ
   std::optional<uint32_t> group_size;  // synthetic zero-point weights (default: the W4A16 group, 128)
   // MoE: launch the experts one by one without looking the grouped kernel up, as a backend

@@ -49,6 +49,9 @@ void launch_repack(Backend& backend, const DeviceQuantMatrix& d, KernelHandle re
   if (weight_format_has_zeros(d.format)) {
     backend.launch(repack, shape, d.qweight.ptr(), d.scales.ptr(), d.zeros.ptr(), qweight.ptr(), scales.ptr(), zeros.ptr(),
                    d.n, d.k, d.group, d.batch);
+  } else if (!weight_format_has_scales(d.format)) {
+    // bf16_repack and f16_repack: (weight_in, weight_out, n, k, count).
+    backend.launch(repack, shape, d.qweight.ptr(), qweight.ptr(), d.n, d.k, d.batch);
   } else {
     // w4a16_repack and fp8_repack: (qweight_in, scales_in, qweight_out, scales_out, n, k, count).
     backend.launch(repack, shape, d.qweight.ptr(), d.scales.ptr(), qweight.ptr(), scales.ptr(), d.n, d.k, d.batch);

@@ -32,11 +32,12 @@ const std::array<LeverSpec, 10>& specs() {
        "Activation tier of the FFN projections: bf16, or int8 / fp8 quantized per token; an explicit tier the "
        "backend lacks is a refusal.", {"bf16", "int8", "fp8"}, false, "layers"},
       {"METRALE_WEIGHT_QUANTIZATION", T::choice, "int4",
-       "Weight tier of synthetic weights: int4 (symmetric group-128 W4A16), int4-zp, int8 or fp8; a checkpoint's "
-       "declared format rules instead.", {"int4", "int4-zp", "int8", "fp8"}, false, "layers"},
+       "Weight tier of synthetic weights: int4 (symmetric group-128 W4A16), int4-zp, int8, fp8, or unquantized bf16 "
+       "or f16; a checkpoint's declared format rules instead.", {"int4", "int4-zp", "int8", "fp8", "bf16", "f16"}, false,
+       "layers"},
       {"METRALE_EXPERT_QUANTIZATION", T::choice, "(the weight tier)",
        "Weight tier of synthetic MoE experts, when it differs from METRALE_WEIGHT_QUANTIZATION.",
-       {"int4", "int4-zp", "int8", "fp8"}, false, "layers"},
+       {"int4", "int4-zp", "int8", "fp8", "bf16", "f16"}, false, "layers"},
       {"METRALE_FP8_MOE_GROUPED_DECODE", T::choice, "(try it)",
        "1 requires the cross-row grouped FP8 MoE decode (refusing when the backend lacks it); 0 turns it off; "
        "unset tries it and falls back.", {"0", "1"}, false, "layers"},

@@ -26,12 +26,19 @@ const char* weight_format_name(WeightFormat format) noexcept {
     case WeightFormat::w4_zp: return "w4-zp";
     case WeightFormat::w8_zp: return "w8-zp";
     case WeightFormat::fp8: return "fp8-e4m3";
+    case WeightFormat::bf16: return "bf16-nk";
+    case WeightFormat::f16: return "f16-nk";
   }
   return "?";
 }
 
 uint32_t weight_format_bits(WeightFormat format) noexcept {
+  if (!weight_format_has_scales(format)) return 16;
   return format == WeightFormat::w4a16 || format == WeightFormat::w4_zp ? 4 : 8;
+}
+
+bool weight_format_has_scales(WeightFormat format) noexcept {
+  return format != WeightFormat::bf16 && format != WeightFormat::f16;
 }
 
 bool weight_format_has_zeros(WeightFormat format) noexcept {
@@ -40,10 +47,12 @@ bool weight_format_has_zeros(WeightFormat format) noexcept {
 
 uint32_t QuantView::code(uint32_t row, uint32_t col) const noexcept {
   if (weight_format_bits(format) == 4) return (qweight[size_t{row} * (k / 8) + col / 8] >> (4 * (col % 8))) & 0xfu;
+  if (weight_format_bits(format) == 16) return (qweight[size_t{row} * (k / 2) + col / 2] >> (16 * (col % 2))) & 0xffffu;
   return (qweight[size_t{row} * (k / 4) + col / 4] >> (8 * (col % 4))) & 0xffu;
 }
 
 float QuantView::scale(uint32_t row, uint32_t group_index) const noexcept {
+  if (!weight_format_has_scales(format)) return 1.0f;
   const size_t at = size_t{row} * (k / group) + group_index;
   return format == WeightFormat::w4a16 ? f16_to_f32(scales[at]) : scales32[at];
 }
@@ -56,6 +65,8 @@ double QuantView::value(uint32_t row, uint32_t col) const noexcept {
     case WeightFormat::w4_zp:
     case WeightFormat::w8_zp: return (static_cast<double>(q) - zeros[size_t{row} * (k / group) + col / group]) * s;
     case WeightFormat::fp8: return static_cast<double>(e4m3_to_f32(static_cast<uint8_t>(q))) * s;
+    case WeightFormat::bf16: return bf16_to_f32(static_cast<uint16_t>(q));
+    case WeightFormat::f16: return f16_to_f32(static_cast<uint16_t>(q));
   }
   return 0.0;
 }
@@ -66,6 +77,7 @@ void QuantView::dequantize_row(uint32_t row, std::span<double> out) const {
 }
 
 size_t QuantMatrix::scale_bytes_per_matrix() const noexcept {
+  if (!weight_format_has_scales(format)) return 0;
   return scales_per_matrix() * (format == WeightFormat::w4a16 ? sizeof(uint16_t) : sizeof(float));
 }
 
@@ -91,7 +103,7 @@ QuantView QuantMatrix::view(uint32_t index) const {
   const size_t per = scales_per_matrix();
   if (format == WeightFormat::w4a16) {
     v.scales = std::span<const uint16_t>(scales).subspan(index * per, per);
-  } else {
+  } else if (weight_format_has_scales(format)) {
     v.scales32 = std::span<const float>(scales32).subspan(index * per, per);
   }
   if (weight_format_has_zeros(format)) v.zeros = std::span<const uint8_t>(zeros).subspan(index * per, per);
@@ -113,7 +125,7 @@ void QuantMatrix::validate() const {
   };
   expect("qweight words", qweight.size(), size_t{batch} * words_per_matrix());
   expect("fp16 scales", scales.size(), w4a16 ? size_t{batch} * per : 0);
-  expect("f32 scales", scales32.size(), w4a16 ? 0 : size_t{batch} * per);
+  expect("f32 scales", scales32.size(), w4a16 || !weight_format_has_scales(format) ? 0 : size_t{batch} * per);
   expect("zero points", zeros.size(), zp ? size_t{batch} * per : 0);
   if (!input_scales.empty()) expect("static activation scales", input_scales.size(), batch);
   for (size_t e = 0; e < input_scales.size(); ++e) {
@@ -145,7 +157,7 @@ void check_quant_shape(std::string_view name, WeightFormat format, uint64_t n, u
   if (k == 0 || k % kW4a16GroupSize != 0) {
     invalid(who + ": " + what + " needs K to be a positive multiple of 128, got K = " + std::to_string(k));
   }
-  const bool fixed128 = format == WeightFormat::w4a16 || format == WeightFormat::fp8;
+  const bool fixed128 = format == WeightFormat::w4a16 || format == WeightFormat::fp8 || !weight_format_has_scales(format);
   if (fixed128 ? group != kW4a16GroupSize : (group != 32 && group != 64 && group != 128)) {
     invalid(who + ": " + what + " groups along K are " + (fixed128 ? "128" : "32, 64 or 128") + ", got " +
             std::to_string(group));
@@ -173,12 +185,14 @@ QuantMatrix quant_zeros(std::string name, WeightFormat format, uint32_t n, uint3
   m.n = n;
   m.k = k;
   m.group = group;
-  const uint32_t zero_code = format == WeightFormat::w8_zp ? 0x80808080u : format == WeightFormat::fp8 ? 0u : 0x88888888u;
+  const uint32_t zero_code = format == WeightFormat::w8_zp                                    ? 0x80808080u
+                             : format == WeightFormat::fp8 || !weight_format_has_scales(format) ? 0u
+                                                                                                : 0x88888888u;
   m.qweight.assign(size_t{batch} * m.words_per_matrix(), zero_code);
   const size_t scales = size_t{batch} * m.scales_per_matrix();
   if (format == WeightFormat::w4a16) {
     m.scales.assign(scales, 0);
-  } else {
+  } else if (weight_format_has_scales(format)) {
     m.scales32.assign(scales, 0.0f);
   }
   if (weight_format_has_zeros(format)) m.zeros.assign(scales, format == WeightFormat::w8_zp ? 128 : 8);

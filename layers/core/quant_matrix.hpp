@@ -7,9 +7,11 @@
 //   w4_zp    4-bit codes, value (q - z) * s, f32 scale and u8 zero point per group of 32/64/128
 //   w8_zp    8-bit codes, value (q - z) * s, f32 scale and u8 zero point per group of 32/64/128
 //   fp8      E4M3 codes,  value e4m3(q) * s, f32 scale per group of 128
+//   bf16     the bf16 values themselves (an unquantized checkpoint's weights), no scales
+//   f16      the f16 values themselves, no scales
 //
 // Codes are packed along K into u32 words, lowest bits = lowest k (8 per word for 4 bits, 4 for
-// 8 bits). An act-order matrix (GPTQ desc_act) is stored with its K columns sorted by group; its
+// 8 bits, 2 for 16: the row-major bytes a checkpoint stores). An act-order matrix (GPTQ desc_act) is stored with its K columns sorted by group; its
 // `perm` says which input column each stored column reads. Every constructor and loader checks
 // shapes and throws metrale::Error (invalid_argument) naming the tensor.
 #pragma once
@@ -25,14 +27,15 @@ namespace metrale::layers {
 inline constexpr uint32_t kW4a16GroupSize = 128;
 inline constexpr uint32_t kW4a16CodesPerWord = 8;
 
-enum class WeightFormat : uint8_t { w4a16, w4_zp, w8_zp, fp8 };
+enum class WeightFormat : uint8_t { w4a16, w4_zp, w8_zp, fp8, bf16, f16 };
 // The format of the project's own weights (synthetic, `metrale run --save-weights`), and so of a
 // request that names none.
 inline constexpr WeightFormat kDefaultWeightFormat = WeightFormat::w4a16;
-// The canonical layout's name: "w4a16-nk-g128", "w4-zp", "w8-zp", "fp8-e4m3".
+// The canonical layout's name: "w4a16-nk-g128", "w4-zp", "w8-zp", "fp8-e4m3", "bf16-nk", "f16-nk".
 const char* weight_format_name(WeightFormat format) noexcept;
-uint32_t weight_format_bits(WeightFormat format) noexcept;  // 4 or 8
+uint32_t weight_format_bits(WeightFormat format) noexcept;  // 4, 8 or 16
 bool weight_format_has_zeros(WeightFormat format) noexcept;
+bool weight_format_has_scales(WeightFormat format) noexcept;  // all but bf16 and f16
 
 // Read-only view of one [N, K] matrix (one expert of a stack, or a plain matrix).
 struct QuantView {
@@ -68,7 +71,7 @@ struct QuantMatrix {
   uint32_t batch = 1;
   uint32_t n = 0;
   uint32_t k = 0;
-  uint32_t group = kW4a16GroupSize;  // along K: 128 for w4a16 and fp8; 32, 64 or 128 otherwise
+  uint32_t group = kW4a16GroupSize;  // along K: 128 for w4a16, fp8, bf16, f16; 32, 64 or 128 otherwise
   std::vector<uint32_t> qweight;     // codes, [batch][n][k * bits / 32]
   std::vector<uint16_t> scales;      // w4a16 only: fp16 bits [batch][n][k/128]
   std::vector<float> scales32;       // w4_zp, w8_zp, fp8: [batch][n][k/group]

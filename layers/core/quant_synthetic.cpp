@@ -66,6 +66,18 @@ void fill_fp8(QuantMatrix& m, uint64_t seed) {
   }
 }
 
+// bf16 / f16 weights: normally distributed values for unit spread of the dot product, rounded
+// to the format.
+void fill_float16(QuantMatrix& m, uint64_t seed) {
+  SplitMix64 values(derive_seed(seed, m.name + "/weight"));
+  const double spread = 1.0 / std::sqrt(static_cast<double>(m.k));
+  fill_codes(m, [&](size_t) {
+    const double u = std::max(values.uniform(), 0x1.0p-53), v = values.uniform();
+    const auto w = static_cast<float>(std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v) * spread);
+    return static_cast<uint32_t>(m.format == WeightFormat::bf16 ? f32_to_bf16(w) : f32_to_f16(w));
+  });
+}
+
 // A uniformly random permutation of 0..k-1 per matrix (Fisher-Yates from its seed).
 void fill_permutation(QuantMatrix& m, uint64_t seed) {
   SplitMix64 rng(derive_seed(seed, m.name + "/perm"));
@@ -85,9 +97,12 @@ QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, u
   if (format == WeightFormat::w4a16) {
     m = synthetic_w4a16(std::move(name), n, k, seed, batch);
   } else {
-    m = quant_zeros(std::move(name), format, n, k, batch, format == WeightFormat::fp8 ? kW4a16GroupSize : options.group);
+    const bool fixed = format == WeightFormat::fp8 || !weight_format_has_scales(format);
+    m = quant_zeros(std::move(name), format, n, k, batch, fixed ? kW4a16GroupSize : options.group);
     if (format == WeightFormat::fp8) {
       fill_fp8(m, seed);
+    } else if (!weight_format_has_scales(format)) {
+      fill_float16(m, seed);
     } else {
       fill_zero_point(m, seed, options.symmetric);
     }
@@ -97,7 +112,8 @@ QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, u
 }
 
 std::optional<WeightFormat> parse_weight_tier(std::string_view name) noexcept {
-  for (auto f : {WeightFormat::w4a16, WeightFormat::w4_zp, WeightFormat::w8_zp, WeightFormat::fp8})
+  for (auto f : {WeightFormat::w4a16, WeightFormat::w4_zp, WeightFormat::w8_zp, WeightFormat::fp8, WeightFormat::bf16,
+                 WeightFormat::f16})
     if (name == weight_tier_name(f)) return f;
   return std::nullopt;
 }
@@ -108,6 +124,8 @@ const char* weight_tier_name(WeightFormat format) noexcept {
     case WeightFormat::w4_zp: return "int4-zp";
     case WeightFormat::w8_zp: return "int8";
     case WeightFormat::fp8: return "fp8";
+    case WeightFormat::bf16: return "bf16";
+    case WeightFormat::f16: return "f16";
   }
   return "?";
 }

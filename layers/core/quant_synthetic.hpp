@@ -25,7 +25,8 @@ QuantMatrix synthetic_quant(std::string name, WeightFormat format, uint32_t n, u
                             uint32_t batch = 1, const SyntheticQuantOptions& options = {});
 
 // The weight tiers synthetic weights can be made in, by their command-line names: "int4" (the
-// symmetric group-128 W4A16 format), "int4-zp", "int8" (8-bit codes with zero points) and "fp8".
+// symmetric group-128 W4A16 format), "int4-zp", "int8" (8-bit codes with zero points), "fp8", and
+// the unquantized "bf16" and "f16".
 std::optional<WeightFormat> parse_weight_tier(std::string_view name) noexcept;
 const char* weight_tier_name(WeightFormat format) noexcept;
 

@@ -14,7 +14,7 @@ namespace {
 std::optional<WeightFormat> weight_tier(const TierAsk& asked, std::string_view lever, std::string& source) {
   if (!asked.value.empty()) {
     const auto format = parse_weight_tier(asked.value);
-    if (!format) throw Refusal(asked.source() + " is not valid: expected int4, int4-zp, int8 or fp8");
+    if (!format) throw Refusal(asked.source() + " is not valid: expected int4, int4-zp, int8, fp8, bf16 or f16");
     source = asked.source();
     return format;
   }

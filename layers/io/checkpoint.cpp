@@ -137,6 +137,25 @@ std::optional<CheckpointQuant> checkpoint_quant(const nlohmann::json* config, co
   return std::nullopt;
 }
 
+// A checkpoint without a quantization declaration: every linear weight unquantized, in the
+// torch_dtype config.json declares (transformers 5 writes it as dtype).
+CheckpointQuant unquantized_declaration(const CheckpointFiles& files) {
+  CheckpointQuant q;
+  q.source = files.config_source;
+  q.path = "";
+  if (files.config) {
+    const config_json::Object root(*files.config, files.config_source, "", "a JSON object (the model config)");
+    for (const char* field : {"torch_dtype", "dtype"}) {
+      const nlohmann::json* declared = root.find(field);
+      if (declared && declared->is_string()) {
+        q.torch_dtype = declared->get<std::string>();
+        break;
+      }
+    }
+  }
+  return q;
+}
+
 }  // namespace
 
 std::optional<CheckpointQuant> read_checkpoint_quant(const fs::path& directory) {
@@ -161,13 +180,8 @@ LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uin
   LoadedCheckpoint out;
   out.description = src.description();
   const std::vector<uint32_t> layers = ffn_layers(src);
-  const auto quant = read_checkpoint_quant(files);
-  if (!quant) {
-    throw Refusal(src.description() + ": the checkpoint declares no quantization (no quantization_config in " +
-                  files.config_source + ", no quantize_config.json): metrale reads what a checkpoint declares "
-                  "and never guesses a format from its tensors");
-  }
-  out.quant = *quant;
+  const auto declared = read_checkpoint_quant(files);
+  out.quant = declared ? *declared : unquantized_declaration(files);
   out.layer = layer.value_or(layers.front());
   if (!config && !files.config) {
     throw Error(Status::not_found, files.config_source + ": no model config beside " + src.description());

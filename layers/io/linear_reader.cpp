@@ -4,12 +4,84 @@
 #include <metrale/status.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 namespace metrale::layers {
 
+namespace {
+
+// Quantized tensors of a layer read as unquantized: the declaration says otherwise than the files.
+void refuse_quantized_tensors(const TensorSource& src, const std::string& prefix, const CheckpointQuant& quant) {
+  for (const char* suffix : {".qweight", ".weight_packed", ".weight_scale", ".weight_scale_inv", ".scales"}) {
+    const std::string name = prefix + suffix;
+    if (!src.contains(name)) continue;
+    if (quant.method == QuantMethod::none) {
+      throw Refusal(src.at(name).where(name) + "a quantized tensor, but the checkpoint declares no quantization (no "
+                    "quantization_config in " + quant.source + ", no quantize_config.json): metrale reads what a "
+                    "checkpoint declares and never guesses a format from its tensors");
+    }
+    const char* field = quant.method == QuantMethod::compressed_tensors ? "ignore" : "modules_to_not_convert";
+    throw Refusal(src.at(name).where(name) + "a quantized tensor, but " + quant.field(field) + " (" + quant.source +
+                  ") leaves " + prefix + " unquantized");
+  }
+}
+
+std::optional<Dtype> declared_dtype(const CheckpointQuant& quant) {
+  if (quant.torch_dtype == "bfloat16") return Dtype::bf16;
+  if (quant.torch_dtype == "float16") return Dtype::f16;
+  return std::nullopt;
+}
+
+// `count` matrices [n][k] of BF16 or F16 values, one after another in `bytes`.
+std::vector<QuantMatrix> float16_matrices(const std::string& name, Dtype dtype, uint32_t count, uint32_t n, uint32_t k,
+                                          const std::vector<std::byte>& bytes) {
+  std::vector<QuantMatrix> out;
+  const size_t per = size_t{n} * k * 2;
+  for (uint32_t e = 0; e < count; ++e) {
+    // Two values per word, lowest k first: exactly the row-major little-endian bytes.
+    QuantMatrix m = quant_zeros(count == 1 ? name : name + "[" + std::to_string(e) + "]",
+                                dtype == Dtype::bf16 ? WeightFormat::bf16 : WeightFormat::f16, n, k);
+    std::memcpy(m.qweight.data(), bytes.data() + e * per, per);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The dtype of an unquantized weight tensor: BF16 or F16, and the declared torch_dtype if any.
+Dtype float16_dtype(const SafetensorsReader& r, const std::string& name, const CheckpointQuant& quant) {
+  const Dtype dtype = r.info(name).dtype;
+  if (dtype != Dtype::bf16 && dtype != Dtype::f16) {
+    throw Refusal(r.where(name) + "dtype " + std::string(dtype_name(dtype)) + ": metrale runs unquantized linear weights "
+                  "in BF16 or F16 (a model saved in bfloat16 or float16)");
+  }
+  const std::optional<Dtype> declared = declared_dtype(quant);
+  if (quant.method == QuantMethod::none && !quant.torch_dtype.empty() && declared != dtype) {
+    contradiction(r.where(name), "torch_dtype (" + quant.source + ")", "\"" + quant.torch_dtype + "\"",
+                  "the tensor is " + std::string(dtype_name(dtype)) +
+                      (declared ? "" : " (metrale runs unquantized models declared bfloat16 or float16)"));
+  }
+  return dtype;
+}
+
+}  // namespace
+
+QuantMatrix read_float16_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
+                                const CheckpointQuant& quant) {
+  const std::string weight = prefix + ".weight";
+  refuse_quantized_tensors(src, prefix, quant);
+  SafetensorsReader& r = src.at(weight);
+  const Dtype dtype = float16_dtype(r, weight, quant);
+  const std::vector<std::byte> bytes = r.read_raw(weight, {dtype}, std::vector<uint64_t>{n, k});
+  std::vector<QuantMatrix> one = float16_matrices(prefix, dtype, 1, n, k, bytes);
+  return std::move(one.front());
+}
+
 QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
                         const CheckpointQuant& quant) {
+  if (quant.scheme == WeightScheme::none || quant.leaves_unquantized(prefix)) {
+    return read_float16_linear(src, prefix, n, k, quant);
+  }
   switch (quant.scheme) {
     case WeightScheme::gptq: return read_gptq_linear(src, prefix, n, k, quant);
     case WeightScheme::awq_gemm: return read_awq_linear(src, prefix, n, k, quant);
@@ -19,16 +91,20 @@ QuantMatrix read_linear(const TensorSource& src, const std::string& prefix, uint
     case WeightScheme::fp8_block: return read_fp8_linear(src, prefix, n, k, quant);
     case WeightScheme::none: break;
   }
-  throw Refusal(quant.source + ": the checkpoint declares no quantization (no quantization_config); metrale runs "
-                "quantized weights (GPTQ, AWQ, compressed-tensors, FP8) or its own W4A16 files");
+  return read_float16_linear(src, prefix, n, k, quant);
 }
 
 std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
                                             uint32_t k, const CheckpointQuant& quant) {
   if (quant.scheme == WeightScheme::fp8_block) return read_fp8_fused_experts(src, name, experts, n, k);
+  if (quant.scheme == WeightScheme::none) {  // transformers 5's unquantized save: [experts, n, k] in the model dtype
+    SafetensorsReader& r = src.at(name);
+    const Dtype dtype = float16_dtype(r, name, quant);
+    return float16_matrices(name, dtype, experts, n, k, r.read_raw(name, {dtype}, std::vector<uint64_t>{experts, n, k}));
+  }
   throw Refusal(src.at(name).where(name) + "fused expert tensors (all experts in one [E, N, K] tensor) are not supported "
                 "under " + quant.summary() + " (" + quant.source + "): metrale reads fused experts as block FP8 "
-                "(quant_method fp8) and every other format per expert (experts.<E>.<projection>)");
+                "(quant_method fp8) or unquantized, and every other format per expert (experts.<E>.<projection>)");
 }
 
 std::vector<float> read_float_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,

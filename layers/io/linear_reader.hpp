@@ -7,6 +7,8 @@
 //   other GPTQ 4-bit, AWQ GEMM, compressed-tensors pack-quantized int4 -> w4-zp
 //   GPTQ 8-bit, compressed-tensors int8 (pack-quantized or int-quantized) -> w8-zp
 //   block FP8, compressed-tensors float-quantized FP8 -> fp8-e4m3
+//   unquantized (no quantization_config, or a module the declaration leaves unquantized):
+//     P.weight BF16 / F16 [N, K] -> bf16-nk / f16-nk, the values as they are
 //
 // What the config declares rules: a tensor that contradicts it (a shape that implies other bits
 // or groups, a zero point other than 8 under sym: true, a permuted g_idx without desc_act) is a
@@ -41,12 +43,18 @@ std::vector<float> read_float_linear(const TensorSource& src, const std::string&
 
 // Every expert of a fused expert tensor `name` ([experts, n, k]: transformers 5's expert modules,
 // <block>experts.gate_up_proj / down_proj) as one matrix each. Block FP8 (FineGrainedFP8: the
-// tensor F8_E4M3 beside `name`_scale_inv [experts, ceil(n/128), ceil(k/128)]) is read; any other
-// scheme, or an unquantized fused tensor, is a Refusal naming the tensor.
+// tensor F8_E4M3 beside `name`_scale_inv [experts, ceil(n/128), ceil(k/128)]) and unquantized
+// checkpoints (BF16 / F16) are read; any other scheme is a Refusal naming the tensor.
 std::vector<QuantMatrix> read_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts, uint32_t n,
                                             uint32_t k, const CheckpointQuant& quant);
 std::vector<QuantMatrix> read_fp8_fused_experts(const TensorSource& src, const std::string& name, uint32_t experts,
                                                 uint32_t n, uint32_t k);
+
+// An unquantized layer: `prefix`.weight BF16 or F16 [n, k] (torch_dtype, when declared, must
+// agree), as bf16-nk or f16-nk. Quantized tensors beside it are a Refusal: the declaration says
+// the layer is not quantized.
+QuantMatrix read_float16_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,
+                                const CheckpointQuant& quant);
 
 // The per-format readers read_linear dispatches to (one source file each).
 QuantMatrix read_gptq_linear(const TensorSource& src, const std::string& prefix, uint32_t n, uint32_t k,

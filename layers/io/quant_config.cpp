@@ -4,6 +4,8 @@
 
 #include <metrale/status.hpp>
 
+#include <regex>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -262,7 +264,28 @@ std::string CheckpointQuant::field(std::string_view name) const {
   return std::string(name) + " (" + std::filesystem::path(source).filename().string() + ")";
 }
 
+bool CheckpointQuant::leaves_unquantized(const std::string& name) const {
+  for (const std::string& entry : ignore) {
+    if (method != QuantMethod::compressed_tensors) {
+      if (!entry.empty() && name.find(entry) != std::string::npos) return true;
+    } else if (entry.starts_with("re:")) {
+      std::regex pattern;
+      try {
+        pattern = std::regex(entry.substr(3));
+      } catch (const std::regex_error& e) {
+        throw Error(Status::invalid_argument, source + ": " + field("ignore") + " entry \"" + entry +
+                                                  "\" is not a regular expression (" + e.what() + ")");
+      }
+      if (std::regex_search(name, pattern, std::regex_constants::match_continuous)) return true;
+    } else if (entry == name) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string CheckpointQuant::summary() const {
+  if (method == QuantMethod::none) return "unquantized" + (torch_dtype.empty() ? std::string() : " " + torch_dtype);
   std::string s = quant_method_name(method);
   if (scheme == WeightScheme::gptq) s += gptq_v2 ? " v2" : " v1";
   if (scheme == WeightScheme::awq_gemm) s += " gemm";

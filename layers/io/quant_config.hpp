@@ -24,7 +24,7 @@ const char* quant_method_name(QuantMethod method) noexcept;  // "none", "gptq", 
 
 // How the checkpoint lays out and scales its quantized weights.
 enum class WeightScheme {
-  none,           // unquantized (not runnable: metrale's layers run quantized weights)
+  none,           // unquantized: every linear weight in the model dtype (bf16 or f16)
   gptq,           // qweight/qzeros/scales/g_idx, packed along K (GPTQ v1 or v2 zeros)
   awq_gemm,       // AWQ GEMM: qweight [K, N/8] in AWQ's interleaved nibble order
   ct_pack_int,    // compressed-tensors pack-quantized integers (weight_packed, weight_scale, ...)
@@ -69,6 +69,15 @@ struct CheckpointQuant {
   std::vector<uint32_t> block_size;  // fp8 weight_block_size, e.g. {128, 128}
   DeclaredActivations activations = DeclaredActivations::bf16;
   std::vector<std::string> ignore;  // module names or "re:" patterns left unquantized
+  // Unquantized checkpoints: config.json's torch_dtype (transformers 5: dtype), "bfloat16" or
+  // "float16", which every linear weight must have; "" when undeclared.
+  std::string torch_dtype;
+
+  // Whether the declaration leaves module `name` ("model.layers.3.mlp.down_proj") unquantized:
+  // compressed-tensors' `ignore` (a name equal to it, or a "re:" pattern matching from its
+  // start, as compressed-tensors' re.match); GPTQ's, AWQ's and block FP8's
+  // `modules_to_not_convert` (a substring of it, as transformers matches them).
+  bool leaves_unquantized(const std::string& name) const;
 
   // A field for messages: "quantization_config.bits" in config.json, "bits (quantize_config.json)"
   // when the settings are a file of their own.

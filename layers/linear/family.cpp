@@ -34,11 +34,14 @@ constexpr auto kFp8Repack = signature<4, 3>();   // (weight/scales in, weight/sc
 constexpr auto kFp8GroupedGemv = signature<6, 3>();  // (x, weight, scales, offsets, active, y, n, k, slots)
 constexpr auto kFp8A8Gemm = signature<5, 3>();       // (xq, xscale, weight, scales, y, m, n, k)
 constexpr auto kFp8A8Grouped = signature<6, 3>();    // (xq, xscale, weight, scales, offsets, y, n, k, experts)
+constexpr auto kW16Gemm = signature<3, 3>();        // (x, weight, y, m, n, k)
+constexpr auto kW16Grouped = signature<4, 3>();     // (x, weight, offsets, y, n, k, experts)
+constexpr auto kW16Repack = signature<2, 3>();      // (weight_in, weight_out, n, k, count)
 constexpr auto kQuantize = signature<3, 2>();        // (x, xq, xscale, m, k)
 constexpr auto kQuantizeStatic = signature<5, 2>();  // (x, scales, offsets, xq, xscale, k, groups)
 constexpr auto kGather = signature<4, 2>();          // (x, perm, offsets, out, k, groups)
 
-constexpr std::array<FamilyInfo, 8> kFamilies{{
+constexpr std::array<FamilyInfo, 10> kFamilies{{
     {KernelFamily::w4a16, "w4a16", "w4a16", WeightFormat::w4a16, ActivationQuant::bf16},
     {KernelFamily::w4a16_zp, "w4a16_zp", "w4a16_zp", WeightFormat::w4_zp, ActivationQuant::bf16},
     {KernelFamily::w8a16, "w8a16", "w8a16", WeightFormat::w8_zp, ActivationQuant::bf16},
@@ -47,6 +50,8 @@ constexpr std::array<FamilyInfo, 8> kFamilies{{
     {KernelFamily::w8a8, "w8a8", "w8a8", WeightFormat::w8_zp, ActivationQuant::int8},
     {KernelFamily::fp8_a8, "fp8", "fp8", WeightFormat::fp8, ActivationQuant::fp8},
     {KernelFamily::w4afp8, "w4afp8", "w4afp8", WeightFormat::w4_zp, ActivationQuant::fp8},
+    {KernelFamily::bf16, "bf16", "bf16", WeightFormat::bf16, ActivationQuant::bf16},
+    {KernelFamily::f16, "f16", "f16", WeightFormat::f16, ActivationQuant::bf16},
 }};
 
 // Every kernel of the families runs 128-thread blocks but the quantizers (256).
@@ -103,6 +108,15 @@ void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   k.repack = l.get(f.module, "fp8_repack", kFp8Repack);
 }
 
+// bf16 / f16 weights: bf16 activations only (the values need no quantized activations).
+void resolve_w16(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
+  const std::string p(f.prefix);
+  k.gemv = l.get(f.module, p + "_gemv", kW16Gemm);
+  k.gemm = l.need(f.module, p + "_gemm", kW16Gemm);
+  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm", kW16Grouped);
+  k.repack = l.get(f.module, p + "_repack", kW16Repack);
+}
+
 // quant/quantize_int8[_bf16], quantize_fp8[_group128][_bf16], quantize_*_static_bf16
 // (docs/kernels.md).
 std::string quantizer_name(ActivationQuant a, ActivationScaling scaling) {
@@ -151,6 +165,8 @@ std::optional<KernelFamily> family_for(WeightFormat format, ActivationQuant acti
         case WeightFormat::w4_zp: return KernelFamily::w4a16_zp;
         case WeightFormat::w8_zp: return KernelFamily::w8a16;
         case WeightFormat::fp8: return KernelFamily::fp8;
+        case WeightFormat::bf16: return KernelFamily::bf16;
+        case WeightFormat::f16: return KernelFamily::f16;
       }
       break;
     case ActivationQuant::int8:
@@ -177,6 +193,8 @@ std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyReques
   k.family = request.family;
   if (f.weights == WeightFormat::fp8) {
     resolve_fp8(l, f, k);
+  } else if (!weight_format_has_scales(f.weights)) {
+    resolve_w16(l, f, k);
   } else {
     resolve_zp(l, f, k);
   }
@@ -207,7 +225,9 @@ void launch_family_projection(Backend& backend, const FamilyKernels& k, const De
   const LaunchShape s = small ? shape({ceil_div(w.n, 64), 1, 1}, stream) : shape({ceil_div(w.n, 128), ceil_div(m, 64), 1}, stream);
   const FamilyInfo& f = family_info(k.family);
   const DevicePtr q = w.qweight_of(index), sc = w.scales_of(index);
-  if (f.weights == WeightFormat::fp8) {
+  if (!weight_format_has_scales(f.weights)) {
+    backend.launch(kernel, s, x, q, y, m, w.n, w.k);
+  } else if (f.weights == WeightFormat::fp8) {
     if (f.activations == ActivationQuant::fp8) {
       backend.launch(kernel, s, x, xscale, q, sc, y, m, w.n, w.k);
     } else {
@@ -225,7 +245,9 @@ void launch_family_grouped(Backend& backend, const FamilyKernels& k, const Devic
   const LaunchShape s = shape({ceil_div(w.n, 128), w.batch, 1}, stream);
   const FamilyInfo& f = family_info(k.family);
   const DevicePtr q = w.qweight.ptr(), sc = w.scales.ptr();
-  if (f.weights == WeightFormat::fp8) {
+  if (!weight_format_has_scales(f.weights)) {
+    backend.launch(k.grouped, s, x, q, offsets, y, w.n, w.k, w.batch);
+  } else if (f.weights == WeightFormat::fp8) {
     if (f.activations == ActivationQuant::fp8) {
       backend.launch(k.grouped, s, x, xscale, q, sc, offsets, y, w.n, w.k, w.batch);
     } else {

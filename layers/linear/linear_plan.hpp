@@ -26,7 +26,7 @@
 
 namespace metrale::layers {
 
-enum class KernelFamily : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, w4afp8 };
+enum class KernelFamily : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, w4afp8, bf16, f16 };
 
 // One projection of a site, for shape checks, messages and the kernels that depend on K.
 struct ProjectionShape {

@@ -15,13 +15,28 @@
 namespace metrale::cpu::baseline {
 namespace {
 
-// The codes of one group of one weight row, as integers (E4M3: the byte).
+// The codes of one group of one weight row, as integers (E4M3: the byte; bf16 / f16: the bits).
 template <Codes C>
 void group_codes(const uint8_t* row, uint32_t first, uint32_t count, int32_t* out) {
   for (uint32_t t = 0; t < count; ++t) {
     const uint32_t k = first + t;
-    out[t] = C == Codes::w4 ? (row[k / 2] >> (4 * (k % 2))) & 0xf : row[k];
+    if constexpr (C == Codes::bf16 || C == Codes::f16) {
+      uint16_t bits;
+      std::memcpy(&bits, row + 2 * size_t{k}, 2);
+      out[t] = bits;
+    } else {
+      out[t] = C == Codes::w4 ? (row[k / 2] >> (4 * (k % 2))) & 0xf : row[k];
+    }
   }
+}
+
+// Weight value of code q (zero point z applies to the integer codes only).
+template <Codes C>
+float weight_value(int32_t q, int32_t z) {
+  if constexpr (C == Codes::fp8) return e4m3_to_f32(static_cast<uint8_t>(q));
+  if constexpr (C == Codes::bf16) return bf16_to_f32(static_cast<uint16_t>(q));
+  if constexpr (C == Codes::f16) return f16_to_f32(static_cast<uint16_t>(q));
+  return static_cast<float>(q - z);
 }
 
 // One tile: rows [0, mt) of x (row stride k) times weight rows [n0, n0 + nt) into y (row stride
@@ -41,8 +56,8 @@ void tile(const void* x, const float* xscale, uint32_t mt, const Weights& w, uin
     const uint8_t* codes = w.codes + row * (size_t{k} * f.code_bits / 8);
     for (uint32_t g = 0; g < groups; ++g) {
       group_codes<f.codes>(codes, g * group, group, q);
-      float s;
-      std::memcpy(&s, w.scales + (row * groups + g) * 4, 4);
+      float s = 1.0f;  // bf16 / f16 weights have no scales
+      if constexpr (f.scale_bytes != 0) std::memcpy(&s, w.scales + (row * groups + g) * 4, 4);
       const int32_t z = f.zeros ? w.zeros[row * groups + g] : 0;
       for (uint32_t i = 0; i < mt; ++i) {
         if constexpr (f.int8_act) {
@@ -57,8 +72,7 @@ void tile(const void* x, const float* xscale, uint32_t mt, const Weights& w, uin
           const size_t first = size_t{i} * k + g * group;
           float dot = 0.0f;  // each product is exact in f32
           for (uint32_t t = 0; t < group; ++t) {
-            const float wv = f.codes == Codes::fp8 ? e4m3_to_f32(static_cast<uint8_t>(q[t]))
-                                                   : static_cast<float>(q[t] - z);
+            const float wv = weight_value<f.codes>(q[t], z);
             const float xv = f.e4m3_act ? e4m3_to_f32(static_cast<const uint8_t*>(x)[first + t])
                                         : bf16_to_f32(static_cast<const uint16_t*>(x)[first + t]);
             dot += xv * wv;
@@ -132,7 +146,7 @@ void repack(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char*) {
                        by * matrix.scales + matrix_bytes(f, r0, c.k, c.group).scales,
                        by * matrix.zeros + matrix_bytes(f, r0, c.k, c.group).zeros};
   std::memcpy(c.codes_out + at.codes, c.in.codes + at.codes, part.codes);
-  std::memcpy(c.scales_out + at.scales, c.in.scales + at.scales, part.scales);
+  if (f.scale_bytes) std::memcpy(c.scales_out + at.scales, c.in.scales + at.scales, part.scales);
   if (f.zeros) std::memcpy(c.zeros_out + at.zeros, c.in.zeros + at.zeros, part.zeros);
 }
 
@@ -160,6 +174,14 @@ void w8a8_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned cha
 void w4zp_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::w4a16_zp>(a, x, y, s); }
 void w8zp_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::w8a16>(a, x, y, s); }
 void fp8_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::fp8>(a, x, y, s); }
+void bf16_gemv(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemv<Family::bf16>(a, x, y, s); }
+void bf16_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::bf16>(a, x, y, s); }
+void bf16_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::bf16>(a, x, y, s); }
+void bf16_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::bf16>(a, x, y, s); }
+void f16_gemv(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemv<Family::f16>(a, x, y, s); }
+void f16_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::f16>(a, x, y, s); }
+void f16_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::f16>(a, x, y, s); }
+void f16_repack(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { repack<Family::f16>(a, x, y, s); }
 void w4afp8_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemm<Family::w4afp8>(a, x, y, s); }
 void w4afp8_grouped_gemm(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { grouped<Family::w4afp8>(a, x, y, s); }
 void fp8_gemv_a8(const KernelArgs& a, uint32_t x, uint32_t y, unsigned char* s) { gemv<Family::fp8_a8>(a, x, y, s); }

@@ -6,11 +6,12 @@
 // activation pair (32 multiply-adds per instruction, twice an f32 FMA's):
 // - 4-bit codes: one shift and one ternary-logic op per pair step r: 16 + q[2r], 16 + q[2r + 1];
 // - 8-bit integers: the two bytes as f32 (exact), whose high halves are their bf16;
+// - bf16 weights: the unit as it is (f16 weights have no exact bf16: the avx512 tier's bodies);
 // - E4M3 (VBMI only): the bf16 of every byte of a unit looked up at once, its low and high bytes
 //   from two 128-entry tables (`vpermi2b`, the sign put back with one ternary-logic op), then
 //   each step's pairs gathered by one more two-source byte permute: five instructions per unit.
-// Note: vdpbf16ps treats subnormal bf16 inputs as zero (DAZ); activations below 2^-126 in
-// magnitude contribute nothing on this tier.
+// Note: vdpbf16ps treats subnormal bf16 inputs as zero (DAZ); activations (and bf16 weights)
+// below 2^-126 in magnitude contribute nothing on this tier.
 //
 // Internal linkage on purpose (see numeric.hpp): each TU compiles its own copy with its flags.
 #pragma once
@@ -67,7 +68,7 @@ struct Bf16Isa : Avx512PanelOps, Avx512FloatAcc {
   static constexpr uint32_t kMaxRows = 8;
   static constexpr uint32_t panels(uint32_t mr) { return mr <= 1 ? 8 : mr <= 4 ? 4 : 2; }
   template <Codes C>
-  static constexpr uint32_t steps() { return C == Codes::w4 ? 4 : 2; }  // (k, k + 1) pairs
+  static constexpr uint32_t steps() { return C == Codes::w4 ? 4 : C == Codes::bf16 ? 1 : 2; }  // (k, k + 1) pairs
   template <Codes C>
   static constexpr float decode_offset() { return C == Codes::w4 ? 16.0f : 0.0f; }
   template <Codes>
@@ -85,6 +86,8 @@ struct Bf16Isa : Avx512PanelOps, Avx512FloatAcc {
       const __m512i even = _mm512_castps_si512(_mm512_cvtepi32_ps(byte_of<2 * R>(unit)));
       const __m512i odd = _mm512_castps_si512(_mm512_cvtepi32_ps(byte_of<2 * R + 1>(unit)));
       return reinterpret_cast<__m512bh>(_mm512_or_si512(_mm512_srli_epi32(even, 16), odd));
+    } else if constexpr (C == Codes::bf16) {  // a lane is already the pair (w[c][k], w[c][k + 1])
+      return reinterpret_cast<__m512bh>(unit);
     } else {
 #if defined(__AVX512VBMI__)
       // The lookups are the same for both steps of a unit (the compiler computes them once).

@@ -243,9 +243,12 @@ BlockFn kernel_body(size_t index, Tier tier, const CpuFeatures& features) {
   // is compiled with its -m flags and may not run on a lesser CPU. A tier leaves a body null
   // when the baseline's serves it (the repack of a tier that keeps the canonical layout). The
   // BF16 tier's int8 dot products are VNNI's and its FP8 decoder VBMI's, each the avx512 tier's
-  // without that feature.
+  // without that feature; its f16 weights run the avx512 tier's FMA bodies.
   const auto slot = static_cast<Simd>(spec.simd_slot);
-  const Tier from = int8_dot_slot(slot) ? int8_tier(tier, features) : fp8_slot(slot) ? fp8_tier(tier, features) : tier;
+  const Tier from = int8_dot_slot(slot)                          ? int8_tier(tier, features)
+                    : fp8_slot(slot)                             ? fp8_tier(tier, features)
+                    : f16_slot(slot) && tier == Tier::avx512bf16 ? Tier::avx512  // no exact bf16 pairs of f16
+                                                                 : tier;
   BlockFn body = nullptr;
   if (from == Tier::avx512bf16 && int8_dot_slot(slot)) {
     static const SimdBodies bodies = avx512vnni::bodies();

@@ -56,6 +56,10 @@ enum class Simd : uint8_t {
   fp8_grouped_gemm_a8_group128,
   // 4-bit codes with zero points under E4M3 activations (w4-zp panels).
   w4afp8_gemm, w4afp8_grouped_gemm, w4afp8_repack,
+  // Plain bf16 and f16 weights (16-bit panels). f16 has no exact bf16 pairs: on the BF16 tier
+  // it runs the avx512 tier's FMA bodies (f16_slot).
+  bf16_gemv, bf16_gemm, bf16_grouped_gemm, bf16_repack,
+  f16_gemv, f16_gemm, f16_grouped_gemm, f16_repack,
   // The int8-activation families: a tier's integer dot products (see int8_tier in target.hpp).
   w4a8_gemv, w4a8_gemm, w4a8_grouped_gemm, w4a8_repack,
   w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
@@ -64,6 +68,7 @@ enum class Simd : uint8_t {
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
 inline constexpr bool fp8_slot(Simd slot) { return slot >= Simd::fp8_gemv && slot <= Simd::fp8_grouped_gemm_a8_group128; }
+inline constexpr bool f16_slot(Simd slot) { return slot >= Simd::f16_gemv && slot <= Simd::f16_repack; }
 
 struct SimdBodies {
   BlockFn body[static_cast<size_t>(Simd::count)] = {};
@@ -114,6 +119,15 @@ void w8a8_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w4zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void w8zp_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void fp8_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// Plain bf16 / f16 weights.
+void bf16_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void bf16_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void bf16_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void bf16_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void f16_gemv(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void f16_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void f16_grouped_gemm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void f16_repack(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void quantize_int8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void quantize_int8_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void quantize_fp8(const KernelArgs&, uint32_t, uint32_t, unsigned char*);

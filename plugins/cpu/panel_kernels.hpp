@@ -200,7 +200,7 @@ struct PanelKernels {
 #pragma GCC unroll 8
       for (uint32_t p = 0; p < NP; ++p) {
         codes[p] = panels[p].codes + static_cast<size_t>(g0) * units * unit_bytes;
-        scales[p] = panels[p].scales + static_cast<size_t>(g0) * width * kF.scale_bytes;
+        scales[p] = kF.scale_bytes ? panels[p].scales + static_cast<size_t>(g0) * width * kF.scale_bytes : nullptr;
         zeros[p] = kF.zeros ? panels[p].zeros + static_cast<size_t>(g0) * width : nullptr;
       }
     }
@@ -248,6 +248,16 @@ struct PanelKernels {
   template <uint32_t MR, uint32_t NV, bool kTail>
   [[gnu::always_inline]] static inline void group_end(const va (&acc)[MR][NV], const Streams<NV / kVecs, kTail>& st,
                                                       const float* corr, uint32_t g, float* tot) {
+    if constexpr (kF.scale_bytes == 0) {  // bf16 / f16 weights: the group's sums join the totals
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < NV; ++v)
+#pragma GCC unroll 16
+        for (uint32_t i = 0; i < MR; ++i) {
+          float* t = tot + i * kBlockCols + v * kLanes;
+          I::storef(t, I::add(acc[i][v], I::loadf(t)));
+        }
+      return;
+    }
 #pragma GCC unroll 16
     for (uint32_t v = 0; v < NV; ++v) {
       const uint32_t p = v / kVecs, h = v % kVecs;
@@ -517,6 +527,8 @@ struct PanelKernels {
         break;
       case Family::w4a8: set(b, Simd::w4a8_gemv); break;
       case Family::w8a8: set(b, Simd::w8a8_gemv); break;
+      case Family::bf16: set(b, Simd::bf16_gemv); break;
+      case Family::f16: set(b, Simd::f16_gemv); break;
     }
   }
   // The four slots gemv, gemm, grouped_gemm, repack in that order from `first`.

@@ -10,8 +10,9 @@
 //           word of that block. 4-bit codes (8 k per word) are reordered inside the word: the
 //           even k (k = 8kb + 2r) in bits 4r..4r+3 of the low 16 bits, the odd ones
 //           (8kb + 2r + 1) in the same bits of the high 16. 8-bit codes (4 k per word: FP8 and
-//           integer) keep their canonical byte order.
-//   scales, zeros: for each group g, w values (one per row), in the canonical type.
+//           integer) and 16-bit floats (bf16, f16: 2 k per word) keep their canonical order.
+//   scales, zeros: for each group g, w values (one per row), in the canonical type (none for
+//           bf16 / f16 weights).
 // FP8 only: a group holding a NaN code (0x7f, 0xff) gets a NaN scale, so that the SIMD decoders
 // need not produce NaN themselves (the product of the group with its scale is NaN either way).
 // Why: one 64-byte load is a k-block of 16 columns (columns along the vector lanes, the
@@ -43,7 +44,7 @@ inline PanelRef panel_ref(const FamilyTraits& f, const Weights& w, uint32_t n, u
                           uint32_t panel) {
   const size_t row = size_t{panel} * kPanel;
   const size_t groups = k / group;
-  return {w.codes + row * (size_t{k} * f.code_bits / 8), w.scales + row * groups * f.scale_bytes,
+  return {w.codes + row * (size_t{k} * f.code_bits / 8), w.scales ? w.scales + row * groups * f.scale_bytes : nullptr,
           w.zeros ? w.zeros + row * groups : nullptr, min_u32(kPanel, n - static_cast<uint32_t>(row))};
 }
 
@@ -86,8 +87,8 @@ void panel_repack(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned cha
   const size_t words = size_t{c.k} * f.code_bits / 32, groups = c.k / c.group;
   const auto* qin = reinterpret_cast<const uint32_t*>(c.in.codes + by * bytes.codes);
   auto* qout = reinterpret_cast<uint32_t*>(c.codes_out + by * bytes.codes);
-  const uint8_t* sin = c.in.scales + by * bytes.scales;
-  uint8_t* sout = c.scales_out + by * bytes.scales;
+  [[maybe_unused]] const uint8_t* sin = c.in.scales ? c.in.scales + by * bytes.scales : nullptr;
+  [[maybe_unused]] uint8_t* sout = c.scales_out ? c.scales_out + by * bytes.scales : nullptr;
   static_assert(kRepackRows % kPanel == 0);
   for (uint32_t row = r0; row < min_u32(c.n, r0 + kRepackRows); row += kPanel) {
     const uint32_t width = min_u32(kPanel, c.n - row);
@@ -97,7 +98,8 @@ void panel_repack(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned cha
         qout[row * words + kb * width + col] = f.codes == Codes::w4 ? split_even_odd(word) : word;
       }
     const size_t at = row * groups;
-    transpose_rows(sin + at * f.scale_bytes, sout + at * f.scale_bytes, width, groups, f.scale_bytes);
+    if constexpr (f.scale_bytes != 0)
+      transpose_rows(sin + at * f.scale_bytes, sout + at * f.scale_bytes, width, groups, f.scale_bytes);
     if constexpr (f.zeros)
       transpose_rows(c.in.zeros + by * bytes.zeros + at, c.zeros_out + by * bytes.zeros + at, width, groups, 1);
     if constexpr (f.codes == Codes::fp8)

@@ -13,13 +13,14 @@
 namespace metrale::cpu {
 namespace {
 
-enum class Family : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, fp8_a8_group128, w4afp8 };
-enum class Codes : uint8_t { w4, w8, fp8 };  // 4-bit integer, 8-bit integer, E4M3
+enum class Family : uint8_t { w4a16, w4a16_zp, w8a16, fp8, w4a8, w8a8, fp8_a8, fp8_a8_group128, w4afp8, bf16, f16 };
+// 4-bit integer, 8-bit integer, E4M3, and plain 16-bit floats (bf16, f16)
+enum class Codes : uint8_t { w4, w8, fp8, bf16, f16 };
 
 struct FamilyTraits {
   Codes codes;
-  uint32_t code_bits;    // 4 or 8
-  uint32_t scale_bytes;  // 2 (f16) or 4 (f32)
+  uint32_t code_bits;    // 4, 8 or 16
+  uint32_t scale_bytes;  // 2 (f16) or 4 (f32); 0: no scales (the 16-bit float weights)
   bool zeros;            // a u8 zero point per group
   bool int8_act;         // activations int8 with a per-row f32 scale
   bool e4m3_act;         // activations E4M3 with f32 scales: per row, or per 128 columns (act_groups)
@@ -52,6 +53,13 @@ constexpr FamilyTraits zero_point_int8(Codes codes, uint32_t bits) {
 constexpr FamilyTraits kW4afp8{Codes::w4, 4, 4, true, false, true, false, 0, 0,
                                {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
 
+// bf16 / f16 weights, the values themselves: (x, weight, y, m, n, k) and the grouped form (x,
+// weight, offsets, y, n, k, experts). The fixed group of 128 only paces the accumulation.
+constexpr FamilyTraits float16_weights(Codes codes) {
+  return {codes, 16, 0, false, false, false, false, 128, 0,
+          {0, -1, 1, -1, -1, 2, 3, 4, 5, -1}, {0, -1, 1, -1, -1, 2, 3, 4, 5, -1, 6}};
+}
+
 constexpr FamilyTraits traits(Family family) {
   switch (family) {
     case Family::w4a16: return kW4a16;
@@ -62,6 +70,8 @@ constexpr FamilyTraits traits(Family family) {
     case Family::fp8_a8: return fp8_e4m3_act(false);
     case Family::fp8_a8_group128: return fp8_e4m3_act(true);
     case Family::w4afp8: return kW4afp8;
+    case Family::bf16: return float16_weights(Codes::bf16);
+    case Family::f16: return float16_weights(Codes::f16);
     case Family::w8a8: break;
   }
   return zero_point_int8(Codes::w8, 8);
@@ -70,7 +80,7 @@ constexpr FamilyTraits traits(Family family) {
 // One matrix's tensors (or the start of a stack).
 struct Weights {
   const uint8_t* codes;
-  const uint8_t* scales;  // f16 or f32, per the family
+  const uint8_t* scales;  // f16 or f32, per the family; null for bf16 / f16 weights
   const uint8_t* zeros;   // null for a family without zero points
 };
 
@@ -90,7 +100,7 @@ inline MatrixBytes matrix_bytes(const FamilyTraits& f, uint64_t n, uint64_t k, u
 inline Weights matrix_at(const FamilyTraits& f, const Weights& stack, uint64_t index, uint32_t n, uint32_t k,
                          uint32_t group) {
   const MatrixBytes b = matrix_bytes(f, n, k, group);
-  return {stack.codes + index * b.codes, stack.scales + index * b.scales,
+  return {stack.codes + index * b.codes, stack.scales ? stack.scales + index * b.scales : nullptr,
           stack.zeros ? stack.zeros + index * b.zeros : nullptr};
 }
 
@@ -110,7 +120,7 @@ struct DenseCall {
 inline DenseCall dense_call(const KernelArgs& a, const FamilyTraits& f) {
   const int* i = f.dense;
   return {arg_ptr<const void>(a, i[0]), arg_or_null<const float>(a, i[1]),
-          {arg_ptr<const uint8_t>(a, i[2]), arg_ptr<const uint8_t>(a, i[3]), arg_or_null<const uint8_t>(a, i[4])},
+          {arg_ptr<const uint8_t>(a, i[2]), arg_or_null<const uint8_t>(a, i[3]), arg_or_null<const uint8_t>(a, i[4])},
           arg_ptr<uint16_t>(a, i[5]), arg_u32(a, i[6]), arg_u32(a, i[7]), arg_u32(a, i[8]),
           f.fixed_group ? f.fixed_group : arg_u32(a, i[9])};
 }
@@ -127,7 +137,7 @@ struct GroupedQCall {
 inline GroupedQCall grouped_qcall(const KernelArgs& a, const FamilyTraits& f) {
   const int* i = f.grouped;
   return {arg_ptr<const void>(a, i[0]), arg_or_null<const float>(a, i[1]),
-          {arg_ptr<const uint8_t>(a, i[2]), arg_ptr<const uint8_t>(a, i[3]), arg_or_null<const uint8_t>(a, i[4])},
+          {arg_ptr<const uint8_t>(a, i[2]), arg_or_null<const uint8_t>(a, i[3]), arg_or_null<const uint8_t>(a, i[4])},
           arg_ptr<const int32_t>(a, i[5]), arg_ptr<uint16_t>(a, i[6]), arg_u32(a, i[7]), arg_u32(a, i[8]),
           f.fixed_group ? f.fixed_group : arg_u32(a, i[9]), arg_u32(a, i[10])};
 }
@@ -144,14 +154,17 @@ inline ActiveCall active_call(const KernelArgs& a) {
           arg_ptr<const int32_t>(a, 4)};
 }
 
-// <family>_repack: (codes_in, scales_in[, zeros_in], codes_out, scales_out[, zeros_out], n, k
-// [, group], count).
+// <family>_repack: (codes_in[, scales_in[, zeros_in]], codes_out[, scales_out[, zeros_out]], n,
+// k[, group], count).
 struct QRepackCall {
   Weights in;
   uint8_t *codes_out, *scales_out, *zeros_out;
   uint32_t n, k, group, count;
 };
 inline QRepackCall qrepack_call(const KernelArgs& a, const FamilyTraits& f) {
+  if (f.scale_bytes == 0)
+    return {{arg_ptr<const uint8_t>(a, 0), nullptr, nullptr}, arg_ptr<uint8_t>(a, 1), nullptr, nullptr,
+            arg_u32(a, 2), arg_u32(a, 3), f.fixed_group, arg_u32(a, 4)};
   if (!f.zeros)
     return {{arg_ptr<const uint8_t>(a, 0), arg_ptr<const uint8_t>(a, 1), nullptr},
             arg_ptr<uint8_t>(a, 2), arg_ptr<uint8_t>(a, 3), nullptr, arg_u32(a, 4), arg_u32(a, 5), f.fixed_group,

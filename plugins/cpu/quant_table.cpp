@@ -18,9 +18,11 @@ constexpr metrale_param_type U = METRALE_PARAM_U32;
 // that passes its checks builds no string.
 const char* codes_name(const FamilyTraits& f, unsigned role = 0) {
   static constexpr const char* names[2][3] = {{"qweight", "qweight_in", "qweight_out"}, {"weight", "weight_in", "weight_out"}};
-  return names[f.codes == Codes::fp8][role];
+  return names[f.codes == Codes::fp8 || f.scale_bytes == 0][role];
 }
-const char* codes_what(const FamilyTraits& f) { return f.code_bits == 4 ? "n*k/8 u32" : "n*k u8"; }
+const char* codes_what(const FamilyTraits& f) {
+  return f.code_bits == 4 ? "n*k/8 u32" : f.codes == Codes::bf16 ? "n*k bf16" : f.codes == Codes::f16 ? "n*k f16" : "n*k u8";
+}
 
 // The weight tensors of `count` stacked [n, k] matrices at arguments codes, scales[, zeros].
 bool weights_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& f, const int* index,
@@ -30,8 +32,9 @@ bool weights_ok(const KernelArgs& a, const MemoryView& mem, const FamilyTraits& 
   const auto stacked = [&](const char* what) { return [=] { return stack + std::string(what); }; };
   return buffer(a, mem, static_cast<unsigned>(index[2]), codes_name(f), product({count, b.codes}), stacked(codes_what(f)),
                 error) &&
-         buffer(a, mem, static_cast<unsigned>(index[3]), "scales", product({count, b.scales}), stacked("n*(k/group) f32"),
-                error) &&
+         (f.scale_bytes == 0 ||
+          buffer(a, mem, static_cast<unsigned>(index[3]), "scales", product({count, b.scales}), stacked("n*(k/group) f32"),
+                 error)) &&
          (!f.zeros ||
           buffer(a, mem, static_cast<unsigned>(index[4]), "zeros", product({count, b.zeros}), stacked("n*(k/group) u8"),
                  error));
@@ -98,7 +101,7 @@ metrale_status check_grouped(const KernelArgs& a, const MemoryView& mem, BlockRa
 template <Family kFamily>
 metrale_status check_repack(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
   constexpr FamilyTraits f = traits(kFamily);
-  const unsigned tensors = f.zeros ? 3 : 2;  // arguments: inputs, then outputs, then n, k[, group], count
+  const unsigned tensors = f.zeros ? 3 : f.scale_bytes ? 2 : 1;  // inputs, then outputs, then n, k[, group], count
   const uint32_t n = arg_u32(a, 2 * tensors), k = arg_u32(a, 2 * tensors + 1);
   const uint32_t group = f.zeros ? arg_u32(a, 2 * tensors + 2) : f.fixed_group;
   const uint32_t count = arg_u32(a, f.zeros ? 2 * tensors + 3 : 2 * tensors + 2);
@@ -278,6 +281,12 @@ constexpr const char* kFp8ActiveNames[] = {"x", "weight", "scales", "offsets", "
 constexpr metrale_param_type kFp8ActiveTypes[] = {P, P, P, P, P, P, U, U, U};
 constexpr const char* kFp8RepackNames[] = {"weight_in", "scales_in", "weight_out", "scales_out", "n", "k", "count"};
 constexpr metrale_param_type kFp8RepackTypes[] = {P, P, P, P, U, U, U};
+constexpr const char* kW16Names[] = {"x", "weight", "y", "m", "n", "k"};
+constexpr metrale_param_type kW16Types[] = {P, P, P, U, U, U};
+constexpr const char* kW16GroupedNames[] = {"x", "weight", "offsets", "y", "n", "k", "experts"};
+constexpr metrale_param_type kW16GroupedTypes[] = {P, P, P, P, U, U, U};
+constexpr const char* kW16RepackNames[] = {"weight_in", "weight_out", "n", "k", "count"};
+constexpr metrale_param_type kW16RepackTypes[] = {P, P, U, U, U};
 constexpr const char* kI8Names[] = {"xq", "xscale", "qweight", "scales", "zeros", "y", "m", "n", "k", "group"};
 constexpr metrale_param_type kI8Types[] = {P, P, P, P, P, P, U, U, U, U};
 constexpr const char* kI8GroupedNames[] = {"xq", "xscale", "qweight", "scales", "zeros", "offsets",
@@ -322,6 +331,8 @@ const KernelSpec kSpecs[] = {
      baseline::w4afp8_grouped_gemm, slot(Simd::w4afp8_grouped_gemm), "(ceil(n/128), experts)"},
     {"w4afp8", "w4afp8_repack", METRALE_CPU_PARAMS(ZpRepack), check_repack<Family::w4afp8>, baseline::w4zp_repack,
      slot(Simd::w4afp8_repack), "(ceil(n/64), count)"},
+    METRALE_CPU_FAMILY("bf16", bf16, W16, W16Grouped, W16Repack, bf16_repack),
+    METRALE_CPU_FAMILY("f16", f16, W16, W16Grouped, W16Repack, f16_repack),
     {"fp8", "fp8_gemv_a8", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8, true>, baseline::fp8_gemv_a8,
      slot(Simd::fp8_gemv_a8), "(ceil(n/64), 1)"},
     {"fp8", "fp8_gemv_a8_group128", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8_group128, true>,

@@ -78,7 +78,7 @@ struct Isa : Avx2Ops {
   static constexpr uint32_t kMaxRows = 6;
   static constexpr uint32_t panels(uint32_t mr) { return mr <= 2 ? 2 : 1; }
   template <Codes C>
-  static constexpr uint32_t steps() { return C == Codes::w4 ? 8 : 4; }  // one k per step
+  static constexpr uint32_t steps() { return C == Codes::w4 ? 8 : C == Codes::bf16 || C == Codes::f16 ? 2 : 4; }  // one k per step
   template <Codes C>
   static constexpr float decode_offset() { return C == Codes::w4 ? 16.0f : 0.0f; }
   template <Codes C>
@@ -98,6 +98,11 @@ struct Isa : Avx2Ops {
       const __m256i byte = S == 3 ? _mm256_srli_epi32(unit, 24)
                                   : _mm256_and_si256(_mm256_srli_epi32(unit, 8 * S), _mm256_set1_epi32(0xff));
       return _mm256_cvtepi32_ps(byte);
+    } else if constexpr (C == Codes::bf16) {  // k = 2u + S in half S of each lane: its f32 bits
+      return _mm256_castsi256_ps(S == 0 ? _mm256_slli_epi32(unit, 16) : _mm256_and_si256(unit, _mm256_set1_epi32(-65536)));
+    } else if constexpr (C == Codes::f16) {  // half S of each lane, narrowed (packus: < 2^16) and widened
+      const __m256i half = S == 0 ? _mm256_and_si256(unit, _mm256_set1_epi32(0xffff)) : _mm256_srli_epi32(unit, 16);
+      return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1)));
     } else {
       // Per 128-bit lane: byte S & ~1 of its four lanes into the high bytes of words 0..3, byte
       // S | 1 into words 4..7 (shared by the pair's two steps); this step's four words of each
@@ -195,6 +200,8 @@ SimdBodies bodies() {
   PanelKernels<Isa, Family::fp8_a8>::install(b);
   PanelKernels<Isa, Family::fp8_a8_group128>::install(b);
   PanelKernels<Isa, Family::w4afp8>::install(b);
+  PanelKernels<Isa, Family::bf16>::install(b);
+  PanelKernels<Isa, Family::f16>::install(b);
   PanelKernels<IsaI8, Family::w4a8>::install(b);
   PanelKernels<IsaI8, Family::w8a8>::install(b);
   return b;

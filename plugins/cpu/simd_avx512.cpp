@@ -34,7 +34,7 @@ struct Isa : Avx512PanelOps, Avx512FloatAcc {
   static constexpr uint32_t kMaxRows = 16;
   static constexpr uint32_t panels(uint32_t mr) { return mr <= 4 ? 4 : mr <= 8 ? 3 : 1; }
   template <Codes C>
-  static constexpr uint32_t steps() { return C == Codes::w4 ? 8 : 4; }  // one k per step
+  static constexpr uint32_t steps() { return C == Codes::w4 ? 8 : C == Codes::bf16 || C == Codes::f16 ? 2 : 4; }  // one k per step
   template <Codes C>
   static constexpr float decode_offset() { return C == Codes::w4 ? 16.0f : 0.0f; }
   template <Codes C>
@@ -50,6 +50,10 @@ struct Isa : Avx512PanelOps, Avx512FloatAcc {
                                                            _mm512_set1_epi32(0x41800000), 0xea));  // (a & b) | c
     } else if constexpr (C == Codes::w8) {
       return _mm512_cvtepi32_ps(byte_of<S>(unit));
+    } else if constexpr (C == Codes::bf16) {  // k = 2u + S in half S of each lane: its f32 bits
+      return _mm512_castsi512_ps(S == 0 ? _mm512_slli_epi32(unit, 16) : _mm512_and_si512(unit, _mm512_set1_epi32(-65536)));
+    } else if constexpr (C == Codes::f16) {  // half S of each lane, narrowed and widened (exact)
+      return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(S == 0 ? unit : _mm512_srli_epi32(unit, 16)));
     } else {
       // Bytes S & ~1 and S | 1 of each lane into the high bytes of its two words (shared by the
       // two steps of the pair), then this step's word of every lane narrowed into 16 halves.
@@ -139,6 +143,8 @@ SimdBodies bodies() {
   PanelKernels<Isa, Family::fp8_a8>::install(b);
   PanelKernels<Isa, Family::fp8_a8_group128>::install(b);
   PanelKernels<Isa, Family::w4afp8>::install(b);
+  PanelKernels<Isa, Family::bf16>::install(b);
+  PanelKernels<Isa, Family::f16>::install(b);
   PanelKernels<IsaI8, Family::w4a8>::install(b);
   PanelKernels<IsaI8, Family::w8a8>::install(b);
   ActAvx512::set(b);

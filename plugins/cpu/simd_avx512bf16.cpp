@@ -20,6 +20,7 @@ SimdBodies bodies() {
   PanelKernels<Bf16Isa, Family::w4a16_zp>::install(b);
   PanelKernels<Bf16Isa, Family::w8a16>::install(b);
   PanelKernels<Bf16Isa, Family::w4afp8>::install(b);
+  PanelKernels<Bf16Isa, Family::bf16>::install(b);
   ActAvx512::set(b);
   QuantAvx512::set(b);
   return b;

@@ -2,7 +2,7 @@
 // metrale-bench-layers: the machine's read bandwidth and dot-product peaks (bf16 and int8),
 // measured in this run per thread count; then, for each thread count of --threads (the CPU
 // backend selected afresh with METRALE_CPU_THREADS set to it), each preset's FFN rate per weight
-// tier (--variants: W4A16, asymmetric and act-order int4, W8A16, FP8, W4A8, W8A8; bench_rows.hpp)
+// tier (--variants: W4A16, asymmetric and act-order int4, W8A16, FP8, W4A8, W8A8, bf16; bench_rows.hpp)
 // at each m of --m the tier covers, in GB/s of weights and GFLOP/s, as fractions of the bandwidth,
 // of the dot peak of its activations and of the roofline; the scaling in m and in threads; the
 // launch overhead of a one-block kernel through the runtime against the plugin's raw entry point

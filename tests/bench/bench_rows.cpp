@@ -112,6 +112,8 @@ const std::vector<Variant>& all_variants() {
       variant("fp8-block", F::fp8, A::fp8, P::decode, true, false, false, ActivationScaling{.group128 = true}),
       variant("w4a8", F::w4a16, A::int8, P::prefill, false),
       variant("w8a8", F::w8_zp, A::int8, P::prefill, false),
+      // Unquantized checkpoints' weights: the bytes a bf16 model reads, decode and prefill.
+      variant("bf16", F::bf16, A::bf16, P::decode_and_prefill, true),
   };
   return variants;
 }

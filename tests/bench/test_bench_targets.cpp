@@ -48,7 +48,7 @@ const TargetRow& target(const std::vector<TargetRow>& all, int id) {
 
 TEST_CASE("each weight tier covers its paths") {
   const auto v = select_variants(variant_names());
-  REQUIRE(v.size() == 9);
+  REQUIRE(v.size() == 10);
   const auto& zp = v[1];
   CHECK(zp.name == "w4-zp");
   CHECK_FALSE(zp.formats.symmetric);
@@ -70,8 +70,12 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK(v[6].covers(1, true));
   CHECK(v[7].activations == metrale::layers::ActivationQuant::int8);
   CHECK_FALSE(v[7].covers(1, false));
+  CHECK(v[9].name == "bf16");
+  CHECK(v[9].formats.weights == metrale::layers::WeightFormat::bf16);
+  CHECK(v[9].covers(1, true));
+  CHECK(v[9].covers(64, false));
   CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
-                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, fp8-block, w4a8, w8a8)",
+                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, fp8-block, w4a8, w8a8, bf16)",
                        metrale::Error);
 }
 

@@ -135,7 +135,9 @@ def write_checkpoint(directory: str, v: Variant) -> None:
     config = models.config_json(v.arch, formats.model_dtype(v.fmt))
     if v.layout != "tf4":
         config["transformers_version"] = "5.0.0"
-    config["quantization_config"] = formats.quantization_config(v.fmt, v.arch)
+    declared = formats.quantization_config(v.fmt, v.arch)
+    if declared is not None:  # save_pretrained of an unquantized model writes none
+        config["quantization_config"] = declared
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     weights_file, sidecars = formats.files(v.fmt, v.arch)

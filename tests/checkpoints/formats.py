@@ -6,7 +6,7 @@ modules stay unquantized, and the quantizer of writers.py for the rest.
 A format is a dict: {"method": ..., parameters...}; see FORMAT_DEFAULTS for the parameters.
 """
 import re
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -33,6 +33,8 @@ FORMAT_DEFAULTS = {
     "ct-int8-static": dict(),
     "ct-fp8-static": dict(),
     "fp8-block": dict(),
+    # No quantization at all: save_pretrained of a model in `dtype` (torch_dtype, no quantization_config).
+    "none": dict(dtype="bfloat16"),
 }
 
 
@@ -54,6 +56,8 @@ def model_dtype(fmt: Dict) -> str:
     """torch_dtype of the saved model: AutoGPTQ and AutoAWQ load models in float16 (AutoGPTQ in
     bfloat16 when asked, which then also makes its scales bf16); the others keep bfloat16."""
     f = resolved(fmt)
+    if f["method"] == "none":
+        return f["dtype"]
     if f["method"] == "gptq" and f["writer"] == "autogptq":
         return "bfloat16" if f["scale_dtype"] == "BF16" else "float16"
     if f["method"] == "awq":
@@ -127,20 +131,26 @@ def _ct_config(f: Dict, ignore) -> Dict:
             "transform_config": {}, "version": CT_VERSION}
 
 
-def quantization_config(fmt: Dict, arch: str) -> Dict:
+def quantization_config(fmt: Dict, arch: str) -> Optional[Dict]:
+    """None for an unquantized model (config.json then has no quantization_config)."""
     f = resolved(fmt)
     m = f["method"]
+    if m == "none":
+        return None
     if m == "gptq":
         return _gptq_config(f)
     if m == "awq":
         not_convert = {"mixtral": ["gate"], "qwen3_moe": ["mlp.gate"], "qwen2_moe": ["mlp.gate", "shared_expert_gate"]}
+        skip = not_convert.get(arch)
+        if f.get("extra_ignore"):  # more modules left in float (the model dtype)
+            skip = (skip or []) + f["extra_ignore"]
         return {"quant_method": "awq", "zero_point": True, "group_size": f["group_size"], "bits": 4, "version": "gemm",
-                "modules_to_not_convert": not_convert.get(arch)}
+                "modules_to_not_convert": skip}
     if m.startswith("ct-"):
         ignore = ["lm_head", "re:.*block_sparse_moe.gate$" if arch == "mixtral" else "re:.*mlp.gate$"]
         if arch == "qwen2_moe":
             ignore.append("re:.*mlp.shared_expert_gate$")
-        return _ct_config(f, ignore)
+        return _ct_config(f, ignore + f.get("extra_ignore", []))
     if m == "fp8-block":
         return {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
     raise ValueError(m)
@@ -181,6 +191,8 @@ def left_unquantized(fmt: Dict, arch: str, module: str) -> bool:
     compressed-tensors skips the `ignore` entries (re: patterns)."""
     f = resolved(fmt)
     q = quantization_config(fmt, arch)
+    if f["method"] == "none":
+        return True
     if f["method"] == "awq":
         return any(key in module for key in (q["modules_to_not_convert"] or []))
     if f["method"].startswith("ct-"):
@@ -191,6 +203,8 @@ def left_unquantized(fmt: Dict, arch: str, module: str) -> bool:
 def quantizer(fmt: Dict) -> Callable[[np.ndarray, np.random.Generator], Dict]:
     f = resolved(fmt)
     m = f["method"]
+    if m == "none":  # nothing is quantized (left_unquantized says so for every module)
+        return lambda w, rng: writers.plain(w, float_dtype(fmt))
     if m == "gptq":
         keys = ("bits", "group_size", "sym", "desc_act", "static_groups", "checkpoint_format", "writer", "scale_dtype",
                 "force_zero", "zero_override")  # gptqmodel_version changes the config, not the tensors

@@ -43,6 +43,10 @@ FAMILIES: Dict[str, str] = {
                       "(input_scale BF16 [1] per module, llm-compressor's minmax calibration)",
     "ct-fp8-static": "compressed-tensors float-quantized FP8 preset: weights and activations per tensor, static "
                      "(weight_scale [1], input_scale [1])",
+    "bf16": "unquantized models as transformers' save_pretrained writes them (safetensors, config.json with "
+            "torch_dtype, no quantization_config): bfloat16 and float16, dense Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral "
+            "(transformers 4 and 5 per-expert names); quantized checkpoints whose FFN the declaration leaves in "
+            "float (compressed-tensors ignore, AWQ modules_to_not_convert)",
 }
 
 # The families `meson test` runs (every one: tests/checkpoints/meson.build).
@@ -215,12 +219,25 @@ def _ct_fp8_block(out):
     _v(out, "ct-fp8-block", "block128", "mixtral", dict(method="ct-fp8-block"))
 
 
+def _bf16(out):
+    for arch in ("qwen3", "qwen3_moe", "qwen2_moe", "mixtral"):
+        _v(out, "bf16", "bfloat16", arch, dict(method="none"))
+    _v(out, "bf16", "bfloat16-tf5", "mixtral", dict(method="none"), extra={"layout": "tf5"})
+    for arch in ("qwen3", "qwen3_moe"):
+        _v(out, "bf16", "float16", arch, dict(method="none", dtype="float16"))
+    # One layer's FFN left in float by the declaration; the other layers stay quantized.
+    _v(out, "bf16", "ct-int4-ignored", "qwen3", dict(method="ct-int4", extra_ignore=["re:model.layers.1.mlp.*"]), layer=1)
+    _v(out, "bf16", "ct-int4-ignored", "qwen3_moe", dict(method="ct-int4", extra_ignore=["re:model.layers.0.mlp.experts.*"]),
+       layer=0)
+    _v(out, "bf16", "awq-not-converted", "qwen3", dict(method="awq", extra_ignore=["layers.0.mlp"]), layer=0)
+
+
 _BUILDERS = {"gptq": _gptq, "gptq-group": _gptq_group, "gptq-asym": _gptq_asym, "gptq-act-order": _gptq_act_order,
              "gptq-bf16": _gptq_bf16, "gptq-mix": _gptq_mix, "gptq-router": _gptq_router, "moe-names": _moe_names, "awq": _awq,
              "ct-int4": _ct_int4, "ct-act-order": _ct_act_order, "fp8-block": _fp8_block, "ct-fp8": _ct_fp8, "gptq-int8": _gptq_int8,
              "ct-int8": _ct_int8, "ct-w4a8": _ct_w4a8,
              "ct-fp8-block": _ct_fp8_block, "ct-int8-static": lambda out: _ct_static(out, "ct-int8-static"),
-             "ct-fp8-static": lambda out: _ct_static(out, "ct-fp8-static"), "ct-w4afp8": _ct_w4afp8}
+             "ct-fp8-static": lambda out: _ct_static(out, "ct-fp8-static"), "ct-w4afp8": _ct_w4afp8, "bf16": _bf16}
 assert set(_BUILDERS) == set(FAMILIES)
 
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 using namespace metrale::conformance;
 
@@ -58,4 +59,16 @@ TEST_CASE("the conformance cases cover rows, odd N, both sides of the k64 switch
   CHECK(no_renorm);
   CHECK(shared);
   CHECK(ties);
+
+  // Unquantized bf16 and f16 weights: dense and MoE, decode and prefill rows, bf16 activations.
+  for (const auto format : {metrale::layers::WeightFormat::bf16, metrale::layers::WeightFormat::f16}) {
+    std::set<std::pair<CaseKind, uint32_t>> seen;
+    for (const auto& c : all)
+      if (c.formats.weights == format && c.activations == metrale::layers::ActivationQuant::bf16) seen.insert({c.kind, c.m});
+    CAPTURE(static_cast<int>(format));
+    CHECK(seen.contains({CaseKind::dense, 1}));
+    CHECK(seen.contains({CaseKind::dense, 40}));
+    CHECK(seen.contains({CaseKind::moe, 1}));
+    CHECK(seen.contains({CaseKind::moe, 40}));
+  }
 }

@@ -75,11 +75,13 @@ TEST_CASE("the CPU backend is consistent and serves every path") {
   REQUIRE(cpu);
   for (const auto& r : manifest_checks(*cpu)) FAIL_CHECK(r.name << ": " << r.detail);
   const auto rows = coverage(*cpu);
-  CHECK(rows.size() == 14);
+  CHECK(rows.size() == 16);
   for (const auto& r : rows) CHECK_MESSAGE(r.status == PathStatus::serves, r.path << ": " << path_status_name(r.status) << " " << r.detail);
   CHECK(row(rows, "dense/decode").kernels.front() == "w4a16/w4a16_gemv");
   CHECK(row(rows, "moe/device_routing").kernels.front() == "moe/moe_align");
   CHECK(row(rows, "quant/act_order").kernels.front() == "quant/gather_k");
+  CHECK(row(rows, "quant/bf16").kernels.front() == "bf16/bf16_gemv");
+  CHECK(row(rows, "quant/f16").kernels.front() == "f16/f16_gemv");
 }
 
 TEST_CASE("manifest and plugin disagreeing: one named failure per kernel") {

@@ -29,6 +29,8 @@ inline metrale_status launch_repack(Backend& b, Fam fam, const DeviceQ& in, cons
   if (f.zeros) {
     args.ptr(in.codes).ptr(in.scales).ptr(in.zeros).ptr(out.codes).ptr(out.scales).ptr(out.zeros);
     args.u32(n).u32(k).u32(group).u32(count);
+  } else if (f.w16) {
+    args.ptr(in.codes).ptr(out.codes).u32(n).u32(k).u32(count);
   } else {
     args.ptr(in.codes).ptr(in.scales).ptr(out.codes).ptr(out.scales).u32(n).u32(k).u32(count);
   }
@@ -39,8 +41,8 @@ inline metrale_status launch_repack(Backend& b, Fam fam, const DeviceQ& in, cons
 // The problem's weights on the device, repacked.
 inline DeviceQ upload_weights(Backend& b, const QuantProblem& p) {
   const FamInfo f = info(p.fam);
-  const DeviceQ in{b.upload(p.codes), b.upload(p.scales), f.zeros ? b.upload(p.zeros) : 0};
-  const DeviceQ out{b.alloc(p.codes.size()), b.alloc(p.scales.size() * 4), f.zeros ? b.alloc(p.zeros.size()) : 0};
+  const DeviceQ in{b.upload(p.codes), f.w16 ? 0 : b.upload(p.scales), f.zeros ? b.upload(p.zeros) : 0};
+  const DeviceQ out{b.alloc(p.codes.size()), f.w16 ? 0 : b.alloc(p.scales.size() * 4), f.zeros ? b.alloc(p.zeros.size()) : 0};
   const metrale_status status = launch_repack(b, p.fam, in, out, p.n, p.k, p.group, p.count);
   REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
   for (uint64_t a : {in.codes, in.scales, in.zeros})
@@ -54,7 +56,8 @@ inline void activation_args(Args& args, const FamInfo& f, uint64_t x, uint64_t x
   if (f.int8) args.ptr(xscale);
 }
 inline void weight_args(Args& args, const FamInfo& f, const DeviceQ& w) {
-  args.ptr(w.codes).ptr(w.scales);
+  args.ptr(w.codes);
+  if (!f.w16) args.ptr(w.scales);
   if (f.zeros) args.ptr(w.zeros);
 }
 inline uint64_t upload_activations(Backend& b, const QuantProblem& p, uint64_t& xscale) {
@@ -78,7 +81,7 @@ inline std::vector<uint16_t> run_dense(Backend& b, const QuantProblem& p, const 
   activation_args(args, f, x, xscale);
   weight_args(args, f, w);
   args.ptr(y).u32(p.m).u32(p.n).u32(p.k);
-  if (!f.fp8) args.u32(p.group);
+  if (!f.fp8 && !f.w16) args.u32(p.group);
   if (grid[0] == 0)
     grid = kind == "gemv" ? std::array<uint32_t, 2>{ceil_div(p.n, 64), 1}
                           : std::array<uint32_t, 2>{ceil_div(p.n, 128), ceil_div(p.m, 64)};
@@ -102,7 +105,7 @@ inline std::vector<uint16_t> run_grouped(Backend& b, const QuantProblem& p) {
   activation_args(args, f, x, xscale ? xscale : x);
   weight_args(args, f, w);
   args.ptr(offsets).ptr(y).u32(p.n).u32(p.k);
-  if (!f.fp8) args.u32(p.group);
+  if (!f.fp8 && !f.w16) args.u32(p.group);
   args.u32(p.count);
   const std::string name = std::string(f.module) + "_grouped_gemm";
   const metrale_status status = b.launch(b.kernel(f.module, name.c_str()), {ceil_div(p.n, 128), p.count}, args);

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Double-precision references for docs/kernels.md's "Quantized weight families beyond W4A16",
 // written from the contract text for the tests only (nothing shared with the plugin), and the
-// inputs the tests feed them: canonical layouts w4-zp, w8-zp and fp8-e4m3, int8 activations.
+// inputs the tests feed them: canonical layouts w4-zp, w8-zp, fp8-e4m3, bf16-nk and f16-nk,
+// int8 activations.
 #pragma once
 
 #include "reference.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -15,24 +17,27 @@
 
 namespace cpu_test {
 
-enum class Fam { w4a16_zp, w8a16, fp8, w4a8, w8a8 };
+enum class Fam { w4a16_zp, w8a16, fp8, w4a8, w8a8, bf16, f16 };
 
 struct FamInfo {
   const char* module;
-  uint32_t bits;  // 4 or 8
+  uint32_t bits;  // 4, 8 or 16
   bool zeros;
   bool int8;      // int8 activations (xq, xscale)
   bool fp8;
+  bool w16;       // bf16 / f16 weights: the values, no scales, no group argument
 };
 inline FamInfo info(Fam f) {
   switch (f) {
-    case Fam::w4a16_zp: return {"w4a16_zp", 4, true, false, false};
-    case Fam::w8a16: return {"w8a16", 8, true, false, false};
-    case Fam::fp8: return {"fp8", 8, false, false, true};
-    case Fam::w4a8: return {"w4a8", 4, true, true, false};
+    case Fam::w4a16_zp: return {"w4a16_zp", 4, true, false, false, false};
+    case Fam::w8a16: return {"w8a16", 8, true, false, false, false};
+    case Fam::fp8: return {"fp8", 8, false, false, true, false};
+    case Fam::w4a8: return {"w4a8", 4, true, true, false, false};
+    case Fam::bf16: return {"bf16", 16, false, false, false, true};
+    case Fam::f16: return {"f16", 16, false, false, false, true};
     case Fam::w8a8: break;
   }
-  return {"w8a8", 8, true, true, false};
+  return {"w8a8", 8, true, true, false, false};
 }
 
 // OCP FP8 E4M3 ("e4m3fn"): sign bit, 4 exponent bits (bias 7), 3 mantissa bits, subnormal when
@@ -49,8 +54,8 @@ inline double e4m3_value(uint8_t code) {
 struct QuantProblem {
   Fam fam{};
   uint32_t m = 0, n = 0, k = 0, group = 128, count = 1;
-  std::vector<uint8_t> codes;   // w4: u32 words [n][k/8] as bytes; w8/fp8: u8 [n][k]
-  std::vector<float> scales;    // [count][n][k/group]
+  std::vector<uint8_t> codes;   // w4: u32 words [n][k/8] as bytes; w8/fp8: u8 [n][k]; w16: [n][k] as bytes
+  std::vector<float> scales;    // [count][n][k/group] (empty for w16)
   std::vector<uint8_t> zeros;   // [count][n][k/group] (empty for fp8)
   std::vector<uint16_t> x;      // bf16 [rows][k] (bf16 families)
   std::vector<int8_t> xq;       // int8 [rows][k] (int8 families)
@@ -61,6 +66,7 @@ struct QuantProblem {
 
 inline uint32_t code_at(const QuantProblem& p, uint32_t matrix, uint32_t row, uint32_t t) {
   const size_t base = (size_t{matrix} * p.n + row) * p.k;
+  if (info(p.fam).bits == 16) return p.codes[2 * (base + t)] | uint32_t{p.codes[2 * (base + t) + 1]} << 8;
   if (info(p.fam).bits == 8) return p.codes[base + t];
   const uint8_t byte = p.codes[(base + t) / 2];  // 8 codes per little-endian u32, lowest nibble first
   return t % 2 == 0 ? byte & 0xfu : byte >> 4;
@@ -77,7 +83,7 @@ inline void quant_reference(QuantProblem& p, uint32_t matrix, uint32_t row0, uin
       double sum = 0, abs_sum = 0;
       for (uint32_t g = 0; g < groups; ++g) {
         const size_t gi = (size_t{matrix} * p.n + c) * groups + g;
-        const double s = p.scales[gi];
+        const double s = f.w16 ? 1.0 : p.scales[gi];
         const int z = f.zeros ? p.zeros[gi] : 0;
         if (f.int8) {
           int64_t dot = 0, xs = 0;
@@ -93,7 +99,11 @@ inline void quant_reference(QuantProblem& p, uint32_t matrix, uint32_t row0, uin
         }
         for (uint32_t t = g * p.group; t < (g + 1) * p.group; ++t) {
           const uint32_t q = code_at(p, matrix, c, t);
-          const double w = (f.fp8 ? e4m3_value(static_cast<uint8_t>(q)) : static_cast<double>(int(q) - z)) * s;
+          const double v = p.fam == Fam::bf16 ? bf16_value(static_cast<uint16_t>(q))
+                           : p.fam == Fam::f16  ? f16_value(static_cast<uint16_t>(q))
+                           : f.fp8              ? e4m3_value(static_cast<uint8_t>(q))
+                                                : static_cast<double>(int(q) - z);
+          const double w = v * s;
           const double term = bf16_value(p.x[size_t{i} * p.k + t]) * w;
           sum += term;
           abs_sum += std::fabs(term);
@@ -142,6 +152,28 @@ inline void plant_fp8(std::vector<uint8_t>& codes, uint32_t n, uint32_t k, std::
     if (row < n) codes[size_t{row} * k + rng() % k] = (rng() & 1) ? 0x7f : 0xff;
 }
 
+// bf16 / f16 weights: bf16 uniform in [-1, 1), f16 below, with values planted in every row: large
+// ones (bf16 128 and -255, f16 +-255.9; larger would hide the other terms under the budget),
+// tiny ones (bf16 +-2^-100; the f16 subnormals 2^-24 and -(2^-14 - 2^-24)) and -0.
+inline std::vector<uint8_t> random_w16(Fam fam, std::mt19937_64& rng, size_t rows, uint32_t k) {
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<uint16_t> w(rows * k);
+  for (auto& v : w)  // f16: every mantissa bit, magnitudes 2^-14 .. 2 (bf16 could not hold them)
+    v = fam == Fam::bf16 ? to_bf16(dist(rng))
+                         : static_cast<uint16_t>((rng() & 0x8000) | (1 + rng() % 15) << 10 | (rng() & 0x3ff));
+  static constexpr uint16_t kBf16[] = {0x4300, 0xc37f, 0x0d80, 0x8d80, 0x8000};
+  static constexpr uint16_t kF16[] = {0x5bff, 0xdbff, 0x0001, 0x83ff, 0x8000};
+  for (size_t row = 0; row < rows; ++row) {
+    if (fam == Fam::bf16)
+      for (uint16_t special : kBf16) w[row * k + rng() % k] = special;
+    else
+      for (uint16_t special : kF16) w[row * k + rng() % k] = special;
+  }
+  std::vector<uint8_t> bytes(w.size() * 2);
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  return bytes;
+}
+
 // A problem of `count` stacked matrices; rows: m for one matrix, else per-matrix counts (the
 // grouped kernels' offsets).
 inline QuantProblem make_quant(Fam fam, uint32_t m, uint32_t n, uint32_t k, uint32_t group, uint64_t seed,
@@ -152,7 +184,7 @@ inline QuantProblem make_quant(Fam fam, uint32_t m, uint32_t n, uint32_t k, uint
   p.fam = fam;
   p.n = n;
   p.k = k;
-  p.group = f.fp8 ? 128 : group;
+  p.group = f.fp8 || f.w16 ? 128 : group;
   p.count = rows_per_matrix.empty() ? 1 : static_cast<uint32_t>(rows_per_matrix.size());
   p.offsets = {0};
   for (int32_t r : rows_per_matrix) p.offsets.push_back(p.offsets.back() + r);
@@ -160,8 +192,9 @@ inline QuantProblem make_quant(Fam fam, uint32_t m, uint32_t n, uint32_t k, uint
   p.codes.resize(size_t{p.count} * n * k * f.bits / 8);
   for (auto& c : p.codes) c = static_cast<uint8_t>(rng());
   if (f.fp8) plant_fp8(p.codes, p.count * n, k, rng, {3, 100});
+  if (f.w16) p.codes = random_w16(fam, rng, size_t{p.count} * n, k);
   const size_t groups = size_t{p.count} * n * (k / p.group);
-  p.scales = random_f32_scales(rng, groups);
+  if (!f.w16) p.scales = random_f32_scales(rng, groups);
   if (f.zeros) p.zeros = random_zeros(rng, groups, f.bits);
   if (f.int8) {
     p.xq.resize(size_t{p.m} * k);

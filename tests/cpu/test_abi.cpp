@@ -71,7 +71,7 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
   const std::map<std::string, std::string> layouts{
       {"w4a16", "cpu-native"},        {"w4a16_zp", "cpu-native-w4zp"}, {"w4a8", "cpu-native-w4zp"},
       {"w8a16", "cpu-native-w8"},     {"w8a8", "cpu-native-w8"},       {"fp8", "cpu-native-fp8"},
-      {"w4afp8", "cpu-native-w4zp"}};
+      {"w4afp8", "cpu-native-w4zp"},  {"bf16", "cpu-native-w16"},     {"f16", "cpu-native-w16"}};
   for (const auto& module : manifest.at("modules"))
     for (const auto& kernel : module.at("kernels")) {
       bool reads_weights = false;
@@ -95,6 +95,8 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "fp8/fp8_gemm_a8_group128", "fp8/fp8_grouped_gemm_a8_group128",
       "w4a8/w4a8_gemv", "w4a8/w4a8_gemm", "w4a8/w4a8_grouped_gemm", "w4a8/w4a8_repack",
       "w4afp8/w4afp8_gemm", "w4afp8/w4afp8_grouped_gemm", "w4afp8/w4afp8_repack",
+      "bf16/bf16_gemv", "bf16/bf16_gemm", "bf16/bf16_grouped_gemm", "bf16/bf16_repack",
+      "f16/f16_gemv", "f16/f16_gemm", "f16/f16_grouped_gemm", "f16/f16_repack",
       "w8a8/w8a8_gemv", "w8a8/w8a8_gemm", "w8a8/w8a8_grouped_gemm", "w8a8/w8a8_repack",
       "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
       "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",

@@ -67,6 +67,26 @@ TEST_CASE("quantized GEMMs: shape rules, group sizes, pointers and grids are che
   Args i8_grid;
   i8_grid.ptr(x).ptr(xs).ptr(q).ptr(s).ptr(z).ptr(y).u32(m).u32(2 * n).u32(k).u32(64);
   refused(b, "w4a8", "w4a8_gemv", {1, 1}, i8_grid, {"does not cover", "(ceil(n/64), 1) = (2, 1, 1)"});
+
+  // bf16 / f16 weights: n*k 16-bit values (2 n*k bytes: q holds 2n*k), no scales.
+  auto w16 = [&](uint32_t mm, uint32_t nn, uint32_t kk, uint64_t weight) {
+    Args a;
+    a.ptr(x).ptr(weight).ptr(y).u32(mm).u32(nn).u32(kk);
+    return a;
+  };
+  Args w16_ok = w16(m, n, k, q);
+  CHECK(b.launch(b.kernel("bf16", "bf16_gemv"), {1, 1}, w16_ok) == METRALE_STATUS_OK);
+  CHECK(b.launch(b.kernel("f16", "f16_gemm"), {1, 1}, w16_ok) == METRALE_STATUS_OK);
+  Args w16_short = w16(m, n, k, q + 64);
+  refused(b, "bf16", "bf16_gemm", {1, 1}, w16_short, {"argument 'weight'", "must hold 32768 bytes (n*k bf16)"});
+  refused(b, "f16", "f16_gemv", {1, 1}, w16_short, {"argument 'weight'", "(n*k f16)"});
+  Args w16_k = w16(m, n, 200, q);
+  refused(b, "bf16", "bf16_gemv", {1, 1}, w16_k, {"k must be a positive multiple of 128", "k=200"});
+  Args w16_rows = w16(9, n, k, q);
+  refused(b, "f16", "f16_gemv", {1, 1}, w16_rows, {"m must be 1..8", "got m=9"});
+  Args w16_y;  // y must hold m*n bf16
+  w16_y.ptr(x).ptr(q).ptr(y + size_t{m} * 2 * n * 2 - 64).u32(m).u32(n).u32(k);
+  refused(b, "bf16", "bf16_gemm", {1, 1}, w16_y, {"argument 'y'", "m*n bf16"});
 }
 
 TEST_CASE("quantized grouped GEMMs and fp8_grouped_gemv: offsets and active experts are checked") {
@@ -130,6 +150,16 @@ TEST_CASE("quantized repacks: sizes, group and aliasing are checked") {
   Args fp8;
   fp8.ptr(qi).ptr(si).ptr(qo).ptr(si + 4).u32(n).u32(k).u32(count);
   refused(b, "fp8", "fp8_repack", {2, 2}, fp8, {"'scales_out'", "overlaps 'scales_in'"});
+  // bf16 / f16: (weight_in, weight_out, n, k, count), 2 n*k bytes per matrix (codes holds count*n*k).
+  Args w16;
+  w16.ptr(qi).ptr(qo).u32(n).u32(k).u32(1);
+  CHECK(b.launch(b.kernel("bf16", "bf16_repack"), {2, 1}, w16) == METRALE_STATUS_OK);
+  Args w16_count;
+  w16_count.ptr(qi).ptr(qo).u32(n).u32(k).u32(count);
+  refused(b, "f16", "f16_repack", {2, 2}, w16_count, {"argument 'weight_in'", "count*n*k f16"});
+  Args w16_alias;
+  w16_alias.ptr(qi).ptr(qi).u32(n).u32(k).u32(1);
+  refused(b, "bf16", "bf16_repack", {2, 1}, w16_alias, {"'weight_out'", "overlaps 'weight_in'"});
 }
 
 TEST_CASE("quantize_int8 and gather_k: shapes, perm entries and offsets are checked") {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The quantized weight families (w4a16_zp, w8a16, fp8, w4a8, w8a8) against the double-precision
+// The weight families (w4a16_zp, w8a16, fp8, w4a8, w8a8, and plain bf16 / f16) against the double-precision
 // reference of their contract, on every instruction-set tier this CPU has: dense GEMV and GEMM
 // on awkward shapes with every group size, extreme zero points, negative and tiny scales, FP8
 // special values, int8 activation extremes; grouped GEMMs with experts without rows; the
@@ -13,7 +13,7 @@ using namespace cpu_test;
 
 namespace {
 
-constexpr Fam kFamilies[] = {Fam::w4a16_zp, Fam::w8a16, Fam::fp8, Fam::w4a8, Fam::w8a8};
+constexpr Fam kFamilies[] = {Fam::w4a16_zp, Fam::w8a16, Fam::fp8, Fam::w4a8, Fam::w8a8, Fam::bf16, Fam::f16};
 
 std::string describe(const QuantProblem& p, const std::string& kernel, const std::string& tier) {
   return std::string(info(p.fam).module) + "_" + kernel + " m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) +

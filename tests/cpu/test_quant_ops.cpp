@@ -16,7 +16,7 @@ using namespace cpu_test;
 
 namespace {
 
-constexpr Fam kFamilies[] = {Fam::w4a16_zp, Fam::w8a16, Fam::fp8, Fam::w4a8, Fam::w8a8};
+constexpr Fam kFamilies[] = {Fam::w4a16_zp, Fam::w8a16, Fam::fp8, Fam::w4a8, Fam::w8a8, Fam::bf16, Fam::f16};
 
 // Host copies of a repack's three outputs, each with `guard` bytes past its end.
 struct Repacked {
@@ -26,7 +26,7 @@ struct Repacked {
 Repacked repack_with_guards(Backend& b, const QuantProblem& p, size_t guard, uint8_t fill,
                             std::array<uint32_t, 2> extra = {0, 0}) {
   const FamInfo f = info(p.fam);
-  const DeviceQ in{b.upload(p.codes), b.upload(p.scales), f.zeros ? b.upload(p.zeros) : 0};
+  const DeviceQ in{b.upload(p.codes), f.w16 ? 0 : b.upload(p.scales), f.zeros ? b.upload(p.zeros) : 0};
   const size_t sizes[] = {p.codes.size(), p.scales.size() * 4, f.zeros ? p.zeros.size() : 0};
   DeviceQ out;
   uint64_t* outs[] = {&out.codes, &out.scales, &out.zeros};
@@ -35,7 +35,7 @@ Repacked repack_with_guards(Backend& b, const QuantProblem& p, size_t guard, uin
   REQUIRE_MESSAGE(launch_repack(b, p.fam, in, out, p.n, p.k, p.group, p.count, extra) == METRALE_STATUS_OK,
                   b.last_error());
   CHECK(b.download<uint8_t>(in.codes, p.codes.size()) == p.codes);  // inputs untouched
-  CHECK(b.download<float>(in.scales, p.scales.size()) == p.scales);
+  if (!f.w16) CHECK(b.download<float>(in.scales, p.scales.size()) == p.scales);
   Repacked r;
   std::vector<uint8_t>* host[] = {&r.codes, &r.scales, &r.zeros};
   for (int t = 0; t < 3; ++t) {
@@ -75,8 +75,8 @@ std::vector<T> part(const std::vector<T>& v, size_t i, size_t count) {
 
 // The repacks' contract (docs/kernels.md): the canonical byte sizes, matrix i where it was,
 // inputs untouched, nothing written past the outputs, extra blocks harmless; the baseline tier
-// copies. Modules that declare the same layout (w4a16_zp and w4a8; w8a16 and w8a8) write the
-// same bytes.
+// copies. Modules that declare the same layout (w4a16_zp and w4a8; w8a16 and w8a8; bf16 and f16)
+// write the same bytes.
 TEST_CASE("quantized families' repacks keep sizes, offsets and guard bytes on every tier") {
   constexpr uint32_t kCount = 3;
   constexpr size_t kGuard = 64;
@@ -88,7 +88,7 @@ TEST_CASE("quantized families' repacks keep sizes, offsets and guard bytes on ev
           Backend& b = tier_backend(tier);
           std::map<std::string, Repacked> by_layout;
           for (const Fam fam : kFamilies) {
-            if (fam == Fam::fp8 && group != 128) continue;
+            if ((fam == Fam::fp8 || info(fam).w16) && group != 128) continue;
             const QuantProblem p = make_quant(fam, 0, n, k, group, seed++, std::vector<int32_t>(kCount, 0));
             INFO(info(fam).module << " n=" << n << " k=" << k << " group=" << group << " on " << tier);
             const Repacked r = repack_with_guards(b, p, kGuard, 0xa5);
@@ -104,12 +104,12 @@ TEST_CASE("quantized families' repacks keep sizes, offsets and guard bytes on ev
               CHECK(alone.zeros == part(r.zeros, i, kCount));
             }
             if (fam == Fam::fp8) continue;
-            const std::string layout = info(fam).bits == 4 ? "w4zp" : "w8";
+            const std::string layout = info(fam).bits == 4 ? "w4zp" : info(fam).bits == 16 ? "w16" : "w8";
             // Same codes, scales and zeros under the sibling module: the same bytes.
             if (by_layout.count(layout) == 0) {
               by_layout[layout] = r;
               QuantProblem sibling = p;
-              sibling.fam = fam == Fam::w4a16_zp ? Fam::w4a8 : fam == Fam::w8a16 ? Fam::w8a8 : fam;
+              sibling.fam = fam == Fam::w4a16_zp ? Fam::w4a8 : fam == Fam::w8a16 ? Fam::w8a8 : fam == Fam::bf16 ? Fam::f16 : fam;
               const Repacked s = repack_with_guards(b, sibling, 0, 0);
               CHECK(s.codes == r.codes);
               CHECK(s.scales == r.scales);

@@ -4,12 +4,14 @@
 
 #include "core/numeric.hpp"
 #include "io/safetensors.hpp"
+#include "io/quant_config.hpp"
 #include "io/weights.hpp"
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <tuple>
 
 using namespace metrale::layers;
 using namespace layers_test;
@@ -335,4 +337,80 @@ TEST_CASE("a sharded GPTQ MoE checkpoint loads through its index") {
   CHECK(same(back.moe->down, m.down));
   CHECK(same(back.moe->shared_expert->gate_up, m.shared_expert->gate_up));
   CHECK(back.moe->shared_expert_gate == m.shared_expert_gate);
+}
+
+// An unquantized checkpoint as save_pretrained writes it: P.weight in torch_dtype, no
+// quantization_config. The values load as they are (bf16-nk / f16-nk).
+TEST_CASE("an unquantized checkpoint loads its FFN as bf16 or f16 weights") {
+  ModelConfig c = *preset_config("small-dense");
+  const uint32_t h = c.hidden_size, inter = c.intermediate_size;
+  const std::string p = "model.layers.0.mlp.";
+  auto values = [](size_t count, uint16_t salt) {
+    std::vector<uint16_t> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = static_cast<uint16_t>(0x3c00 + (i * 7 + salt) % 0x300);
+    return v;
+  };
+  const auto gate = values(size_t{inter} * h, 1), up = values(size_t{inter} * h, 2), down = values(size_t{h} * inter, 3);
+  auto write = [&](const TempDir& dir, const char* config, Dtype dtype, Dtype down_dtype) {
+    write_file(dir / "config.json", config);
+    SafetensorsWriter out;
+    out.add(p + "gate_proj.weight", dtype, {inter, h}, std::span<const uint16_t>(gate));
+    out.add(p + "up_proj.weight", dtype, {inter, h}, std::span<const uint16_t>(up));
+    out.add(p + "down_proj.weight", down_dtype, {h, inter}, std::span<const uint16_t>(down));
+    out.write(dir / "model.safetensors");
+  };
+  for (const auto& [dtype, torch_dtype, format] : {std::tuple{Dtype::bf16, "bfloat16", WeightFormat::bf16},
+                                                    std::tuple{Dtype::f16, "float16", WeightFormat::f16}}) {
+    TempDir dir;
+    write(dir, (std::string(R"({"torch_dtype": ")") + torch_dtype + "\"}").c_str(), dtype, dtype);
+    FfnWeights w = load_ffn_weights(dir / "model.safetensors", c);
+    CAPTURE(torch_dtype);
+    CHECK(w.dense->gate_up.format == format);
+    CHECK(w.dense->down.format == format);
+    const QuantView gu = w.dense->gate_up.view(), d = w.dense->down.view();
+    const auto value = [&](uint16_t bits) { return dtype == Dtype::bf16 ? bf16_to_f32(bits) : f16_to_f32(bits); };
+    CHECK(gu.value(0, 1) == value(gate[1]));               // gate rows first
+    CHECK(gu.value(inter, 5) == value(up[5]));             // then up
+    CHECK(d.value(h - 1, inter - 1) == value(down.back()));
+  }
+  // torch_dtype rules the tensors' dtype; F32 weights and undeclared quantized tensors are refused.
+  TempDir mixed;
+  write(mixed, R"({"torch_dtype": "bfloat16"})", Dtype::bf16, Dtype::f16);
+  std::string e = error_of([&] { load_ffn_weights(mixed / "model.safetensors", c); });
+  CHECK(contains(e, "down_proj.weight"));
+  CHECK(contains(e, "torch_dtype"));
+  CHECK(contains(e, "= \"bfloat16\", but the tensor is F16"));
+  TempDir wide;
+  write_file(wide / "config.json", R"({"torch_dtype": "float32"})");
+  SafetensorsWriter f32;
+  std::vector<float> big(size_t{inter} * h), big_down(size_t{h} * inter);
+  f32.add(p + "gate_proj.weight", Dtype::f32, {inter, h}, std::span<const float>(big));
+  f32.add(p + "up_proj.weight", Dtype::f32, {inter, h}, std::span<const float>(big));
+  f32.add(p + "down_proj.weight", Dtype::f32, {h, inter}, std::span<const float>(big_down));
+  f32.write(wide / "model.safetensors");
+  e = error_of([&] { load_ffn_weights(wide / "model.safetensors", c); });
+  CHECK(contains(e, "gate_proj.weight"));
+  CHECK(contains(e, "dtype F32: metrale runs unquantized linear weights in BF16 or F16"));
+}
+
+TEST_CASE("modules a quantization declaration leaves unquantized match as each tool matches them") {
+  CheckpointQuant ct;
+  ct.method = QuantMethod::compressed_tensors;
+  ct.ignore = {"lm_head", "re:.*mlp.gate$", "re:model.layers.1.mlp"};
+  CHECK(ct.leaves_unquantized("lm_head"));
+  CHECK(ct.leaves_unquantized("model.layers.0.mlp.gate"));
+  CHECK(!ct.leaves_unquantized("model.layers.0.mlp.gate_proj"));  // re.match: the pattern, not a substring
+  CHECK(ct.leaves_unquantized("model.layers.1.mlp.down_proj"));   // from the start of the name
+  CHECK(!ct.leaves_unquantized("model.layers.11.xmlp"));
+  CHECK(!ct.leaves_unquantized("x.model.layers.1.mlp.down_proj"));
+  CHECK(!ct.leaves_unquantized("model.lm_head"));                 // a plain entry is the whole name
+  CheckpointQuant awq;
+  awq.method = QuantMethod::awq;
+  awq.ignore = {"gate"};
+  CHECK(awq.leaves_unquantized("model.layers.0.block_sparse_moe.gate"));
+  CHECK(awq.leaves_unquantized("model.layers.0.mlp.gate_proj"));  // transformers' substring rule
+  CHECK(!awq.leaves_unquantized("model.layers.0.mlp.down_proj"));
+  ct.ignore = {"re:("};
+  ct.source = "config.json";
+  CHECK(contains(error_of([&] { (void)ct.leaves_unquantized("lm_head"); }), "quantization_config.ignore entry \"re:(\" is not a regular expression"));
 }

@@ -33,7 +33,8 @@ bool w4a16_signature(const ManifestKernel& k) {
 
 // The quantized family whose documented GEMV or GEMM `module/name` is (docs/kernels.md).
 std::optional<KernelFamily> quant_family(const std::string& module, const std::string& name) {
-  for (auto family : {KernelFamily::w4a16_zp, KernelFamily::w8a16, KernelFamily::fp8, KernelFamily::w4a8, KernelFamily::w8a8}) {
+  for (auto family : {KernelFamily::w4a16_zp, KernelFamily::w8a16, KernelFamily::fp8, KernelFamily::w4a8, KernelFamily::w8a8,
+                      KernelFamily::bf16, KernelFamily::f16}) {
     const FamilyInfo& f = family_info(family);
     if (module == f.module && (name == std::string(f.prefix) + "_gemv" || name == std::string(f.prefix) + "_gemm")) return family;
   }

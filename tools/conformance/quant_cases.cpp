@@ -46,9 +46,22 @@ Case quant_case(const std::string& kind, const ModelConfig& config, const Synthe
 // The activation tiers a weight format runs under.
 std::vector<ActivationQuant> tiers_of(WeightFormat format) {
   std::vector<ActivationQuant> out{ActivationQuant::bf16};
+  if (!weight_format_has_scales(format)) return out;  // bf16 / f16 weights: bf16 activations only
   if (format != WeightFormat::fp8) out.push_back(ActivationQuant::int8);
   if (format == WeightFormat::fp8) out.push_back(ActivationQuant::fp8);
   return out;
+}
+
+// Unquantized bf16 and f16 weights (modules bf16, f16), dense and MoE, bf16 activations.
+void unquantized_cases(const ModelConfig& dense, const ModelConfig& moe, uint64_t& seed, std::vector<Case>& out) {
+  for (WeightFormat w : {WeightFormat::bf16, WeightFormat::f16}) {
+    SyntheticFormats f;
+    f.weights = w;
+    for (uint32_t m : kRows) {
+      out.push_back(quant_case("dense", dense, f, ActivationQuant::bf16, m, ++seed));
+      out.push_back(quant_case("moe", moe, f, ActivationQuant::bf16, m, ++seed));
+    }
+  }
 }
 
 }  // namespace
@@ -122,6 +135,7 @@ std::vector<Case> quant_layer_cases() {
   }
   out.push_back(quant_case("dense", dense, SyntheticFormats{WeightFormat::w4_zp, std::nullopt, 32, false, true},
                            ActivationQuant::fp8, 5, ++seed));
+  unquantized_cases(dense, moe, seed, out);
   // Experts in another format than the shared expert (--expert-quantization).
   SyntheticFormats mixed = formats(WeightFormat::w4_zp, false);
   mixed.experts = WeightFormat::fp8;

@@ -198,7 +198,8 @@ constexpr metrale_param_type kPrefillTypes[] = {P, P, P, P, P, U, U, U, U, U, U,
 
 const KernelSpec kSpecs[] = {
     {"attn", "kv_append", METRALE_CPU_PARAMS(Append), check_kv_append, baseline::kv_append, -1, "(tokens, 1)"},
-    {"attn", "attn_decode", METRALE_CPU_PARAMS(Decode), check_decode, baseline::attn_decode, -1,
+    {"attn", "attn_decode", METRALE_CPU_PARAMS(Decode), check_decode, baseline::attn_decode,
+     static_cast<int>(Simd::attn_decode),
      "(ceil(max_blocks*block_size/512), seqs*kv_heads)"},
     {"attn", "attn_decode_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::attn_decode_combine, -1,
      "(q_heads, seqs)"},

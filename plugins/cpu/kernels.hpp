@@ -19,7 +19,7 @@
 
 namespace metrale::cpu {
 
-inline constexpr unsigned kMaxParams = 12;  // moe/moe_align
+inline constexpr unsigned kMaxParams = 16;  // attn/attn_decode takes 14
 inline constexpr size_t kScratchBytes = size_t{512} * 1024;
 inline constexpr size_t kScratchAlign = 64;
 
@@ -39,6 +39,8 @@ inline constexpr uint32_t kGemvMaxRows = 8;    // w4a16_gemv_b8
 inline constexpr uint32_t kActColumns = 1024;  // silu_mul / gelu_mul block width
 inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
 inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
+inline constexpr uint32_t kAttnPartition = 512; // attn_decode: context tokens per split
+inline constexpr uint32_t kAttnPrefillRows = 64; // attn_prefill: query rows per block
 
 // The kernels a SIMD tier may replace (KernelSpec::simd_slot); a null body runs the baseline's.
 enum class Simd : uint8_t {
@@ -64,6 +66,7 @@ enum class Simd : uint8_t {
   w4a8_gemv, w4a8_gemm, w4a8_grouped_gemm, w4a8_repack,
   w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
   quantize_int8, quantize_int8_bf16, quantize_fp8, quantize_fp8_bf16, quantize_fp8_group128, quantize_fp8_group128_bf16,
+  attn_decode,
   count
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
@@ -137,6 +140,11 @@ void quantize_fp8_group128_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned 
 void quantize_int8_static_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void quantize_fp8_static_bf16(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void gather_k(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// Attention over the paged bf16 KV cache (attn_baseline.cpp).
+void kv_append(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void attn_decode(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void attn_decode_combine(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void attn_prefill(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)

@@ -17,6 +17,7 @@
 #include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "act_avx512.hpp"
+#include "attn_avx512.hpp"
 #include "avx512_panel_ops.hpp"
 #include "panel_kernels.hpp"
 #include "quant_avx512.hpp"
@@ -149,6 +150,7 @@ SimdBodies bodies() {
   PanelKernels<IsaI8, Family::w8a8>::install(b);
   ActAvx512::set(b);
   QuantAvx512::set(b);
+  AttnAvx512::set(b);
   return b;
 }
 

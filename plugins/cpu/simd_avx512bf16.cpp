@@ -9,6 +9,7 @@
 #include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "act_avx512.hpp"
+#include "attn_avx512.hpp"
 #include "bf16_isa.hpp"
 #include "quant_avx512.hpp"
 
@@ -23,6 +24,7 @@ SimdBodies bodies() {
   PanelKernels<Bf16Isa, Family::bf16>::install(b);
   ActAvx512::set(b);
   QuantAvx512::set(b);
+  AttnAvx512::set(b);
   return b;
 }
 

@@ -72,3 +72,38 @@ TEST_CASE("the conformance cases cover rows, odd N, both sides of the k64 switch
     CHECK(seen.contains({CaseKind::moe, 40}));
   }
 }
+
+TEST_CASE("the attn cases cover the paged cache's edges, every head grouping and prefill after past tokens") {
+  constexpr uint32_t kPartition = 512;  // attn_decode's split
+  std::set<uint32_t> ratios, head_dims, prefill_rows;
+  bool length_one = false, ragged = false, split = false, several = false, past = false;
+  for (const auto& c : cases()) {
+    if (c.kind != CaseKind::attn_decode && c.kind != CaseKind::attn_prefill) continue;
+    CAPTURE(c.name);
+    REQUIRE(c.attn.kv_heads > 0);
+    REQUIRE(c.attn.q_heads % c.attn.kv_heads == 0);
+    ratios.insert(c.attn.kv_heads == 1 ? 0 : c.attn.q_heads / c.attn.kv_heads);  // 0: MQA
+    head_dims.insert(c.attn.head_dim);
+    if (c.kind == CaseKind::attn_prefill) {
+      prefill_rows.insert(c.m);
+      past |= c.attn_lengths.at(0) > 0;
+      continue;
+    }
+    several |= c.attn_lengths.size() > 1;
+    for (uint32_t len : c.attn_lengths) {
+      length_one |= len == 1;
+      ragged |= len % c.attn.block_size != 0;
+      split |= len > 2 * kPartition;
+    }
+  }
+  CHECK(ratios == std::set<uint32_t>{0, 1, 4, 8});
+  CHECK(head_dims == std::set<uint32_t>{64, 128});
+  CHECK(prefill_rows.contains(1));
+  CHECK(prefill_rows.contains(7));
+  CHECK(prefill_rows.contains(64));
+  CHECK(past);
+  CHECK(length_one);
+  CHECK(ragged);
+  CHECK(split);
+  CHECK(several);
+}

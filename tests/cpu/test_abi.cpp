@@ -100,7 +100,8 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "w8a8/w8a8_gemv", "w8a8/w8a8_gemm", "w8a8/w8a8_grouped_gemm", "w8a8/w8a8_repack",
       "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
       "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",
-      "quant/quantize_fp8_static_bf16", "quant/gather_k"};
+      "quant/quantize_fp8_static_bf16", "quant/gather_k",
+      "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

@@ -5,7 +5,7 @@
 1. nothing under runtime/ includes a header of layers/ or plugins/;
 2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
 3. inside layers/, each concern includes only the ones below it (LAYER_DEPENDS): core/ nothing
-   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io; the
+   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, attention/ core; the
    layers' own files include nothing of tools/ (conformance, bench) or cli/;
 4. nothing under cli/ includes a header of plugins/ (the CLI reaches a plugin through the registry
    and the ABI's extension headers);
@@ -144,7 +144,8 @@ LAYER_DEPENDS = {
     "linear": {"core", "linear"},
     "ffn": {"core", "io", "linear", "reference", "ffn"},
     "reference": {"core", "io", "reference"},
-    "": {"core", "io", "linear", "ffn", "reference", ""},
+    "attention": {"core", "attention"},
+    "": {"core", "io", "linear", "ffn", "reference", "attention", ""},
 }
 
 

@@ -411,6 +411,7 @@ std::vector<Case> cases() {
   ties.name = "moe/topk_ties";
   out.push_back(ties);
   for (Case& c : quant_layer_cases()) out.push_back(std::move(c));
+  for (Case& c : attn_cases()) out.push_back(std::move(c));
   return out;
 }
 
@@ -461,6 +462,8 @@ std::optional<std::string> skip_reason(Backend& backend, const Case& c) {
       }
       return std::nullopt;
     case CaseKind::dispatch: return lacks_tile_gemm();
+    case CaseKind::attn_decode:
+    case CaseKind::attn_prefill: return attn_skip_reason(backend, c);
   }
   return std::nullopt;
 }
@@ -480,6 +483,8 @@ CaseResult run_case(Backend& backend, const Case& c) {
       case CaseKind::dense:
       case CaseKind::moe: return run_layer(backend, c, std::move(r));
       case CaseKind::topk_ties: return run_topk_ties(backend, c, std::move(r));
+      case CaseKind::attn_decode:
+      case CaseKind::attn_prefill: return run_attn_case(backend, c, std::move(r));
     }
   } catch (const Refusal& e) {
     // The manifest lists what the case needs: a refusal is not a capability gap.

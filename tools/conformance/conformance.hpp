@@ -13,6 +13,7 @@
 //   moe/...                       MoeLayer: tokens routed unevenly, experts with no tokens, with and
 //                                 without renormalisation, a gated shared expert, per-expert launches
 //   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
+//   attn/decode/..., attn/prefill/...  the attn kernels over a paged KV cache (attn_cases.cpp)
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or
 // when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
@@ -34,8 +35,13 @@
 
 namespace metrale::conformance {
 
-enum class CaseKind { kernel, dispatch, dense, moe, topk_ties };
+enum class CaseKind { kernel, dispatch, dense, moe, topk_ties, attn_decode, attn_prefill };
 enum class Routing { synthetic, uneven };
+
+// The cache of an attn case (docs/kernels.md, "Module attn").
+struct AttnShape {
+  uint32_t head_dim = 0, q_heads = 0, kv_heads = 0, block_size = 0;
+};
 
 struct Case {
   std::string name;
@@ -51,6 +57,8 @@ struct Case {
   layers::ActivationQuant activations = layers::ActivationQuant::bf16;  // asked for explicitly when not bf16
   layers::ActivationScaling scaling;  // how the int8/fp8 quantizer sets its scales
   Routing routing = Routing::synthetic;
+  AttnShape attn;                      // attn cases
+  std::vector<uint32_t> attn_lengths;  // attn_decode: each sequence's context; attn_prefill: {past}
   uint64_t seed = 1;
 };
 
@@ -72,6 +80,11 @@ std::vector<Case> cases();
 std::vector<Case> quant_layer_cases();
 // Why a quantized-format case cannot run on `backend` (the family's module is not listed), or nullopt.
 std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c);
+// The attention cases (attn_cases.cpp): decode over several sequences, prefill after past
+// tokens; part of cases(). Why one cannot run on `backend`, or nullopt; and running one.
+std::vector<Case> attn_cases();
+std::optional<std::string> attn_skip_reason(Backend& backend, const Case& c);
+CaseResult run_attn_case(Backend& backend, const Case& c, CaseResult r);
 
 // A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
 struct DeclaredSkip {

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The attn module on a real GPU against the double reference of layers/reference/attention.hpp:
+// a paged cache filled by kv_append with scattered blocks, decode over sequences up to 8k tokens
+// (16 splits) with GQA 4 and MQA, prefill of 1, 7 and 200 rows after past tokens. Suite 'gpu';
+// exits 77 with one line when no CUDA device is usable.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include "gpu_support.hpp"
+#include "core/numeric.hpp"
+#include "reference/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+using namespace metrale;
+using metrale::gpu_test::DeviceBuffer;
+
+namespace {
+
+std::shared_ptr<Backend> g_cuda;
+constexpr uint32_t kPartition = 512;  // attn_decode's split
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+std::vector<uint16_t> random_bf16(std::mt19937_64& rng, size_t count, double amplitude) {
+  std::uniform_real_distribution<float> dist(static_cast<float>(-amplitude), static_cast<float>(amplitude));
+  std::vector<uint16_t> out(count);
+  for (auto& v : out) v = layers::f32_to_bf16(dist(rng));
+  return out;
+}
+
+struct Shape {
+  uint32_t head_dim, q_heads, kv_heads, block_size;
+};
+
+struct Cache {
+  Shape s;
+  uint32_t num_blocks = 0, max_blocks = 0;
+  std::vector<int32_t> tables;
+  std::vector<uint16_t> k_pool, v_pool;
+  std::unique_ptr<DeviceBuffer> k_cache, v_cache;
+
+  Cache(std::mt19937_64& rng, const Shape& shape, const std::vector<uint32_t>& lengths) : s(shape) {
+    uint32_t used = 0;
+    for (uint32_t len : lengths) {
+      max_blocks = std::max(max_blocks, ceil_div(len, s.block_size));
+      used += ceil_div(len, s.block_size);
+    }
+    num_blocks = used + 2;
+    std::vector<int32_t> order(num_blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    const size_t pool = size_t{num_blocks} * s.kv_heads * s.block_size * s.head_dim;
+    k_pool = random_bf16(rng, pool, 1.0);
+    v_pool = random_bf16(rng, pool, 1.0);
+    k_cache = std::make_unique<DeviceBuffer>(*g_cuda, k_pool);
+    v_cache = std::make_unique<DeviceBuffer>(*g_cuda, v_pool);
+    tables.assign(lengths.size() * max_blocks, 0);
+    std::vector<int32_t> slots;
+    size_t next = 0;
+    for (size_t seq = 0; seq < lengths.size(); ++seq) {
+      for (uint32_t b = 0; b < ceil_div(lengths[seq], s.block_size); ++b) tables[seq * max_blocks + b] = order[next++];
+      for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
+        slots.push_back(tables[seq * max_blocks + pos / s.block_size] * static_cast<int32_t>(s.block_size) +
+                        static_cast<int32_t>(pos % s.block_size));
+    }
+    const auto tokens = static_cast<uint32_t>(slots.size());
+    const size_t row = size_t{s.kv_heads} * s.head_dim;
+    const auto k = random_bf16(rng, tokens * row, 1.0), v = random_bf16(rng, tokens * row, 1.5);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const auto slot = static_cast<uint32_t>(slots[t]);
+      for (uint32_t h = 0; h < s.kv_heads; ++h) {
+        const size_t to = ((size_t{slot / s.block_size} * s.kv_heads + h) * s.block_size + slot % s.block_size) * s.head_dim;
+        std::copy_n(k.begin() + t * row + h * s.head_dim, s.head_dim, k_pool.begin() + to);
+        std::copy_n(v.begin() + t * row + h * s.head_dim, s.head_dim, v_pool.begin() + to);
+      }
+    }
+    DeviceBuffer dk(*g_cuda, k), dv(*g_cuda, v), ds(*g_cuda, slots);
+    LaunchShape launch;
+    launch.grid = {tokens, 1, 1};
+    launch.block = {128, 1, 1};
+    g_cuda->launch(g_cuda->kernel("attn", "kv_append"), launch, dk.ptr(), dv.ptr(), ds.ptr(), k_cache->ptr(),
+                   v_cache->ptr(), tokens, s.kv_heads, s.head_dim, s.block_size, num_blocks);
+    g_cuda->synchronize();
+    CHECK(k_cache->download<uint16_t>(k_pool.size()) == k_pool);
+  }
+  layers::PagedKvView view() const { return {k_pool, v_pool, s.kv_heads, s.head_dim, s.block_size}; }
+};
+
+float scale_of(const Shape& s) { return static_cast<float>(1.0 / std::sqrt(double(s.head_dim))); }
+
+void check(const std::vector<uint16_t>& got, const layers::ReferenceOutput& ref) {
+  const layers::Comparison cmp = layers::compare_to_reference(got, ref);
+  CHECK_MESSAGE(cmp.passed(), cmp.summary());
+}
+
+}  // namespace
+
+TEST_CASE("attn_decode + attn_decode_combine on the GPU") {
+  const std::pair<Shape, std::vector<uint32_t>> cases[] = {
+      {{128, 32, 8, 16}, {8192, 1, 4000, 513}},
+      {{64, 16, 1, 32}, {3000, 17}},
+  };
+  for (const auto& [s, lengths] : cases) {
+    CAPTURE(s.q_heads);
+    CAPTURE(s.kv_heads);
+    std::mt19937_64 rng(s.q_heads);
+    const Cache cache(rng, s, lengths);
+    const auto seqs = static_cast<uint32_t>(lengths.size());
+    const uint32_t partitions = ceil_div(cache.max_blocks * s.block_size, kPartition);
+    const auto q = random_bf16(rng, size_t{seqs} * s.q_heads * s.head_dim, 3.0);
+    const std::vector<int32_t> context(lengths.begin(), lengths.end());
+    DeviceBuffer dq(*g_cuda, q), dt(*g_cuda, cache.tables), dc(*g_cuda, context);
+    DeviceBuffer partials(*g_cuda, size_t{seqs} * s.q_heads * partitions * (s.head_dim + 2) * 4);
+    DeviceBuffer out(*g_cuda, size_t{seqs} * s.q_heads * s.head_dim * 2);
+    LaunchShape launch;
+    launch.grid = {partitions, seqs * s.kv_heads, 1};
+    launch.block = {128, 1, 1};
+    g_cuda->launch(g_cuda->kernel("attn", "attn_decode"), launch, dq.ptr(), cache.k_cache->ptr(), cache.v_cache->ptr(),
+                   dt.ptr(), dc.ptr(), partials.ptr(), seqs, s.q_heads, s.kv_heads, s.head_dim, s.block_size,
+                   cache.max_blocks, cache.num_blocks, scale_of(s));
+    launch.grid = {s.q_heads, seqs, 1};
+    g_cuda->launch(g_cuda->kernel("attn", "attn_decode_combine"), launch, partials.ptr(), dc.ptr(), out.ptr(), seqs,
+                   s.q_heads, s.head_dim, partitions);
+    check(out.download<uint16_t>(size_t{seqs} * s.q_heads * s.head_dim),
+          layers::reference_paged_attention(q, seqs, s.q_heads, cache.view(), cache.tables, cache.max_blocks, lengths,
+                                            scale_of(s)));
+  }
+}
+
+TEST_CASE("attn_prefill on the GPU") {
+  const Shape s{128, 32, 8, 16};
+  for (const auto& [m, past] : {std::pair<uint32_t, uint32_t>{1, 37}, {7, 300}, {200, 1000}}) {
+    CAPTURE(m);
+    CAPTURE(past);
+    std::mt19937_64 rng(m + past);
+    const Cache cache(rng, s, {past + m});
+    const auto q = random_bf16(rng, size_t{m} * s.q_heads * s.head_dim, 3.0);
+    DeviceBuffer dq(*g_cuda, q), dt(*g_cuda, cache.tables), out(*g_cuda, q.size() * 2);
+    LaunchShape launch;
+    launch.grid = {ceil_div(m, 64), s.kv_heads, 1};
+    launch.block = {64, 1, 1};
+    g_cuda->launch(g_cuda->kernel("attn", "attn_prefill"), launch, dq.ptr(), cache.k_cache->ptr(), cache.v_cache->ptr(),
+                   dt.ptr(), out.ptr(), m, past, s.q_heads, s.kv_heads, s.head_dim, s.block_size, cache.num_blocks,
+                   scale_of(s));
+    std::vector<int32_t> tables;
+    std::vector<uint32_t> context;
+    for (uint32_t i = 0; i < m; ++i) {
+      tables.insert(tables.end(), cache.tables.begin(), cache.tables.end());
+      context.push_back(past + i + 1);
+    }
+    check(out.download<uint16_t>(q.size()),
+          layers::reference_paged_attention(q, m, s.q_heads, cache.view(), tables, cache.max_blocks, context, scale_of(s)));
+  }
+}
+
+int main(int argc, char** argv) {
+  static Registry registry = gpu_test::discover_cuda();
+  g_cuda = gpu_test::cuda_backend_or_explain(registry);
+  if (!g_cuda) return 77;
+  std::printf("CUDA backend on %s (%s)\n", g_cuda->device_name().c_str(), g_cuda->target().c_str());
+  doctest::Context context(argc, argv);
+  const int rc = context.run();
+  g_cuda.reset();
+  return rc;
+}

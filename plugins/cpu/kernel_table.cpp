@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "kernel_table.hpp"
 
+#include "decoder_table.hpp"
 #include "launch_checks.hpp"
 #include "quant_table.hpp"
 
@@ -208,12 +209,15 @@ const std::array<KernelSpec, 12> kBaseSpecs{{
 
 #undef METRALE_CPU_PARAMS
 
-// The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp).
+// The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp), then the
+// decoder's small kernels (decoder_table.cpp).
 const std::vector<KernelSpec>& all_specs() {
   static const std::vector<KernelSpec> specs = [] {
     std::vector<KernelSpec> all(kBaseSpecs.begin(), kBaseSpecs.end());
     const auto more = quant_kernel_specs();
     all.insert(all.end(), more.begin(), more.end());
+    const auto decoder = decoder_kernel_specs();
+    all.insert(all.end(), decoder.begin(), decoder.end());
     return all;
   }();
   return specs;

@@ -90,6 +90,7 @@ class Args {
  public:
   Args& ptr(uint64_t address) { return put(&address, 8); }
   Args& u32(uint32_t value) { return put(&value, 4); }
+  Args& f32(float value) { return put(&value, 4); }
   void* const* data() {
     pointers_.clear();
     for (auto& slot : slots_) pointers_.push_back(slot.data());

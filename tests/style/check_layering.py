@@ -144,7 +144,8 @@ LAYER_DEPENDS = {
     "linear": {"core", "linear"},
     "ffn": {"core", "io", "linear", "reference", "ffn"},
     "reference": {"core", "io", "reference"},
-    "": {"core", "io", "linear", "ffn", "reference", ""},
+    "attention": {"core", "io", "attention"},
+    "": {"core", "io", "linear", "ffn", "reference", "attention", ""},
 }
 
 

@@ -13,6 +13,9 @@
 //   moe/...                       MoeLayer: tokens routed unevenly, experts with no tokens, with and
 //                                 without renormalisation, a gated shared expert, per-expert launches
 //   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
+//   norm/..., rope/..., embed/... the decoder's small kernels launched directly (decoder_cases.cpp):
+//                                 rms_norm (also as Qwen3's q/k norm), rms_norm_residual, rope
+//                                 on real configs' frequencies, embedding and its refusal of an id
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or
 // when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
@@ -34,7 +37,7 @@
 
 namespace metrale::conformance {
 
-enum class CaseKind { kernel, dispatch, dense, moe, topk_ties };
+enum class CaseKind { kernel, dispatch, dense, moe, topk_ties, decoder };
 enum class Routing { synthetic, uneven };
 
 struct Case {
@@ -52,6 +55,8 @@ struct Case {
   layers::ActivationScaling scaling;  // how the int8/fp8 quantizer sets its scales
   Routing routing = Routing::synthetic;
   uint64_t seed = 1;
+  uint32_t kv_heads = 0;  // decoder cases: rope's k heads (m tokens, n head_dim, k q heads)
+  std::string variant;    // decoder cases: "in_place", "out_of_range", a rope config's name
 };
 
 enum class Outcome { passed, failed, skipped };
@@ -72,6 +77,10 @@ std::vector<Case> cases();
 std::vector<Case> quant_layer_cases();
 // Why a quantized-format case cannot run on `backend` (the family's module is not listed), or nullopt.
 std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c);
+// The decoder's small-kernel cases (decoder_cases.cpp); part of cases().
+std::vector<Case> decoder_cases();
+// Runs one of them (the caller has checked that the backend lists its kernel).
+CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r);
 
 // A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
 struct DeclaredSkip {

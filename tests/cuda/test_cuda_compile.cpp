@@ -83,7 +83,7 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activ
     REQUIRE_MESSAGE(compile.status == METRALE_STATUS_OK, compile.error);
     CHECK(std::string(compile.result->target) == target);
     CHECK(std::string(compile.result->cache_dir).empty());
-    REQUIRE(compile.result->module_count == 11);
+    REQUIRE(compile.result->module_count == 14);
     size_t kernels = 0;
     size_t gated = 0;
     for (uint32_t i = 0; i < compile.result->module_count; ++i) {
@@ -119,11 +119,11 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3 and the FP8-activ
         }
       }
     }
-    CHECK(kernels == (std::string(target) == "sm_80" ? 45u : 46u));
+    CHECK(kernels == (std::string(target) == "sm_80" ? 49u : 50u));
     CHECK(gated == (std::string(target) == "sm_80" ? 9u : 0u));
-    CHECK(compile.progress.events.size() == 22);
+    CHECK(compile.progress.events.size() == 28);
     CHECK(compile.progress.events.front() == "start w4a16");
-    CHECK(compile.progress.events.back() == "end w8a8");
+    CHECK(compile.progress.events.back() == "end embed");
   }
 }
 

@@ -37,6 +37,12 @@ extern "C" __global__ void rms_norm(const __nv_bfloat16* x, const __nv_bfloat16*
   normalise(x + row, weight, y + row, h, eps);
 }
 
+// sum = bf16(x + residual) over one row, each thread its own elements: sum may be x or residual.
+__device__ void add_row(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16* sum, unsigned h) {
+  for (unsigned j = threadIdx.x; j < h; j += blockDim.x)
+    sum[j] = metrale::to_bf16(metrale::to_f32(x[j]) + metrale::to_f32(residual[j]));
+}
+
 // residual_out = bf16(x + residual), then y = rms_norm(residual_out): each thread sums, stores
 // and later normalises the same elements, so either output may be one of the inputs.
 extern "C" __global__ void rms_norm_residual(const __nv_bfloat16* x, const __nv_bfloat16* residual,
@@ -44,7 +50,14 @@ extern "C" __global__ void rms_norm_residual(const __nv_bfloat16* x, const __nv_
                                              __nv_bfloat16* residual_out, unsigned m, unsigned h, float eps) {
   if (blockIdx.x >= m) return;
   const size_t row = static_cast<size_t>(blockIdx.x) * h;
-  for (unsigned j = threadIdx.x; j < h; j += blockDim.x)
-    residual_out[row + j] = metrale::to_bf16(metrale::to_f32(x[row + j]) + metrale::to_f32(residual[row + j]));
+  add_row(x + row, residual + row, residual_out + row, h);
   normalise(residual_out + row, weight, y + row, h, eps);
+}
+
+// rms_norm_residual's first half alone (the layers' fallback). Grid (m, 1).
+extern "C" __global__ void add(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16* out, unsigned m,
+                               unsigned h) {
+  if (blockIdx.x >= m) return;
+  const size_t row = static_cast<size_t>(blockIdx.x) * h;
+  add_row(x + row, residual + row, out + row, h);
 }

@@ -40,6 +40,11 @@ void normalise(const uint16_t* row, const uint16_t* weight, uint16_t* y, uint32_
     y[j] = f32_to_bf16(bf16_to_f32(weight[j]) * round_bf16(bf16_to_f32(row[j]) * scale));
 }
 
+// sum = bf16(x + residual), elementwise; sum may be x or residual.
+void add_rows(const uint16_t* x, const uint16_t* residual, uint16_t* sum, size_t count) {
+  for (size_t j = 0; j < count; ++j) sum[j] = f32_to_bf16(bf16_to_f32(x[j]) + bf16_to_f32(residual[j]));
+}
+
 // One head in place: the first and second halves pair up (transformers' rotate_half).
 void rotate(uint16_t* head, const float* cosines, const float* sines, uint32_t half) {
   for (uint32_t i = 0; i < half; ++i) {
@@ -67,8 +72,16 @@ void rms_norm_residual(const KernelArgs& args, uint32_t bx, uint32_t, unsigned c
   const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + row;
   const uint16_t* residual = arg_ptr<const uint16_t>(args, 1) + row;
   uint16_t* sum = arg_ptr<uint16_t>(args, 4) + row;
-  for (uint32_t j = 0; j < h; ++j) sum[j] = f32_to_bf16(bf16_to_f32(x[j]) + bf16_to_f32(residual[j]));
+  add_rows(x, residual, sum, h);
   normalise(sum, arg_ptr<const uint16_t>(args, 2), arg_ptr<uint16_t>(args, 3) + row, h, arg_f32(args, 7));
+}
+
+// (x, residual, out, m, h): row `bx` of out = bf16(x + residual), rms_norm_residual's first half
+// (the layers' fallback when a backend lacks the fused kernel).
+void add(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  const size_t row = size_t{bx} * arg_u32(args, 4);
+  add_rows(arg_ptr<const uint16_t>(args, 0) + row, arg_ptr<const uint16_t>(args, 1) + row, arg_ptr<uint16_t>(args, 2) + row,
+           arg_u32(args, 4));
 }
 
 // (q, k, positions, inv_freq, t, q_heads, kv_heads, head_dim, scaling): token `bx`, every head of

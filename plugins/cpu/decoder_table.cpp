@@ -42,6 +42,18 @@ metrale_status check_rms_norm(const KernelArgs& a, const MemoryView& mem, BlockR
   return kOk;
 }
 
+// add (x, residual, out, m, h).
+metrale_status check_add(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 3), h = arg_u32(a, 4);
+  if (!at_least_one({{"m", m}, {"h", h}}, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, h, 2});
+  if (!buffer(a, mem, 0, "x", row_bytes, "m*h bf16", error) || !buffer(a, mem, 1, "residual", row_bytes, "m*h bf16", error) ||
+      !buffer(a, mem, 2, "out", row_bytes, "m*h bf16", error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
 metrale_status check_rope(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
   const uint32_t t = arg_u32(a, 4), q_heads = arg_u32(a, 5), kv_heads = arg_u32(a, 6), head_dim = arg_u32(a, 7);
   if (!at_least_one({{"t", t}, {"q_heads", q_heads}, {"kv_heads", kv_heads}}, error) ||
@@ -84,6 +96,8 @@ constexpr const char* kRmsNormNames[] = {"x", "weight", "y", "m", "h", "eps"};
 constexpr metrale_param_type kRmsNormTypes[] = {P, P, P, U, U, F};
 constexpr const char* kRmsNormResidualNames[] = {"x", "residual", "weight", "y", "residual_out", "m", "h", "eps"};
 constexpr metrale_param_type kRmsNormResidualTypes[] = {P, P, P, P, P, U, U, F};
+constexpr const char* kAddNames[] = {"x", "residual", "out", "m", "h"};
+constexpr metrale_param_type kAddTypes[] = {P, P, P, U, U};
 constexpr const char* kRopeNames[] = {"q", "k", "positions", "inv_freq", "t", "q_heads", "kv_heads", "head_dim", "scaling"};
 constexpr metrale_param_type kRopeTypes[] = {P, P, P, P, U, U, U, U, F};
 constexpr const char* kEmbeddingNames[] = {"table", "ids", "out", "t", "h", "vocab"};
@@ -95,6 +109,7 @@ const KernelSpec kSpecs[] = {
     {"norm", "rms_norm", METRALE_CPU_PARAMS(RmsNorm), check_rms_norm<false>, baseline::rms_norm, -1, "(m, 1)"},
     {"norm", "rms_norm_residual", METRALE_CPU_PARAMS(RmsNormResidual), check_rms_norm<true>,
      baseline::rms_norm_residual, -1, "(m, 1)"},
+    {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
     {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rope, baseline::rope, -1, "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
     {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},

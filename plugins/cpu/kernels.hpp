@@ -129,6 +129,7 @@ void gather_k(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 // moe_gather's body (same first five parameters).
 void rms_norm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rms_norm_residual(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 

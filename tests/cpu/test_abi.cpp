@@ -101,7 +101,7 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
       "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",
       "quant/quantize_fp8_static_bf16", "quant/gather_k",
-      "norm/rms_norm", "norm/rms_norm_residual", "rope/rope", "embed/embedding"};
+      "norm/rms_norm", "norm/rms_norm_residual", "norm/add", "rope/rope", "embed/embedding"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

@@ -45,7 +45,7 @@ TEST_CASE("norm/rms_norm: the f32 statistics, the bf16 cast before the weight, i
   }
 }
 
-TEST_CASE("norm/rms_norm_residual: residual_out = bf16(x + residual), then its rms_norm; outputs over the inputs") {
+TEST_CASE("norm/rms_norm_residual: residual_out = bf16(x + residual), then its rms_norm; outputs over the inputs; norm/add") {
   const auto x = mirror::eighths(size_t{kM} * kH, 9), residual = mirror::eighths(size_t{kM} * kH, 10);
   const auto w = mirror::norm_weights(kH, 11);
   const auto sum = mirror::add(x, residual);
@@ -66,7 +66,13 @@ TEST_CASE("norm/rms_norm_residual: residual_out = bf16(x + residual), then its r
     require_ok(b, b.launch(b.kernel("norm", "rms_norm_residual"), {kM, 1}, in_place));
     CHECK(b.download<uint16_t>(dr, x.size()) == sum);
     CHECK(b.download<uint16_t>(dx, x.size()) == want);
-    for (uint64_t a : {dx, dr, dw, dy, ds}) b.free(a);
+    // norm/add, the layers' fallback's first half: the same sum, here over x.
+    const uint64_t x2 = b.upload(x), r2 = b.upload(residual);
+    Args add;
+    add.ptr(x2).ptr(r2).ptr(x2).u32(kM).u32(kH);
+    require_ok(b, b.launch(b.kernel("norm", "add"), {kM, 1}, add));
+    CHECK(b.download<uint16_t>(x2, x.size()) == sum);
+    for (uint64_t a : {dx, dr, dw, dy, ds, x2, r2}) b.free(a);
   }
 }
 

@@ -42,7 +42,7 @@ TEST_CASE("rms_norm: block-reduced f32 statistics, the bf16 cast before the weig
   }
 }
 
-TEST_CASE("rms_norm_residual: residual_out = bf16(x + residual), y its rms_norm; outputs over the inputs") {
+TEST_CASE("rms_norm_residual: residual_out = bf16(x + residual), y its rms_norm; outputs over the inputs; add") {
   const auto x = mirror::eighths(size_t{kM} * kH, 3), residual = mirror::eighths(size_t{kM} * kH, 4);
   const auto w = mirror::norm_weights(kH, 5);
   const auto sum = mirror::add(x, residual);
@@ -57,6 +57,9 @@ TEST_CASE("rms_norm_residual: residual_out = bf16(x + residual), y its rms_norm;
     emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm_residual(bf(xs), bf(rs), bf(w), bf(xs), bf(rs), kM, kH, kEps); });
     CHECK(rs == sum);
     CHECK(xs == want);
+    std::vector<uint16_t> added = x;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { add(bf(added), bf(residual), bf(added), kM, kH); });
+    CHECK(added == sum);
   }
 }
 

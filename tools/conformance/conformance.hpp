@@ -14,7 +14,7 @@
 //                                 without renormalisation, a gated shared expert, per-expert launches
 //   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
 //   norm/..., rope/..., embed/... the decoder's small kernels launched directly (decoder_cases.cpp):
-//                                 rms_norm (also as Qwen3's q/k norm), rms_norm_residual, rope
+//                                 rms_norm (also as Qwen3's q/k norm), rms_norm_residual, add, rope
 //                                 on real configs' frequencies, embedding and its refusal of an id
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or

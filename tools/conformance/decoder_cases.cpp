@@ -24,6 +24,7 @@ namespace {
 constexpr metrale_param_type P = METRALE_PARAM_PTR, U = METRALE_PARAM_U32, F = METRALE_PARAM_F32;
 constexpr std::array<metrale_param_type, 6> kRmsNormSig{P, P, P, U, U, F};
 constexpr std::array<metrale_param_type, 8> kRmsNormResidualSig{P, P, P, P, P, U, U, F};
+constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};
 constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
 constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
 constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
@@ -168,6 +169,22 @@ CaseResult run_rms_norm_residual(Backend& b, const Case& c, CaseResult r) {
   return out;
 }
 
+// norm/add in place over the residual stream, as the layers' fallback for rms_norm_residual runs it.
+CaseResult run_add(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t m = c.m, h = c.n;
+  const size_t count = size_t{m} * h;
+  const std::vector<uint16_t> x = scaled_rows(m, h, stream_of(c)), residual = scaled_rows(m, h, stream_of(c) + 2);
+  DeviceBuffer dx(b, count * 2), dr = canary_buffer(b, count, h);
+  dx.upload(std::span<const uint16_t>(x));
+  dr.upload(std::span<const uint16_t>(residual));
+  b.launch(b.kernel("norm", "add", kAddSig), rows_grid(m), dx.ptr(), dr.ptr(), dr.ptr(), m, h);
+  b.synchronize();
+  std::vector<uint16_t> got = dr.download<uint16_t>(count + h);
+  const std::vector<uint16_t> guard = split_guard(got, count);
+  const std::vector<uint16_t> w(h, f32_to_bf16(1.0f));
+  return checked(std::move(r), got, reference_rms_norm_residual(x, residual, w, m, h, kEps).residual_out, &guard);
+}
+
 CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
   const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
   const RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
@@ -271,6 +288,7 @@ std::vector<Case> decoder_cases() {
     out.push_back(decoder_case("norm/rms_norm_residual/m" + std::to_string(m) + "_h" + std::to_string(h), "norm",
                                "rms_norm_residual", m, h));
   out.push_back(decoder_case("norm/rms_norm_residual/in_place_m5_h512", "norm", "rms_norm_residual", 5, 512, 0, 0, "in_place"));
+  out.push_back(decoder_case("norm/add/m9_h1000", "norm", "add", 9, 1000));
   // Rotary: GQA head counts of Qwen3 (32 q / 4 kv) and Llama 3.1 (32 / 8), equal heads, a small head_dim.
   out.push_back(decoder_case("rope/rope/qwen3_t11_q32_kv4_d128", "rope", "rope", 11, 128, 32, 4, "qwen3"));
   out.push_back(decoder_case("rope/rope/qwen3_yarn_t22_q8_kv2_d128", "rope", "rope", 22, 128, 8, 2, "qwen3_yarn"));
@@ -287,6 +305,7 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   r.kernels.push_back(c.module + "/" + c.kernel);
   if (c.kernel == "rms_norm") return run_rms_norm(backend, c, std::move(r));
   if (c.kernel == "rms_norm_residual") return run_rms_norm_residual(backend, c, std::move(r));
+  if (c.kernel == "add") return run_add(backend, c, std::move(r));
   if (c.kernel == "rope") return run_rope(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);

@@ -2,6 +2,7 @@
 #include "kernel_table.hpp"
 
 #include "attn_table.hpp"
+#include "decoder_table.hpp"
 #include "launch_checks.hpp"
 #include "quant_table.hpp"
 
@@ -210,7 +211,7 @@ const std::array<KernelSpec, 12> kBaseSpecs{{
 #undef METRALE_CPU_PARAMS
 
 // The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp), then attn's
-// (attn_table.cpp).
+// (attn_table.cpp), then the decoder's small kernels (decoder_table.cpp).
 const std::vector<KernelSpec>& all_specs() {
   static const std::vector<KernelSpec> specs = [] {
     std::vector<KernelSpec> all(kBaseSpecs.begin(), kBaseSpecs.end());
@@ -218,6 +219,8 @@ const std::vector<KernelSpec>& all_specs() {
     all.insert(all.end(), more.begin(), more.end());
     const auto attn = attn_kernel_specs();
     all.insert(all.end(), attn.begin(), attn.end());
+    const auto decoder = decoder_kernel_specs();
+    all.insert(all.end(), decoder.begin(), decoder.end());
     return all;
   }();
   return specs;

@@ -14,6 +14,7 @@
 // can leak into a lower one.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -41,6 +42,7 @@ inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
 inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
 inline constexpr uint32_t kAttnPartition = 512; // attn_decode: context tokens per split
 inline constexpr uint32_t kAttnPrefillRows = 64; // attn_prefill: query rows per block
+inline constexpr uint32_t kMaxHeadDim = 1024;  // rope: cos/sin of one token fit the scratch
 
 // The kernels a SIMD tier may replace (KernelSpec::simd_slot); a null body runs the baseline's.
 enum class Simd : uint8_t {
@@ -145,6 +147,12 @@ void kv_append(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void attn_decode(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void attn_decode_combine(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void attn_prefill(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// The decoder's small kernels (baseline_decoder.cpp): modules norm, rope; embed/embedding is
+// moe_gather's body (same first five parameters).
+void rms_norm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void rms_norm_residual(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)
@@ -173,6 +181,9 @@ inline T* arg_ptr(const KernelArgs& args, unsigned index) {
 }
 inline uint32_t arg_u32(const KernelArgs& args, unsigned index) {
   return static_cast<uint32_t>(args.v[index]);
+}
+inline float arg_f32(const KernelArgs& args, unsigned index) {
+  return std::bit_cast<float>(static_cast<uint32_t>(args.v[index]));
 }
 
 // The one W4A16 signature: (x, qweight, scales, y, m, n, k).

@@ -81,6 +81,8 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       }
       const std::string family =
           module.at("name") == "moe" ? std::string("w4a16") : module.at("name").get<std::string>();
+      // Outside the quantized families a `weight` is a plain bf16 vector (norm/*), no layout.
+      reads_weights = reads_weights && layouts.contains(family);
       CAPTURE(kernel.at("name"));
       CHECK(kernel.value("weight_layout", std::string()) == (reads_weights ? layouts.at(family) : ""));
     }
@@ -101,7 +103,9 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
       "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",
       "quant/quantize_fp8_static_bf16", "quant/gather_k",
-      "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill"};
+      "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill",
+
+      "norm/rms_norm", "norm/rms_norm_residual", "norm/add", "rope/rope", "embed/embedding"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

@@ -144,7 +144,7 @@ LAYER_DEPENDS = {
     "linear": {"core", "linear"},
     "ffn": {"core", "io", "linear", "reference", "ffn"},
     "reference": {"core", "io", "reference"},
-    "attention": {"core", "attention"},
+    "attention": {"core", "io", "attention"},
     "": {"core", "io", "linear", "ffn", "reference", "attention", ""},
 }
 

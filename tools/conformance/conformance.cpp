@@ -412,6 +412,7 @@ std::vector<Case> cases() {
   out.push_back(ties);
   for (Case& c : quant_layer_cases()) out.push_back(std::move(c));
   for (Case& c : attn_cases()) out.push_back(std::move(c));
+  for (Case& c : decoder_cases()) out.push_back(std::move(c));
   return out;
 }
 
@@ -448,7 +449,8 @@ std::optional<std::string> skip_reason(Backend& backend, const Case& c) {
            "tile-GEMM site requires";
   };
   switch (c.kind) {
-    case CaseKind::kernel: return lacks(c.module, c.kernel);
+    case CaseKind::kernel:
+    case CaseKind::decoder: return lacks(c.module, c.kernel);
     case CaseKind::topk_ties: return lacks("moe", "topk_softmax");
     case CaseKind::dense:
     case CaseKind::moe:
@@ -485,6 +487,7 @@ CaseResult run_case(Backend& backend, const Case& c) {
       case CaseKind::topk_ties: return run_topk_ties(backend, c, std::move(r));
       case CaseKind::attn_decode:
       case CaseKind::attn_prefill: return run_attn_case(backend, c, std::move(r));
+      case CaseKind::decoder: return run_decoder_case(backend, c, std::move(r));
     }
   } catch (const Refusal& e) {
     // The manifest lists what the case needs: a refusal is not a capability gap.

@@ -14,6 +14,9 @@
 //                                 without renormalisation, a gated shared expert, per-expert launches
 //   moe/topk_ties                 topk_softmax on exact ties (lower expert id first)
 //   attn/decode/..., attn/prefill/...  the attn kernels over a paged KV cache (attn_cases.cpp)
+//   norm/..., rope/..., embed/... the decoder's small kernels launched directly (decoder_cases.cpp):
+//                                 rms_norm (also as Qwen3's q/k norm), rms_norm_residual, add, rope
+//                                 on real configs' frequencies, embedding and its refusal of an id
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or
 // when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
@@ -35,7 +38,7 @@
 
 namespace metrale::conformance {
 
-enum class CaseKind { kernel, dispatch, dense, moe, topk_ties, attn_decode, attn_prefill };
+enum class CaseKind { kernel, dispatch, dense, moe, topk_ties, attn_decode, attn_prefill, decoder };
 enum class Routing { synthetic, uneven };
 
 // The cache of an attn case (docs/kernels.md, "Module attn").
@@ -60,6 +63,8 @@ struct Case {
   AttnShape attn;                      // attn cases
   std::vector<uint32_t> attn_lengths;  // attn_decode: each sequence's context; attn_prefill: {past}
   uint64_t seed = 1;
+  uint32_t kv_heads = 0;  // decoder cases: rope's k heads (m tokens, n head_dim, k q heads)
+  std::string variant;    // decoder cases: "in_place", "out_of_range", a rope config's name
 };
 
 enum class Outcome { passed, failed, skipped };
@@ -85,6 +90,10 @@ std::optional<std::string> quant_skip_reason(Backend& backend, const Case& c);
 std::vector<Case> attn_cases();
 std::optional<std::string> attn_skip_reason(Backend& backend, const Case& c);
 CaseResult run_attn_case(Backend& backend, const Case& c, CaseResult r);
+// The decoder's small-kernel cases (decoder_cases.cpp); part of cases().
+std::vector<Case> decoder_cases();
+// Runs one of them (the caller has checked that the backend lists its kernel).
+CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r);
 
 // A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
 struct DeclaredSkip {

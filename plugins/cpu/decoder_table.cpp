@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "decoder_table.hpp"
+
+#include "launch_checks.hpp"
+
+#include <cmath>
+#include <iterator>
+
+namespace metrale::cpu {
+
+namespace {
+
+constexpr metrale_param_type P = METRALE_PARAM_PTR;
+constexpr metrale_param_type U = METRALE_PARAM_U32;
+constexpr metrale_param_type F = METRALE_PARAM_F32;
+
+bool finite_ok(float value, const char* name, bool non_negative, std::string& error) {
+  if (std::isfinite(value) && (!non_negative || value >= 0.0f)) return true;
+  error = std::string(name) + " must be a finite" + (non_negative ? " non-negative" : "") + " f32 (got " +
+          std::to_string(value) + ")";
+  return false;
+}
+
+// rms_norm (x, weight, y, m, h, eps) and rms_norm_residual (x, residual, weight, y, residual_out,
+// m, h, eps): `rows` are the indices of the [m][h] bf16 tensors, `weight` that of the [h] one.
+template <bool kResidual>
+metrale_status check_rms_norm(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  constexpr unsigned kM = kResidual ? 5 : 3;
+  const uint32_t m = arg_u32(a, kM), h = arg_u32(a, kM + 1);
+  if (!at_least_one({{"m", m}, {"h", h}}, error) || !finite_ok(arg_f32(a, kM + 2), "eps", true, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, h, 2});
+  const bool rows_ok = kResidual ? buffer(a, mem, 0, "x", row_bytes, "m*h bf16", error) &&
+                                       buffer(a, mem, 1, "residual", row_bytes, "m*h bf16", error) &&
+                                       buffer(a, mem, 2, "weight", product({h, 2}), "h bf16", error) &&
+                                       buffer(a, mem, 3, "y", row_bytes, "m*h bf16", error) &&
+                                       buffer(a, mem, 4, "residual_out", row_bytes, "m*h bf16", error)
+                                 : buffer(a, mem, 0, "x", row_bytes, "m*h bf16", error) &&
+                                       buffer(a, mem, 1, "weight", product({h, 2}), "h bf16", error) &&
+                                       buffer(a, mem, 2, "y", row_bytes, "m*h bf16", error);
+  if (!rows_ok) return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+// add (x, residual, out, m, h).
+metrale_status check_add(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 3), h = arg_u32(a, 4);
+  if (!at_least_one({{"m", m}, {"h", h}}, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, h, 2});
+  if (!buffer(a, mem, 0, "x", row_bytes, "m*h bf16", error) || !buffer(a, mem, 1, "residual", row_bytes, "m*h bf16", error) ||
+      !buffer(a, mem, 2, "out", row_bytes, "m*h bf16", error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+metrale_status check_rope(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t t = arg_u32(a, 4), q_heads = arg_u32(a, 5), kv_heads = arg_u32(a, 6), head_dim = arg_u32(a, 7);
+  if (!at_least_one({{"t", t}, {"q_heads", q_heads}, {"kv_heads", kv_heads}}, error) ||
+      !finite_ok(arg_f32(a, 8), "scaling", false, error))
+    return kInvalid;
+  if (head_dim == 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim) {
+    error = "head_dim must be even, 2.." + std::to_string(kMaxHeadDim) + " (got head_dim=" + std::to_string(head_dim) + ")";
+    return kInvalid;
+  }
+  if (!buffer(a, mem, 0, "q", product({t, q_heads, head_dim, 2}), "t*q_heads*head_dim bf16", error) ||
+      !buffer(a, mem, 1, "k", product({t, kv_heads, head_dim, 2}), "t*kv_heads*head_dim bf16", error) ||
+      !buffer(a, mem, 2, "positions", product({t, 4}), "t i32", error) ||
+      !buffer(a, mem, 3, "inv_freq", product({head_dim / 2, 4}), "head_dim/2 f32", error))
+    return kInvalid;
+  needed = {t, 1};
+  return kOk;
+}
+
+// (table, ids, out, t, h, vocab): every id a row of the [vocab][h] table.
+metrale_status check_embedding(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t t = arg_u32(a, 3), h = arg_u32(a, 4), vocab = arg_u32(a, 5);
+  if (!at_least_one({{"t", t}, {"h", h}, {"vocab", vocab}}, error)) return kInvalid;
+  if (!buffer(a, mem, 0, "table", product({vocab, h, 2}), "vocab*h bf16", error) ||
+      !buffer(a, mem, 1, "ids", product({t, 4}), "t i32", error) ||
+      !buffer(a, mem, 2, "out", product({t, h, 2}), "t*h bf16", error))
+    return kInvalid;
+  const auto* ids = arg_ptr<const int32_t>(a, 1);
+  for (uint32_t i = 0; i < t; ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= vocab) {
+      error = "ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " is not a token of the table (vocab=" +
+              std::to_string(vocab) + ": ids are 0.." + std::to_string(vocab - 1) + ")";
+      return kInvalid;
+    }
+  }
+  needed = {t, 1};
+  return kOk;
+}
+
+constexpr const char* kRmsNormNames[] = {"x", "weight", "y", "m", "h", "eps"};
+constexpr metrale_param_type kRmsNormTypes[] = {P, P, P, U, U, F};
+constexpr const char* kRmsNormResidualNames[] = {"x", "residual", "weight", "y", "residual_out", "m", "h", "eps"};
+constexpr metrale_param_type kRmsNormResidualTypes[] = {P, P, P, P, P, U, U, F};
+constexpr const char* kAddNames[] = {"x", "residual", "out", "m", "h"};
+constexpr metrale_param_type kAddTypes[] = {P, P, P, U, U};
+constexpr const char* kRopeNames[] = {"q", "k", "positions", "inv_freq", "t", "q_heads", "kv_heads", "head_dim", "scaling"};
+constexpr metrale_param_type kRopeTypes[] = {P, P, P, P, U, U, U, U, F};
+constexpr const char* kEmbeddingNames[] = {"table", "ids", "out", "t", "h", "vocab"};
+constexpr metrale_param_type kEmbeddingTypes[] = {P, P, P, U, U, U};
+
+#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
+
+const KernelSpec kSpecs[] = {
+    {"norm", "rms_norm", METRALE_CPU_PARAMS(RmsNorm), check_rms_norm<false>, baseline::rms_norm, -1, "(m, 1)"},
+    {"norm", "rms_norm_residual", METRALE_CPU_PARAMS(RmsNormResidual), check_rms_norm<true>,
+     baseline::rms_norm_residual, -1, "(m, 1)"},
+    {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
+    {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rope, baseline::rope, -1, "(t, 1)"},
+    // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
+    {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
+};
+
+#undef METRALE_CPU_PARAMS
+
+}  // namespace
+
+std::span<const KernelSpec> decoder_kernel_specs() { return kSpecs; }
+
+}  // namespace metrale::cpu

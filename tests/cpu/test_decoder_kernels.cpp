@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The decoder's small kernels (docs/kernels.md, modules norm, rope, embed) on every tier, bit for
+// bit against the f32 mirror of their contracts (tests/support/decoder_mirror.hpp), on inputs
+// that make it exact. The double-precision comparison is the conformance cases'.
+#include "support.hpp"
+
+#include "../support/decoder_mirror.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+using namespace cpu_test;
+
+namespace {
+
+namespace mirror = decoder_mirror;
+
+void require_ok(Backend& b, metrale_status status) { REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error()); }
+
+constexpr uint32_t kM = 6, kH = 1000;  // H no multiple of 16: the partial sums' tail
+constexpr float kEps = 1e-6f;
+
+}  // namespace
+
+TEST_CASE("norm/rms_norm: the f32 statistics, the bf16 cast before the weight, in place too, on every tier") {
+  const auto x = mirror::eighths(size_t{kM} * kH, 7);
+  const auto w = mirror::norm_weights(kH, 8);
+  const auto want = mirror::rms_norm(x, w, kM, kH, kEps);
+  for (const std::string& tier : supported_tiers()) {
+    CAPTURE(tier);
+    Backend& b = tier_backend(tier);
+    const uint64_t dx = b.upload(x), dw = b.upload(w), dy = b.alloc(x.size() * 2);
+    Args args;
+    args.ptr(dx).ptr(dw).ptr(dy).u32(kM).u32(kH).f32(kEps);
+    require_ok(b, b.launch(b.kernel("norm", "rms_norm"), {kM, 1}, args));
+    CHECK(b.download<uint16_t>(dy, x.size()) == want);
+    Args in_place;
+    in_place.ptr(dx).ptr(dw).ptr(dx).u32(kM).u32(kH).f32(kEps);
+    require_ok(b, b.launch(b.kernel("norm", "rms_norm"), {kM, 1}, in_place));
+    CHECK(b.download<uint16_t>(dx, x.size()) == want);
+    for (uint64_t a : {dx, dw, dy}) b.free(a);
+  }
+}
+
+TEST_CASE("norm/rms_norm_residual: residual_out = bf16(x + residual), then its rms_norm; outputs over the inputs; norm/add") {
+  const auto x = mirror::eighths(size_t{kM} * kH, 9), residual = mirror::eighths(size_t{kM} * kH, 10);
+  const auto w = mirror::norm_weights(kH, 11);
+  const auto sum = mirror::add(x, residual);
+  const auto want = mirror::rms_norm(sum, w, kM, kH, kEps);
+  for (const std::string& tier : supported_tiers()) {
+    CAPTURE(tier);
+    Backend& b = tier_backend(tier);
+    const uint64_t dx = b.upload(x), dr = b.upload(residual), dw = b.upload(w);
+    const uint64_t dy = b.alloc(x.size() * 2), ds = b.alloc(x.size() * 2);
+    Args args;
+    args.ptr(dx).ptr(dr).ptr(dw).ptr(dy).ptr(ds).u32(kM).u32(kH).f32(kEps);
+    require_ok(b, b.launch(b.kernel("norm", "rms_norm_residual"), {kM, 1}, args));
+    CHECK(b.download<uint16_t>(ds, x.size()) == sum);
+    CHECK(b.download<uint16_t>(dy, x.size()) == want);
+    // As a decoder runs it: the sum over the residual stream, the normalised rows over x.
+    Args in_place;
+    in_place.ptr(dx).ptr(dr).ptr(dw).ptr(dx).ptr(dr).u32(kM).u32(kH).f32(kEps);
+    require_ok(b, b.launch(b.kernel("norm", "rms_norm_residual"), {kM, 1}, in_place));
+    CHECK(b.download<uint16_t>(dr, x.size()) == sum);
+    CHECK(b.download<uint16_t>(dx, x.size()) == want);
+    // norm/add, the layers' fallback's first half: the same sum, here over x.
+    const uint64_t x2 = b.upload(x), r2 = b.upload(residual);
+    Args add;
+    add.ptr(x2).ptr(r2).ptr(x2).u32(kM).u32(kH);
+    require_ok(b, b.launch(b.kernel("norm", "add"), {kM, 1}, add));
+    CHECK(b.download<uint16_t>(x2, x.size()) == sum);
+    for (uint64_t a : {dx, dr, dw, dy, ds, x2, r2}) b.free(a);
+  }
+}
+
+TEST_CASE("rope/rope: rotate_half pairs, f32 angles, bf16 cos/sin times the scaling, every product and sum rounded") {
+  constexpr uint32_t t = 5, q_heads = 4, kv_heads = 2, head_dim = 64, half = head_dim / 2;
+  constexpr float scaling = 1.25f;
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::vector<uint16_t> q(size_t{t} * q_heads * head_dim), k(size_t{t} * kv_heads * head_dim);
+  for (auto& v : q) v = to_bf16(unit(rng));
+  for (auto& v : k) v = to_bf16(unit(rng));
+  std::vector<float> inv_freq(half);
+  for (uint32_t i = 0; i < half; ++i) inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / head_dim));
+  const std::vector<int32_t> positions{0, 1, 77, 4096, 131071};
+  const auto want_q = mirror::rope(q, positions, inv_freq, q_heads, head_dim, scaling);
+  const auto want_k = mirror::rope(k, positions, inv_freq, kv_heads, head_dim, scaling);
+  for (const std::string& tier : supported_tiers()) {
+    CAPTURE(tier);
+    Backend& b = tier_backend(tier);
+    const uint64_t dq = b.upload(q), dk = b.upload(k), dp = b.upload(positions), df = b.upload(inv_freq);
+    Args args;
+    args.ptr(dq).ptr(dk).ptr(dp).ptr(df).u32(t).u32(q_heads).u32(kv_heads).u32(head_dim).f32(scaling);
+    require_ok(b, b.launch(b.kernel("rope", "rope"), {t, 1}, args));
+    CHECK(b.download<uint16_t>(dq, q.size()) == want_q);
+    CHECK(b.download<uint16_t>(dk, k.size()) == want_k);
+    for (uint64_t a : {dq, dk, dp, df}) b.free(a);
+  }
+}
+
+TEST_CASE("embed/embedding copies rows and refuses an id outside the table, naming it") {
+  constexpr uint32_t t = 4, h = 48, vocab = 10;
+  const auto table = mirror::eighths(size_t{vocab} * h, 12);
+  Backend& b = tier_backend(supported_tiers().front());
+  const uint64_t dt = b.upload(table), dout = b.alloc(size_t{t} * h * 2);
+  const auto run = [&](const std::vector<int32_t>& ids) {
+    const uint64_t di = b.upload(ids);
+    Args args;
+    args.ptr(dt).ptr(di).ptr(dout).u32(t).u32(h).u32(vocab);
+    const metrale_status status = b.launch(b.kernel("embed", "embedding"), {t, 1}, args);
+    b.free(di);
+    return status;
+  };
+  require_ok(b, run({9, 0, 9, 3}));
+  const auto got = b.download<uint16_t>(dout, size_t{t} * h);
+  const int32_t ids[] = {9, 0, 9, 3};
+  for (uint32_t r = 0; r < t; ++r)
+    for (uint32_t j = 0; j < h; ++j) CHECK(got[size_t{r} * h + j] == table[size_t(ids[r]) * h + j]);
+  CHECK(run({1, 2, 10, 3}) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error() ==
+        "launch embed/embedding: ids[2] = 10 is not a token of the table (vocab=10: ids are 0..9)");
+  CHECK(run({-1, 2, 3, 3}) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("ids[0] = -1") != std::string::npos);
+  b.free(dt);
+  b.free(dout);
+}
+
+TEST_CASE("the decoder kernels' launch checks name the argument and what was expected") {
+  Backend& b = tier_backend(supported_tiers().front());
+  const uint64_t small = b.alloc(64), big = b.alloc(size_t{1} << 16);
+  Args norm;
+  norm.ptr(big).ptr(small).ptr(big).u32(2).u32(256).f32(kEps);
+  CHECK(b.launch(b.kernel("norm", "rms_norm"), {2, 1}, norm) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("argument 'weight'") != std::string::npos);
+  CHECK(b.last_error().find("512 bytes (h bf16)") != std::string::npos);
+  Args bad_eps;
+  bad_eps.ptr(big).ptr(big).ptr(big).u32(2).u32(256).f32(std::nanf(""));
+  CHECK(b.launch(b.kernel("norm", "rms_norm"), {2, 1}, bad_eps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("eps must be a finite non-negative f32") != std::string::npos);
+  Args odd;
+  odd.ptr(big).ptr(big).ptr(big).ptr(big).u32(1).u32(1).u32(1).u32(63).f32(1.0f);
+  CHECK(b.launch(b.kernel("rope", "rope"), {1, 1}, odd) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error() == "launch rope/rope: head_dim must be even, 2..1024 (got head_dim=63)");
+  b.free(small);
+  b.free(big);
+}

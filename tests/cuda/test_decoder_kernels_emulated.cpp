@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The decoder's small CUDA kernels (kernel_src/norm.cu, rope.cu, embed.cu), compiled for the host
+// against the CUDA emulation, bit for bit against the f32 mirror of their contracts
+// (tests/support/decoder_mirror.hpp) on inputs that make it exact, at several block sizes.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "decoder_mirror.hpp"
+#include "metrale_cuda_emulation.hpp"
+
+// The kernel sources themselves, as NVRTC sees them.
+#include "embed.cu"
+#include "norm.cu"
+#include "rope.cu"
+
+#include <algorithm>
+
+namespace mirror = decoder_mirror;
+
+namespace {
+
+const __nv_bfloat16* bf(const std::vector<uint16_t>& v) { return reinterpret_cast<const __nv_bfloat16*>(v.data()); }
+__nv_bfloat16* bf(std::vector<uint16_t>& v) { return reinterpret_cast<__nv_bfloat16*>(v.data()); }
+
+constexpr uint32_t kM = 3, kH = 1000;
+constexpr float kEps = 1e-6f;
+
+}  // namespace
+
+TEST_CASE("rms_norm: block-reduced f32 statistics, the bf16 cast before the weight; in place") {
+  const auto x = mirror::eighths(size_t{kM} * kH, 1);
+  const auto w = mirror::norm_weights(kH, 2);
+  const auto want = mirror::rms_norm(x, w, kM, kH, kEps);
+  for (const unsigned block : {256u, 96u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> y(x.size(), 0xffff);
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm(bf(x), bf(w), bf(y), kM, kH, kEps); });
+    CHECK(y == want);
+    std::vector<uint16_t> in_place = x;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm(bf(in_place), bf(w), bf(in_place), kM, kH, kEps); });
+    CHECK(in_place == want);
+  }
+}
+
+TEST_CASE("rms_norm_residual: residual_out = bf16(x + residual), y its rms_norm; outputs over the inputs; add") {
+  const auto x = mirror::eighths(size_t{kM} * kH, 3), residual = mirror::eighths(size_t{kM} * kH, 4);
+  const auto w = mirror::norm_weights(kH, 5);
+  const auto sum = mirror::add(x, residual);
+  const auto want = mirror::rms_norm(sum, w, kM, kH, kEps);
+  for (const unsigned block : {128u, 200u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> y(x.size(), 0xffff), s(x.size(), 0xffff);
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm_residual(bf(x), bf(residual), bf(w), bf(y), bf(s), kM, kH, kEps); });
+    CHECK(s == sum);
+    CHECK(y == want);
+    std::vector<uint16_t> xs = x, rs = residual;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm_residual(bf(xs), bf(rs), bf(w), bf(xs), bf(rs), kM, kH, kEps); });
+    CHECK(rs == sum);
+    CHECK(xs == want);
+    std::vector<uint16_t> added = x;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { add(bf(added), bf(residual), bf(added), kM, kH); });
+    CHECK(added == sum);
+  }
+}
+
+TEST_CASE("rope: rotate_half in bf16 on q and k, cos/sin of f32 angles times the scaling") {
+  constexpr uint32_t t = 4, q_heads = 4, kv_heads = 2, head_dim = 128;
+  constexpr float scaling = 1.125f;
+  const auto q = mirror::eighths(size_t{t} * q_heads * head_dim, 6), k = mirror::eighths(size_t{t} * kv_heads * head_dim, 7);
+  std::vector<float> inv_freq(head_dim / 2);
+  for (uint32_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * static_cast<float>(i) / head_dim);
+  const std::vector<int32_t> positions{0, 3, 8191, 131071};
+  const auto want_q = mirror::rope(q, positions, inv_freq, q_heads, head_dim, scaling);
+  const auto want_k = mirror::rope(k, positions, inv_freq, kv_heads, head_dim, scaling);
+  for (const unsigned block : {128u, 80u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> gq = q, gk = k;
+    emu::launch({t, 1, 1}, {block, 1, 1},
+                [&] { rope(bf(gq), bf(gk), positions.data(), inv_freq.data(), t, q_heads, kv_heads, head_dim, scaling); });
+    CHECK(gq == want_q);
+    CHECK(gk == want_k);
+  }
+  std::vector<uint16_t> gq = q, gk = k;
+  CHECK_THROWS_WITH_AS(emu::launch({t, 1, 1}, {64, 1, 1},
+                                   [&] { rope(bf(gq), bf(gk), positions.data(), inv_freq.data(), t, q_heads, kv_heads, 127, 1.f); }),
+                       doctest::Contains("__trap"), std::runtime_error);
+}
+
+TEST_CASE("embedding: rows copied by id; an id outside the table traps with nothing written") {
+  constexpr uint32_t t = 5, h = 300, vocab = 7;
+  const auto table = mirror::eighths(size_t{vocab} * h, 8);
+  std::vector<int32_t> ids{6, 0, 6, 2, 5};
+  std::vector<uint16_t> out(size_t{t} * h, 0xffff);
+  emu::launch({t, 1, 1}, {128, 1, 1}, [&] { embedding(bf(table), ids.data(), bf(out), t, h, vocab); });
+  for (uint32_t r = 0; r < t; ++r)
+    CHECK(std::equal(out.begin() + r * h, out.begin() + (r + 1) * h, table.begin() + size_t(ids[r]) * h));
+  for (const int bad : {7, -1}) {
+    CAPTURE(bad);
+    ids[3] = bad;
+    std::vector<uint16_t> untouched(size_t{t} * h, 0xffff);
+    CHECK_THROWS_WITH_AS(emu::launch({t, 1, 1}, {128, 1, 1}, [&] { embedding(bf(table), ids.data(), bf(untouched), t, h, vocab); }),
+                         doctest::Contains("__trap"), std::runtime_error);
+    CHECK(std::all_of(untouched.begin(), untouched.end(), [](uint16_t v) { return v == 0xffff; }));
+  }
+}

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The contracts of the decoder's small kernels (docs/kernels.md, modules norm and rope) written
+// once more in plain f32 for the backends' tests, independently of any backend's code, with the
+// inputs that make them exact: rows of multiples of 1/8, whose sums of squares are exact in f32
+// in any order, so a kernel's block reduction and this loop agree bit for bit and every bf16
+// rounding point shows. cos/sin are the host's (the CPU backend's and the emulation's).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace decoder_mirror {
+
+inline float bf16_value(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+// Nearest bf16 of a finite float, ties to even.
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float rounded(float f) { return bf16_value(to_bf16(f)); }
+
+// bf16 multiples of 1/8 in [-4, 4).
+inline std::vector<uint16_t> eighths(size_t count, uint64_t stream) {
+  std::mt19937_64 rng(stream);
+  std::uniform_int_distribution<int> pick(-32, 31);
+  std::vector<uint16_t> out(count);
+  for (auto& v : out) v = to_bf16(static_cast<float>(pick(rng)) / 8.0f);
+  return out;
+}
+
+// Norm weights in [0.25, 1.75).
+inline std::vector<uint16_t> norm_weights(size_t count, uint64_t stream) {
+  std::mt19937_64 rng(stream);
+  std::uniform_real_distribution<float> pick(0.25f, 1.75f);
+  std::vector<uint16_t> out(count);
+  for (auto& v : out) v = to_bf16(pick(rng));
+  return out;
+}
+
+// y = bf16(w · bf16(x / sqrt(Σ x² / h + eps))) per row.
+inline std::vector<uint16_t> rms_norm(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w, uint32_t m,
+                                      uint32_t h, float eps) {
+  std::vector<uint16_t> y(x.size());
+  for (uint32_t r = 0; r < m; ++r) {
+    const uint16_t* row = x.data() + size_t{r} * h;
+    float squares = 0;
+    for (uint32_t j = 0; j < h; ++j) squares += bf16_value(row[j]) * bf16_value(row[j]);
+    const float scale = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
+    for (uint32_t j = 0; j < h; ++j)
+      y[size_t{r} * h + j] = to_bf16(bf16_value(w[j]) * rounded(bf16_value(row[j]) * scale));
+  }
+  return y;
+}
+
+// bf16(x + residual) elementwise.
+inline std::vector<uint16_t> add(const std::vector<uint16_t>& x, const std::vector<uint16_t>& residual) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(bf16_value(x[i]) + bf16_value(residual[i]));
+  return out;
+}
+
+// rope on one [t][heads][head_dim] tensor, returned rotated.
+inline std::vector<uint16_t> rope(std::vector<uint16_t> x, const std::vector<int32_t>& positions,
+                                  const std::vector<float>& inv_freq, uint32_t heads, uint32_t head_dim, float scaling) {
+  const uint32_t half = head_dim / 2;
+  for (size_t r = 0; r < positions.size(); ++r)
+    for (uint32_t i = 0; i < half; ++i) {
+      const float angle = inv_freq[i] * static_cast<float>(positions[r]);
+      const float c = rounded(std::cos(angle) * scaling), s = rounded(std::sin(angle) * scaling);
+      for (uint32_t hd = 0; hd < heads; ++hd) {
+        uint16_t* head = x.data() + (r * heads + hd) * head_dim;
+        const float a = bf16_value(head[i]), b = bf16_value(head[i + half]);
+        head[i] = to_bf16(rounded(a * c) + rounded(-b * s));
+        head[i + half] = to_bf16(rounded(b * c) + rounded(a * s));
+      }
+    }
+  return x;
+}
+
+}  // namespace decoder_mirror

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// Conformance cases of the decoder's small kernels (docs/kernels.md, modules norm, rope, embed):
+// each launched directly on synthetic bf16 data against the double-precision reference with the
+// contract's rounding points (reference/decoder_reference.hpp). The rope cases take inv_freq and
+// the attention scaling from real configs' rope settings through layers/attention/rope.hpp.
+#include "conformance/conformance.hpp"
+
+#include "attention/rope.hpp"
+#include "core/device_buffer.hpp"
+#include "core/numeric.hpp"
+#include "reference/decoder_reference.hpp"
+
+#include <metrale/status.hpp>
+
+#include <algorithm>
+#include <array>
+
+namespace metrale::conformance {
+
+using namespace metrale::layers;
+
+namespace {
+
+constexpr metrale_param_type P = METRALE_PARAM_PTR, U = METRALE_PARAM_U32, F = METRALE_PARAM_F32;
+constexpr std::array<metrale_param_type, 6> kRmsNormSig{P, P, P, U, U, F};
+constexpr std::array<metrale_param_type, 8> kRmsNormResidualSig{P, P, P, P, P, U, U, F};
+constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};
+constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
+constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
+constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
+constexpr float kEps = 1e-6f;
+
+// The rope settings of the cases: Qwen3's (theta 1e6, YaRN for 128K as its model card sets it)
+// and Llama 3.1's.
+const nlohmann::json& rope_config(const std::string& name) {
+  static const nlohmann::json qwen3{{"head_dim", 128}, {"rope_theta", 1000000.0}, {"max_position_embeddings", 40960}};
+  static const nlohmann::json qwen3_yarn{{"head_dim", 128}, {"rope_theta", 1000000.0}, {"max_position_embeddings", 131072},
+                                         {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
+                                                           {"original_max_position_embeddings", 32768}}}};
+  static const nlohmann::json llama3{{"hidden_size", 4096}, {"num_attention_heads", 32}, {"rope_theta", 500000.0},
+                                     {"max_position_embeddings", 131072},
+                                     {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                                       {"high_freq_factor", 4.0},
+                                                       {"original_max_position_embeddings", 8192}}}};
+  static const nlohmann::json small{{"head_dim", 64}, {"rope_theta", 10000.0}};
+  if (name == "qwen3") return qwen3;
+  if (name == "qwen3_yarn") return qwen3_yarn;
+  if (name == "llama3") return llama3;
+  return small;
+}
+
+Case decoder_case(const std::string& name, const char* module, const char* kernel, uint32_t m, uint32_t n, uint32_t k = 0,
+                  uint32_t kv_heads = 0, std::string variant = {}) {
+  Case c;
+  c.kind = CaseKind::decoder;
+  c.name = name;
+  c.module = module;
+  c.kernel = kernel;
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.kv_heads = kv_heads;
+  c.variant = std::move(variant);
+  return c;
+}
+
+// The case's synthetic data: one stream per shape.
+uint64_t stream_of(const Case& c) { return (uint64_t{c.m} << 40) ^ (uint64_t{c.n} << 8) ^ c.k; }
+
+LaunchShape rows_grid(uint32_t rows) {
+  LaunchShape shape;
+  shape.grid = {rows, 1, 1};
+  shape.block = {128, 1, 1};
+  return shape;
+}
+
+// Rows of very different scales: RMSNorm's output must not depend on it.
+std::vector<uint16_t> scaled_rows(uint32_t m, uint32_t h, uint64_t stream) {
+  std::vector<uint16_t> x = synthetic_activations(m, h, stream);
+  for (uint32_t r = 0; r < m; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(r % 7) * 3 - 9);
+    for (uint32_t j = 0; j < h; ++j) x[size_t{r} * h + j] = f32_to_bf16(bf16_to_f32(x[size_t{r} * h + j]) * scale);
+  }
+  return x;
+}
+
+// Weights around 1 as trained norms' are, a few negative.
+std::vector<uint16_t> norm_weight(uint32_t h, uint64_t stream) {
+  std::vector<uint16_t> w = synthetic_activations(1, h, stream);
+  for (uint16_t& v : w) v = f32_to_bf16(1.0f + 0.75f * bf16_to_f32(v));
+  return w;
+}
+
+CaseResult checked(CaseResult r, const std::vector<uint16_t>& got, const ReferenceOutput& ref,
+                   const std::vector<uint16_t>* guard_after = nullptr) {
+  if (guard_after && !std::all_of(guard_after->begin(), guard_after->end(), [](uint16_t v) { return v == kCanary; })) {
+    r.outcome = Outcome::failed;
+    r.detail = "wrote past the end of the output";
+    return r;
+  }
+  const Comparison cmp = compare_to_reference(got, ref);
+  r.outcome = cmp.passed() ? Outcome::passed : Outcome::failed;
+  r.detail = cmp.summary();
+  r.comparison = cmp;
+  return r;
+}
+
+// The output buffer: `count` elements of canary and one guard row of `row` more.
+DeviceBuffer canary_buffer(Backend& b, size_t count, size_t row) {
+  DeviceBuffer out(b, (count + row) * 2);
+  const std::vector<uint16_t> poison(count + row, kCanary);
+  out.upload(std::span<const uint16_t>(poison));
+  return out;
+}
+
+std::vector<uint16_t> split_guard(std::vector<uint16_t>& all, size_t count) {
+  std::vector<uint16_t> guard(all.begin() + static_cast<std::ptrdiff_t>(count), all.end());
+  all.resize(count);
+  return guard;
+}
+
+CaseResult run_rms_norm(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t m = c.m, h = c.n;
+  const size_t count = size_t{m} * h;
+  const std::vector<uint16_t> x = scaled_rows(m, h, stream_of(c)), w = norm_weight(h, stream_of(c) + 1);
+  const bool in_place = c.variant == "in_place";
+  DeviceBuffer dx(b, count * 2), dw(b, h * 2);
+  dx.upload(std::span<const uint16_t>(x));
+  dw.upload(std::span<const uint16_t>(w));
+  DeviceBuffer dy = canary_buffer(b, count, h);
+  const DevicePtr y = in_place ? dx.ptr() : dy.ptr();
+  b.launch(b.kernel("norm", "rms_norm", kRmsNormSig), rows_grid(m), dx.ptr(), dw.ptr(), y, m, h, kEps);
+  b.synchronize();
+  std::vector<uint16_t> all = in_place ? dx.download<uint16_t>(count) : dy.download<uint16_t>(count + h);
+  const std::vector<uint16_t> guard = in_place ? std::vector<uint16_t>{} : split_guard(all, count);
+  return checked(std::move(r), all, reference_rms_norm(x, w, m, h, kEps), &guard);
+}
+
+CaseResult run_rms_norm_residual(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t m = c.m, h = c.n;
+  const size_t count = size_t{m} * h;
+  const std::vector<uint16_t> x = scaled_rows(m, h, stream_of(c)), residual = scaled_rows(m, h, stream_of(c) + 2);
+  const std::vector<uint16_t> w = norm_weight(h, stream_of(c) + 1);
+  const bool in_place = c.variant == "in_place";  // residual_out over residual, y over x: as a decoder runs it
+  DeviceBuffer dx(b, count * 2), dr(b, count * 2), dw(b, h * 2);
+  dx.upload(std::span<const uint16_t>(x));
+  dr.upload(std::span<const uint16_t>(residual));
+  dw.upload(std::span<const uint16_t>(w));
+  DeviceBuffer dy = canary_buffer(b, count, h), dsum = canary_buffer(b, count, h);
+  const DevicePtr y = in_place ? dx.ptr() : dy.ptr(), sum = in_place ? dr.ptr() : dsum.ptr();
+  b.launch(b.kernel("norm", "rms_norm_residual", kRmsNormResidualSig), rows_grid(m), dx.ptr(), dr.ptr(), dw.ptr(), y, sum,
+           m, h, kEps);
+  b.synchronize();
+  std::vector<uint16_t> got_y = in_place ? dx.download<uint16_t>(count) : dy.download<uint16_t>(count + h);
+  std::vector<uint16_t> got_sum = in_place ? dr.download<uint16_t>(count) : dsum.download<uint16_t>(count + h);
+  std::vector<uint16_t> guard = in_place ? std::vector<uint16_t>{} : split_guard(got_y, count);
+  if (!in_place) {
+    const std::vector<uint16_t> more = split_guard(got_sum, count);
+    guard.insert(guard.end(), more.begin(), more.end());
+  }
+  const ReferenceResidualNorm ref = reference_rms_norm_residual(x, residual, w, m, h, kEps);
+  CaseResult sum_result = checked(r, got_sum, ref.residual_out, &guard);
+  if (sum_result.outcome != Outcome::passed) {
+    sum_result.detail = "residual_out: " + sum_result.detail;
+    return sum_result;
+  }
+  CaseResult out = checked(std::move(r), got_y, ref.y);
+  out.detail = "residual_out exact; y: " + out.detail;
+  return out;
+}
+
+// norm/add in place over the residual stream, as the layers' fallback for rms_norm_residual runs it.
+CaseResult run_add(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t m = c.m, h = c.n;
+  const size_t count = size_t{m} * h;
+  const std::vector<uint16_t> x = scaled_rows(m, h, stream_of(c)), residual = scaled_rows(m, h, stream_of(c) + 2);
+  DeviceBuffer dx(b, count * 2), dr = canary_buffer(b, count, h);
+  dx.upload(std::span<const uint16_t>(x));
+  dr.upload(std::span<const uint16_t>(residual));
+  b.launch(b.kernel("norm", "add", kAddSig), rows_grid(m), dx.ptr(), dr.ptr(), dr.ptr(), m, h);
+  b.synchronize();
+  std::vector<uint16_t> got = dr.download<uint16_t>(count + h);
+  const std::vector<uint16_t> guard = split_guard(got, count);
+  const std::vector<uint16_t> w(h, f32_to_bf16(1.0f));
+  return checked(std::move(r), got, reference_rms_norm_residual(x, residual, w, m, h, kEps).residual_out, &guard);
+}
+
+CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
+  const RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
+  if (rope.inv_freq.size() != head_dim / 2) throw Error(Status::internal, "conformance " + c.name + ": head_dim differs");
+  // Positions from the first token to past the original context (YaRN's and Llama 3.1's range).
+  std::vector<int32_t> positions(t);
+  constexpr int32_t kPositions[] = {0, 1, 2, 17, 511, 4095, 8191, 8192, 32767, 40959, 131071};
+  for (uint32_t i = 0; i < t; ++i) positions[i] = kPositions[i % std::size(kPositions)] + static_cast<int32_t>(i / 11);
+  const std::vector<uint16_t> q = synthetic_activations(t * q_heads, head_dim, stream_of(c));
+  const std::vector<uint16_t> k = synthetic_activations(t * kv_heads, head_dim, stream_of(c) + 1);
+  DeviceBuffer dq(b, q.size() * 2 + head_dim * 2), dk(b, k.size() * 2 + head_dim * 2), dp(b, t * 4),
+      df(b, rope.inv_freq.size() * 4);
+  std::vector<uint16_t> q_guarded = q, k_guarded = k;
+  q_guarded.resize(q.size() + head_dim, kCanary);
+  k_guarded.resize(k.size() + head_dim, kCanary);
+  dq.upload(std::span<const uint16_t>(q_guarded));
+  dk.upload(std::span<const uint16_t>(k_guarded));
+  dp.upload(std::span<const int32_t>(positions));
+  df.upload(std::span<const float>(rope.inv_freq));
+  b.launch(b.kernel("rope", "rope", kRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dp.ptr(), df.ptr(), t, q_heads, kv_heads,
+           head_dim, rope.attention_scaling);
+  b.synchronize();
+  std::vector<uint16_t> got_q = dq.download<uint16_t>(q_guarded.size()), got_k = dk.download<uint16_t>(k_guarded.size());
+  std::vector<uint16_t> guard = split_guard(got_q, q.size());
+  const std::vector<uint16_t> more = split_guard(got_k, k.size());
+  guard.insert(guard.end(), more.begin(), more.end());
+  CaseResult q_result = checked(r, got_q, reference_rope(q, positions, rope.inv_freq, t, q_heads, head_dim, rope.attention_scaling),
+                                &guard);
+  if (q_result.outcome != Outcome::passed) {
+    q_result.detail = "q: " + q_result.detail;
+    return q_result;
+  }
+  CaseResult out = checked(std::move(r), got_k, reference_rope(k, positions, rope.inv_freq, t, kv_heads, head_dim,
+                                                               rope.attention_scaling));
+  out.detail = "q and k; k: " + out.detail;
+  return out;
+}
+
+CaseResult run_embedding(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t t = c.m, h = c.n, vocab = c.k;
+  const std::vector<uint16_t> table = synthetic_activations(vocab, h, stream_of(c));
+  std::vector<int32_t> ids(t);
+  for (uint32_t i = 0; i < t; ++i) ids[i] = static_cast<int32_t>((i * 7919u + (i % 3 == 0 ? vocab - 1 : 0)) % vocab);
+  ids[0] = 0;
+  const bool out_of_range = c.variant == "out_of_range";
+  if (out_of_range) ids[t - 1] = static_cast<int32_t>(vocab);
+  DeviceBuffer dt(b, table.size() * 2), di(b, t * 4);
+  dt.upload(std::span<const uint16_t>(table));
+  di.upload(std::span<const int32_t>(ids));
+  DeviceBuffer dout = canary_buffer(b, size_t{t} * h, h);
+  const KernelHandle kernel = b.kernel("embed", "embedding", kEmbeddingSig);
+  if (out_of_range) {
+    try {
+      b.launch(kernel, rows_grid(t), dt.ptr(), di.ptr(), dout.ptr(), t, h, vocab);
+      b.synchronize();
+    } catch (const Error& e) {
+      r.detail = std::string("refused: ") + e.what();
+      std::vector<uint16_t> after;
+      try {
+        after = dout.download<uint16_t>(size_t{t} * h + h);
+      } catch (const Error&) {
+        // A GPU kernel refuses by trapping, after which the context's memory cannot be read.
+        r.outcome = Outcome::passed;
+        r.detail += "; the output is unreadable after the fault";
+        return r;
+      }
+      const bool untouched = std::all_of(after.begin(), after.end(), [](uint16_t v) { return v == kCanary; });
+      r.outcome = untouched ? Outcome::passed : Outcome::failed;
+      if (!untouched) r.detail = "wrote out before failing; " + r.detail;
+      return r;
+    }
+    r.outcome = Outcome::failed;
+    r.detail = "ids[" + std::to_string(t - 1) + "] = vocab was accepted: the launch must fail";
+    return r;
+  }
+  b.launch(kernel, rows_grid(t), dt.ptr(), di.ptr(), dout.ptr(), t, h, vocab);
+  b.synchronize();
+  std::vector<uint16_t> got = dout.download<uint16_t>(size_t{t} * h + h);
+  const std::vector<uint16_t> guard = split_guard(got, size_t{t} * h);
+  ReferenceOutput ref;
+  ref.m = t;
+  ref.n = h;
+  ref.row_excluded.assign(t, 0);
+  ref.bound.assign(size_t{t} * h, 0.0);
+  for (uint32_t i = 0; i < t; ++i)
+    for (uint32_t j = 0; j < h; ++j) ref.value.push_back(bf16_to_f32(table[size_t(ids[i]) * h + j]));
+  return checked(std::move(r), got, ref, &guard);
+}
+
+}  // namespace
+
+std::vector<Case> decoder_cases() {
+  std::vector<Case> out;
+  // RMSNorm: one row, an H that is no multiple of 16, Qwen3-30B-A3B's H over many rows, in place.
+  for (auto [m, h] : {std::pair{1u, 256u}, {7u, 1000u}, {64u, 2048u}, {3u, 4096u}})
+    out.push_back(decoder_case("norm/rms_norm/m" + std::to_string(m) + "_h" + std::to_string(h), "norm", "rms_norm", m, h));
+  out.push_back(decoder_case("norm/rms_norm/in_place_m5_h512", "norm", "rms_norm", 5, 512, 0, 0, "in_place"));
+  // Qwen3's q_norm / k_norm: rms_norm over head_dim, one row per (token, head).
+  out.push_back(decoder_case("norm/qk_norm/t9_heads32_d128", "norm", "rms_norm", 9 * 32, 128));
+  for (auto [m, h] : {std::pair{1u, 256u}, {9u, 1000u}, {64u, 2048u}})
+    out.push_back(decoder_case("norm/rms_norm_residual/m" + std::to_string(m) + "_h" + std::to_string(h), "norm",
+                               "rms_norm_residual", m, h));
+  out.push_back(decoder_case("norm/rms_norm_residual/in_place_m5_h512", "norm", "rms_norm_residual", 5, 512, 0, 0, "in_place"));
+  out.push_back(decoder_case("norm/add/m9_h1000", "norm", "add", 9, 1000));
+  // Rotary: GQA head counts of Qwen3 (32 q / 4 kv) and Llama 3.1 (32 / 8), equal heads, a small head_dim.
+  out.push_back(decoder_case("rope/rope/qwen3_t11_q32_kv4_d128", "rope", "rope", 11, 128, 32, 4, "qwen3"));
+  out.push_back(decoder_case("rope/rope/qwen3_yarn_t22_q8_kv2_d128", "rope", "rope", 22, 128, 8, 2, "qwen3_yarn"));
+  out.push_back(decoder_case("rope/rope/llama3_t11_q32_kv8_d128", "rope", "rope", 11, 128, 32, 8, "llama3"));
+  out.push_back(decoder_case("rope/rope/default_t3_q4_kv4_d64", "rope", "rope", 3, 64, 4, 4, "small"));
+  // Embedding: repeated ids, the first and last rows of the table; an id past the table.
+  out.push_back(decoder_case("embed/embedding/t13_h256_v1000", "embed", "embedding", 13, 256, 1000));
+  out.push_back(decoder_case("embed/embedding/t1_h4096_v151936", "embed", "embedding", 1, 4096, 151936));
+  out.push_back(decoder_case("embed/embedding/out_of_range", "embed", "embedding", 5, 64, 100, 0, "out_of_range"));
+  return out;
+}
+
+CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
+  r.kernels.push_back(c.module + "/" + c.kernel);
+  if (c.kernel == "rms_norm") return run_rms_norm(backend, c, std::move(r));
+  if (c.kernel == "rms_norm_residual") return run_rms_norm_residual(backend, c, std::move(r));
+  if (c.kernel == "add") return run_add(backend, c, std::move(r));
+  if (c.kernel == "rope") return run_rope(backend, c, std::move(r));
+  if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
+  throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);
+}
+
+}  // namespace metrale::conformance

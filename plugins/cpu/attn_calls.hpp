@@ -8,17 +8,8 @@
 
 #include "kernels.hpp"
 
-#include <cstring>
-
 namespace metrale::cpu {
 namespace {
-
-inline float arg_f32(const KernelArgs& args, unsigned index) {
-  const auto bits = static_cast<uint32_t>(args.v[index]);
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
 
 // What every attn kernel says about the cache.
 struct KvShape {

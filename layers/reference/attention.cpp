@@ -72,4 +72,27 @@ ReferenceOutput reference_paged_attention(std::span<const uint16_t> q, uint32_t 
   return out;
 }
 
+uint32_t paged_blocks_needed(std::span<const uint32_t> lengths, uint32_t block_size) {
+  uint32_t blocks = 0;
+  for (uint32_t len : lengths) blocks += (len + block_size - 1) / block_size;
+  return blocks;
+}
+
+PagedTables paged_tables(std::span<const uint32_t> lengths, uint32_t block_size, std::span<const int32_t> order) {
+  if (order.size() < paged_blocks_needed(lengths, block_size))
+    throw std::invalid_argument("paged_tables: the sequences need " + std::to_string(paged_blocks_needed(lengths, block_size)) +
+                                " blocks, the order lists " + std::to_string(order.size()));
+  PagedTables t;
+  for (uint32_t len : lengths) t.max_blocks = std::max(t.max_blocks, (len + block_size - 1) / block_size);
+  t.tables.assign(lengths.size() * t.max_blocks, 0);
+  size_t next = 0;
+  for (size_t seq = 0; seq < lengths.size(); ++seq) {
+    int32_t* row = t.tables.data() + seq * t.max_blocks;
+    for (uint32_t b = 0; b < (lengths[seq] + block_size - 1) / block_size; ++b) row[b] = order[next++];
+    for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
+      t.slots.push_back(row[pos / block_size] * static_cast<int32_t>(block_size) + static_cast<int32_t>(pos % block_size));
+  }
+  return t;
+}
+
 }  // namespace metrale::layers

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace metrale::layers {
 
@@ -28,6 +29,22 @@ struct PagedKvView {
   std::span<const uint16_t> k_cache, v_cache;
   uint32_t kv_heads = 0, head_dim = 0, block_size = 0;
 };
+
+// Block tables for sequences of `lengths` tokens whose blocks are taken from the pool in `order`
+// (a permutation of the pool's blocks, shuffled by the caller so that no sequence is contiguous),
+// and the slot of every position, sequence after sequence: how the attn tests lay out a cache.
+struct PagedTables {
+  uint32_t max_blocks = 0;      // a table row: the longest sequence's blocks
+  std::vector<int32_t> tables;  // [seqs][max_blocks], 0 past a sequence's blocks
+  std::vector<int32_t> slots;   // [sum of lengths]
+};
+// The blocks the sequences take together.
+uint32_t paged_blocks_needed(std::span<const uint32_t> lengths, uint32_t block_size);
+PagedTables paged_tables(std::span<const uint32_t> lengths, uint32_t block_size, std::span<const int32_t> order);
+// Where head `head` of slot `slot` starts in a pool.
+inline size_t paged_element(uint32_t slot, uint32_t head, uint32_t kv_heads, uint32_t block_size, uint32_t head_dim) {
+  return ((size_t{slot / block_size} * kv_heads + head) * block_size + slot % block_size) * head_dim;
+}
 
 // Query rows q bf16 [rows][q_heads][head_dim]; row r attends to positions 0..context[r]-1 of
 // the sequence whose block table is tables[r * max_blocks, ...). Output [rows][q_heads*head_dim].

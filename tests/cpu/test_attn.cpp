@@ -51,30 +51,19 @@ struct PagedCache {
   uint64_t k_cache = 0, v_cache = 0;
 
   PagedCache(Backend& b, std::mt19937_64& rng, const Shape& s, const std::vector<uint32_t>& lengths) : shape(s) {
-    uint32_t used = 0;
-    for (uint32_t len : lengths) {
-      max_blocks = std::max(max_blocks, ceil_div(len, s.block_size));
-      used += ceil_div(len, s.block_size);
-    }
-    num_blocks = used + 3;
+    num_blocks = metrale::layers::paged_blocks_needed(lengths, s.block_size) + 3;
     std::vector<int32_t> free(num_blocks);
     std::iota(free.begin(), free.end(), 0);
     std::shuffle(free.begin(), free.end(), rng);
-    tables.assign(lengths.size() * max_blocks, 0);
+    metrale::layers::PagedTables laid = metrale::layers::paged_tables(lengths, s.block_size, free);
+    max_blocks = laid.max_blocks;
+    tables = std::move(laid.tables);
     const size_t pool = size_t{num_blocks} * s.kv_heads * s.block_size * s.head_dim;
     k_pool = random_bf16(rng, pool, 1.0);  // stale contents where no token was written
     v_pool = random_bf16(rng, pool, 1.0);
     k_cache = b.upload(k_pool);
     v_cache = b.upload(v_pool);
-    std::vector<int32_t> slots;
-    size_t next = 0;
-    for (size_t seq = 0; seq < lengths.size(); ++seq) {
-      for (uint32_t blk = 0; blk < ceil_div(lengths[seq], s.block_size); ++blk) tables[seq * max_blocks + blk] = free[next++];
-      for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
-        slots.push_back(tables[seq * max_blocks + pos / s.block_size] * static_cast<int32_t>(s.block_size) +
-                        static_cast<int32_t>(pos % s.block_size));
-    }
-    append(b, rng, slots);
+    append(b, rng, laid.slots);
   }
 
   size_t element(uint32_t block, uint32_t head, uint32_t offset) const {

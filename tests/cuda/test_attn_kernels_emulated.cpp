@@ -65,26 +65,17 @@ struct Cache {
   std::vector<uint16_t> k, v;  // the appended rows [tokens][kv_heads][head_dim]
 
   Cache(std::mt19937_64& rng, const Shape& shape, const std::vector<uint32_t>& lengths, unsigned threads) : s(shape) {
-    uint32_t used = 0;
-    for (uint32_t len : lengths) {
-      max_blocks = std::max(max_blocks, ceil_div(len, s.block_size));
-      used += ceil_div(len, s.block_size);
-    }
-    num_blocks = used + 2;
+    num_blocks = metrale::layers::paged_blocks_needed(lengths, s.block_size) + 2;
     std::vector<int32_t> order(num_blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     const size_t pool = size_t{num_blocks} * s.kv_heads * s.block_size * s.head_dim;
     k_pool = random_bf16(rng, pool, 1.0);
     v_pool = random_bf16(rng, pool, 1.0);
-    tables.assign(lengths.size() * max_blocks, 0);
-    size_t next = 0;
-    for (size_t seq = 0; seq < lengths.size(); ++seq) {
-      for (uint32_t b = 0; b < ceil_div(lengths[seq], s.block_size); ++b) tables[seq * max_blocks + b] = order[next++];
-      for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
-        slots.push_back(tables[seq * max_blocks + pos / s.block_size] * static_cast<int32_t>(s.block_size) +
-                        static_cast<int32_t>(pos % s.block_size));
-    }
+    metrale::layers::PagedTables laid = metrale::layers::paged_tables(lengths, s.block_size, order);
+    max_blocks = laid.max_blocks;
+    tables = std::move(laid.tables);
+    slots = std::move(laid.slots);
     const auto tokens = static_cast<uint32_t>(slots.size());
     k = random_bf16(rng, size_t{tokens} * s.kv_heads * s.head_dim, 1.0);
     v = random_bf16(rng, size_t{tokens} * s.kv_heads * s.head_dim, 1.5);

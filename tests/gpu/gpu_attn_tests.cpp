@@ -45,12 +45,7 @@ struct Cache {
   std::unique_ptr<DeviceBuffer> k_cache, v_cache;
 
   Cache(std::mt19937_64& rng, const Shape& shape, const std::vector<uint32_t>& lengths) : s(shape) {
-    uint32_t used = 0;
-    for (uint32_t len : lengths) {
-      max_blocks = std::max(max_blocks, ceil_div(len, s.block_size));
-      used += ceil_div(len, s.block_size);
-    }
-    num_blocks = used + 2;
+    num_blocks = metrale::layers::paged_blocks_needed(lengths, s.block_size) + 2;
     std::vector<int32_t> order(num_blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -59,22 +54,17 @@ struct Cache {
     v_pool = random_bf16(rng, pool, 1.0);
     k_cache = std::make_unique<DeviceBuffer>(*g_cuda, k_pool);
     v_cache = std::make_unique<DeviceBuffer>(*g_cuda, v_pool);
-    tables.assign(lengths.size() * max_blocks, 0);
-    std::vector<int32_t> slots;
-    size_t next = 0;
-    for (size_t seq = 0; seq < lengths.size(); ++seq) {
-      for (uint32_t b = 0; b < ceil_div(lengths[seq], s.block_size); ++b) tables[seq * max_blocks + b] = order[next++];
-      for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
-        slots.push_back(tables[seq * max_blocks + pos / s.block_size] * static_cast<int32_t>(s.block_size) +
-                        static_cast<int32_t>(pos % s.block_size));
-    }
+    metrale::layers::PagedTables laid = metrale::layers::paged_tables(lengths, s.block_size, order);
+    max_blocks = laid.max_blocks;
+    tables = std::move(laid.tables);
+    const std::vector<int32_t>& slots = laid.slots;
     const auto tokens = static_cast<uint32_t>(slots.size());
     const size_t row = size_t{s.kv_heads} * s.head_dim;
     const auto k = random_bf16(rng, tokens * row, 1.0), v = random_bf16(rng, tokens * row, 1.5);
     for (uint32_t t = 0; t < tokens; ++t) {
       const auto slot = static_cast<uint32_t>(slots[t]);
       for (uint32_t h = 0; h < s.kv_heads; ++h) {
-        const size_t to = ((size_t{slot / s.block_size} * s.kv_heads + h) * s.block_size + slot % s.block_size) * s.head_dim;
+        const size_t to = metrale::layers::paged_element(slot, h, s.kv_heads, s.block_size, s.head_dim);
         std::copy_n(k.begin() + t * row + h * s.head_dim, s.head_dim, k_pool.begin() + to);
         std::copy_n(v.begin() + t * row + h * s.head_dim, s.head_dim, v_pool.begin() + to);
       }

@@ -56,12 +56,7 @@ struct Cache {
 
   Cache(Backend& b, SplitMix64& rng, const AttnShape& s, const std::vector<uint32_t>& lengths, CaseResult& r)
       : shape(s) {
-    uint32_t used = 0;
-    for (uint32_t len : lengths) {
-      max_blocks = std::max(max_blocks, ceil_div(len, s.block_size));
-      used += ceil_div(len, s.block_size);
-    }
-    num_blocks = used + 2;
+    num_blocks = metrale::layers::paged_blocks_needed(lengths, s.block_size) + 2;
     std::vector<int32_t> order(num_blocks);
     for (uint32_t i = 0; i < num_blocks; ++i) order[i] = static_cast<int32_t>(i);
     for (uint32_t i = num_blocks - 1; i > 0; --i) std::swap(order[i], order[rng.next() % (i + 1)]);
@@ -72,22 +67,17 @@ struct Cache {
     v_cache = DeviceBuffer(b, pool * 2);
     k_cache.upload(std::span<const uint16_t>(k_pool));
     v_cache.upload(std::span<const uint16_t>(v_pool));
-    tables.assign(lengths.size() * max_blocks, 0);
-    std::vector<int32_t> slots;
-    size_t next = 0;
-    for (size_t seq = 0; seq < lengths.size(); ++seq) {
-      for (uint32_t blk = 0; blk < ceil_div(lengths[seq], s.block_size); ++blk) tables[seq * max_blocks + blk] = order[next++];
-      for (uint32_t pos = 0; pos < lengths[seq]; ++pos)
-        slots.push_back(tables[seq * max_blocks + pos / s.block_size] * static_cast<int32_t>(s.block_size) +
-                        static_cast<int32_t>(pos % s.block_size));
-    }
+    metrale::layers::PagedTables laid = metrale::layers::paged_tables(lengths, s.block_size, order);
+    max_blocks = laid.max_blocks;
+    tables = std::move(laid.tables);
+    const std::vector<int32_t>& slots = laid.slots;
     const auto tokens = static_cast<uint32_t>(slots.size());
     const size_t row = size_t{s.kv_heads} * s.head_dim;
     const auto k = random_bf16(rng, tokens * row, 1.0), v = random_bf16(rng, tokens * row, 1.5);
     for (uint32_t t = 0; t < tokens; ++t) {
       const auto slot = static_cast<uint32_t>(slots[t]);
       for (uint32_t h = 0; h < s.kv_heads; ++h) {
-        const size_t to = ((size_t{slot / s.block_size} * s.kv_heads + h) * s.block_size + slot % s.block_size) * s.head_dim;
+        const size_t to = metrale::layers::paged_element(slot, h, s.kv_heads, s.block_size, s.head_dim);
         std::copy_n(k.begin() + t * row + h * s.head_dim, s.head_dim, k_pool.begin() + to);
         std::copy_n(v.begin() + t * row + h * s.head_dim, s.head_dim, v_pool.begin() + to);
       }

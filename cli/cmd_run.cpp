@@ -13,6 +13,7 @@
 
 #include <layers/compose.hpp>
 #include <layers/io/activation_io.hpp>
+#include <metrale/status.hpp>
 #include <layers/reference/reference.hpp>
 #include <layers/linear/selectors.hpp>
 #include <metrale/levers.hpp>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -49,6 +51,7 @@ struct RunOptions {
   bool json = false;
   bool per_expert = false;
   bool quiet = false;
+  std::string block = "ffn";  // ffn, attention, decoder
   TierFlags tiers;  // --activation-quantization, --weight-quantization, --expert-quantization, --group-size
 };
 
@@ -352,7 +355,150 @@ void render_text(const RunReport& r, const RunOptions& o) {
   }
 }
 
+// --block attention|decoder: the rows of --input as a schedule of batches over a KV cache
+// (docs/layers.md, "Running one decoder layer"). Tensors beside 'x': 'positions', 'sequence',
+// 'step' (I32/I64 [m], all optional).
+struct BlockSchedule {
+  std::vector<int32_t> positions;
+  std::vector<uint32_t> sequence;  // 0..S-1, in order of first appearance
+  std::vector<int64_t> step;
+  uint32_t sequences = 0;
+};
+
+BlockSchedule read_schedule(const std::string& path, uint32_t m) {
+  BlockSchedule s;
+  const auto one = [&](const char* name) -> std::optional<std::vector<int64_t>> {
+    if (path.empty()) return std::nullopt;
+    auto t = read_int_tensor(path, name, 1);
+    if (!t) return std::nullopt;
+    if (t->shape[0] != m) {
+      throw Error(Status::invalid_argument, path + ": tensor '" + name + "' has " + std::to_string(t->shape[0]) + " entries for " +
+                                                std::to_string(m) + " rows of 'x'");
+    }
+    return std::move(t->values);
+  };
+  const auto seq = one("sequence");
+  std::map<int64_t, uint32_t> ids;
+  for (uint32_t r = 0; r < m; ++r) {
+    const int64_t v = seq ? (*seq)[r] : 0;
+    if (v < 0) throw Error(Status::invalid_argument, path + ": sequence[" + std::to_string(r) + "] = " + std::to_string(v) + " is negative");
+    auto it = ids.try_emplace(v, static_cast<uint32_t>(ids.size())).first;
+    s.sequence.push_back(it->second);
+  }
+  s.sequences = static_cast<uint32_t>(ids.size());
+  s.step = one("step").value_or(std::vector<int64_t>(m, 0));
+  for (uint32_t r = 1; r < m; ++r) {
+    if (s.step[r] < s.step[r - 1]) {
+      throw Error(Status::invalid_argument, path + ": tensor 'step' must not decrease (step[" + std::to_string(r) + "] = " +
+                                                std::to_string(s.step[r]) + " after " + std::to_string(s.step[r - 1]) + ")");
+    }
+  }
+  std::vector<int32_t> next(s.sequences, 0);
+  const auto pos = one("positions");
+  for (uint32_t r = 0; r < m; ++r) {
+    const int64_t p = pos ? (*pos)[r] : next[s.sequence[r]]++;
+    if (p < 0 || p > INT32_MAX) throw Error(Status::invalid_argument, path + ": positions[" + std::to_string(r) + "] = " + std::to_string(p));
+    s.positions.push_back(static_cast<int32_t>(p));
+  }
+  return s;
+}
+
+void run_block(CliContext& ctx, const RunOptions& o) {
+  if (o.check) {
+    throw Error(Status::invalid_argument, "--check compares the FFN with the double-precision reference; for --block " + o.block +
+                                              " the float64 decoder reference of tests/checkpoints (run_decoder_tests.py) checks it");
+  }
+  StderrProgress progress(!o.quiet);
+  auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
+  Backend& b = *backend;
+  LayerRequest request = layer_request(o, progress);
+  request.block = o.block == "decoder" ? LayerBlock::decoder : LayerBlock::attention;
+  OpenedBlock opened = open_block(b, request);
+  const uint32_t hidden = opened.config.attention.hidden_size;
+  uint32_t m = 0;
+  std::string input_source;
+  const std::vector<uint16_t> x = obtain_input(o, opened.config.ffn, m, input_source);
+  const BlockSchedule s = read_schedule(o.input, m);
+  // A cache that holds every sequence's rows.
+  std::vector<uint64_t> lengths(s.sequences, 0);
+  for (uint32_t r = 0; r < m; ++r) ++lengths[s.sequence[r]];
+  constexpr uint32_t kBlockSize = 16;
+  uint64_t blocks = 0;
+  for (uint64_t l : lengths) blocks += (l + kBlockSize - 1) / kBlockSize;
+  KvCacheShape shape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
+                     static_cast<uint32_t>(blocks), 1};
+  KvCache cache(b, shape);
+  for (uint32_t i = 0; i < s.sequences; ++i) cache.add_sequence();
+  std::vector<uint16_t> y(x.size());
+  const size_t row = size_t{hidden};
+  DeviceBuffer dx, dy;
+  const auto start = std::chrono::steady_clock::now();
+  uint32_t batches = 0;
+  for (uint32_t first = 0; first < m;) {
+    uint32_t end = first;
+    while (end < m && s.step[end] == s.step[first]) ++end;
+    std::vector<SequenceRows> runs;
+    for (uint32_t r = first; r < end; ++r) {
+      if (!runs.empty() && runs.back().sequence == s.sequence[r]) ++runs.back().rows;
+      else runs.push_back(SequenceRows{s.sequence[r], 1});
+    }
+    const uint32_t rows = end - first;
+    KvBatch kv(b, cache, runs, std::span(s.positions).subspan(first, rows));
+    dx.ensure(b, rows * row * 2);
+    dx.upload(std::span<const uint16_t>(x).subspan(first * row, rows * row));
+    const DevicePtr out = opened.block().forward(LayerBatch{dx.ptr(), rows, &kv});
+    b.copy_to_host(y.data() + first * row, out, rows * row * 2);
+    b.synchronize();
+    ++batches;
+    first = end;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!o.output.empty()) {
+    write_activations(o.output, "y", y, m, hidden,
+                      {{"producer", "metrale run --block " + o.block}, {"backend", b.name()}, {"weights", opened.weights_source},
+                       {"input", input_source}});
+  }
+  const std::vector<PlanStep> plan = opened.block().plan(m);
+  if (o.json || ctx.json) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& p : plan) steps.push_back({{"step", p.step}, {"kernel", p.kernel}, {"why", p.why}, {"grid", p.grid}});
+    const nlohmann::json out{{"block", o.block},
+                             {"layer", opened.layer},
+                             {"backend", b.name()},
+                             {"target", b.target()},
+                             {"weights", {{"source", opened.weights_source}, {"quantization", opened.quantization}}},
+                             {"tiers", opened.tiers()},
+                             {"input", input_source},
+                             {"output", o.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.output)},
+                             {"tokens", m},
+                             {"sequences", s.sequences},
+                             {"batches", batches},
+                             {"seconds", seconds},
+                             {"output_fnv1a64", fnv1a64_hex(y)},
+                             {"audit", nlohmann::json::parse(render_audit_json(opened.audit))},
+                             {"plan", steps}};
+    std::cout << out.dump(2) << '\n';
+    return;
+  }
+  std::cout << "block    " << o.block << " of layer " << opened.layer << " (" << opened.config.source << ")\n"
+            << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << ")\n"
+            << "weights  " << opened.weights_source << ", " << opened.quantization << '\n'
+            << "input    " << input_source << ", " << s.sequences << " sequence(s) in " << batches << " batch(es)\n";
+  for (const auto& tier : opened.tiers()) std::cout << "tier     " << tier << '\n';
+  std::cout << "\naudit: the lookups made building the block\n" << render_audit_table(opened.audit) << "\nplan for m = " << m << " rows\n";
+  std::vector<std::vector<std::string>> table;
+  for (const auto& p : plan) {
+    table.push_back({p.step, p.kernel, "[" + std::to_string(p.grid[0]) + ", " + std::to_string(p.grid[1]) + ", " +
+                                           std::to_string(p.grid[2]) + "]", p.why});
+  }
+  std::cout << render_table({"step", "kernel", "grid", "why"}, table) << "\ntiming   " << batches << " batches of " << m
+            << " rows: " << fixed(seconds * 1e3, 3) << " ms\noutput   fnv1a64 " << fnv1a64_hex(y);
+  if (!o.output.empty()) std::cout << ", written to " << o.output << " (tensor 'y', BF16)";
+  std::cout << '\n';
+}
+
 void run(CliContext& ctx, const RunOptions& o) {
+  if (o.block != "ffn") return run_block(ctx, o);
   const RunReport report = compute_report(ctx, o);
   if (o.json || ctx.json) render_json(report, o);
   else render_text(report, o);
@@ -372,7 +518,13 @@ void register_run(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--weights", o->weights,
                   "Weights: a .safetensors file, a *.safetensors.index.json, or a directory; the project's tensor names "
                   "or a symmetric group-128 GPTQ checkpoint (default: synthetic from --seed)");
-  cmd->add_option("--layer", o->layer, "GPTQ checkpoints: the decoder layer whose FFN to load (default: the lowest)");
+  cmd->add_option("--layer", o->layer, "Checkpoints: the decoder layer to load (default: the lowest with an FFN; 0 for --block "
+                  "attention|decoder)");
+  cmd->add_option("--block", o->block,
+                  "The block of the layer to run: ffn (default), attention (self_attn alone, on normalised rows) or decoder (the "
+                  "whole layer: norms, attention, FFN, residuals); attention and decoder need --weights and take from --input "
+                  "optional 'positions', 'sequence' and 'step' I32/I64 [m] beside 'x'")
+      ->check(CLI::IsMember({"ffn", "attention", "decoder"}));
   cmd->add_option("--save-weights", o->save_weights, "Write the weights used (project tensor names) to this file");
   cmd->add_option("--input", o->input,
                   "Activations: a .safetensors file with tensor 'x' [m, hidden] (BF16, F16 or F32; rounded to bf16); "

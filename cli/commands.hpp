@@ -43,5 +43,6 @@ void register_run(CLI::App& app, CliContext& ctx);      // layers issue (cmd_run
 void register_compile(CLI::App& app, CliContext& ctx);  // CUDA issue (cmd_compile.cpp)
 void register_conformance(CLI::App& app, CliContext& ctx);  // cmd_conformance.cpp
 void register_bench(CLI::App& app, CliContext& ctx);        // cmd_bench.cpp
+void register_generate(CLI::App& app, CliContext& ctx);     // cmd_generate.cpp
 
 }  // namespace metrale::cli

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   register_compile(app, ctx);
   register_conformance(app, ctx);
   register_bench(app, ctx);
+  register_generate(app, ctx);
   app.require_subcommand(0, 1);
   // Before any command runs (and after --help): METRALE_BACKEND naming a backend that cannot load
   // (unknown, invalid, disabled) is a refusal for every command, even those that load nothing.

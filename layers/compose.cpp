@@ -177,4 +177,100 @@ std::vector<AuditRow> resolve_layer(Backend& backend, const LayerRequest& reques
   return rows;
 }
 
+namespace {
+
+// A checkpoint for the blocks above the FFN: its files, the decoder config, the declaration.
+struct DecoderSource {
+  CheckpointFiles files;
+  DecoderConfig config;
+  CheckpointQuant quant;
+};
+
+DecoderSource read_decoder_source(const LayerRequest& request, const char* what) {
+  if (request.weights.empty()) {
+    throw Error(Status::invalid_argument, std::string(what) + " needs a checkpoint (--weights DIR): its config.json gives the "
+                                                              "attention's shapes and its tensors the weights");
+  }
+  report(request, "loading " + request.weights, 0.0);
+  DecoderSource s{open_checkpoint(request.weights), {}, {}};
+  if (!s.files.config) {
+    throw Error(Status::not_found, request.weights + ": no model config: expected " + s.files.config_source + " beside the weights");
+  }
+  s.config = parse_decoder_config(*s.files.config, s.files.config_source);
+  s.quant = checkpoint_declaration(s.files);
+  return s;
+}
+
+ActivationRequest declared_activations(const LayerRequest& request, const CheckpointQuant& quant) {
+  return activation_request(request.activations, declared_activation_tier(quant), quant.source, declared_activation_scaling(quant));
+}
+
+}  // namespace
+
+Layer& OpenedBlock::block() noexcept {
+  if (decoder) return *decoder;
+  return *attention;
+}
+
+std::vector<std::string> OpenedBlock::tiers() const {
+  std::vector<std::string> out;
+  const AttentionLayer& a = decoder ? decoder->attention() : *attention;
+  out.push_back(a.kernels().projections.tier);
+  if (decoder) {
+    for (const auto& t : decoder->ffn().tiers())
+      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
+}
+
+OpenedBlock open_block(Backend& backend, const LayerRequest& request) {
+  const bool whole = request.block == LayerBlock::decoder;
+  DecoderSource src = read_decoder_source(request, whole ? "--block decoder" : "--block attention");
+  OpenedBlock out;
+  out.config = src.config;
+  out.layer = request.layer.value_or(0);
+  out.weights_source = request.weights;
+  out.quantization = src.quant.summary() + " (" + src.quant.source + "), layer " + std::to_string(out.layer);
+  out.activations = declared_activations(request, src.quant);
+  DecoderLayerWeights weights = read_decoder_layer(src.files, src.config, out.layer);
+  report(request, "loading " + request.weights, 1.0);
+  const std::string stage = "building the layers on " + backend.name();
+  report(request, stage, 0.0);
+  const uint64_t before = backend.audit().last_sequence();
+  if (whole) {
+    const FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, out.activations};
+    out.decoder = DecoderLayer::build(backend, src.config, weights, options);
+  } else {
+    out.attention = std::make_unique<AttentionLayer>(
+        AttentionLayer::build(backend, src.config.attention, weights.attention, 0, out.activations));
+  }
+  out.audit = rows_after(backend, before);
+  report(request, stage, 1.0);
+  enforce_lock(backend, out.audit);
+  return out;
+}
+
+OpenedModel open_model(Backend& backend, const LayerRequest& request) {
+  DecoderSource src = read_decoder_source(request, "the model");
+  OpenedModel out;
+  out.weights_source = request.weights;
+  out.quantization = src.quant.summary() + " (" + src.quant.source + ")";
+  out.activations = declared_activations(request, src.quant);
+  const std::string loading = "loading " + request.weights;
+  const ModelWeights weights = read_model_weights(src.files, src.config, [&](uint32_t done, uint32_t total) {
+    report(request, loading, static_cast<double>(done) / total);
+  });
+  report(request, loading, 1.0);
+  const std::string stage = "building the model on " + backend.name();
+  const uint64_t before = backend.audit().last_sequence();
+  const FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, out.activations};
+  out.model = DecoderModel::build(backend, src.config, weights, options, [&](uint32_t done, uint32_t total) {
+    report(request, stage, static_cast<double>(done) / total);
+  });
+  report(request, stage, 1.0);
+  out.audit = rows_after(backend, before);
+  enforce_lock(backend, out.audit);
+  return out;
+}
+
 }  // namespace metrale::layers

@@ -16,6 +16,8 @@
 #include "layer_request.hpp"
 
 #include "core/tier_request.hpp"
+#include "decoder/generate.hpp"
+#include "decoder/model.hpp"
 #include "ffn/ffn.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
@@ -69,5 +71,31 @@ OpenedLayer open_layer(Backend& backend, const LayerRequest& request);
 OpenedLayer open_layer(Backend& backend, LayerSource source, const LayerRequest& request);
 // The lookups open_layer would make, without memory or launches; METRALE_LOCK enforced the same.
 std::vector<AuditRow> resolve_layer(Backend& backend, const LayerRequest& request);
+
+// A decoder layer's attention or the whole layer (request.block), from the checkpoint in
+// request.weights (its config.json: the model). Error(invalid_argument) without weights.
+struct OpenedBlock {
+  DecoderConfig config;
+  uint32_t layer = 0;
+  std::string weights_source;
+  std::string quantization;  // the checkpoint's declaration
+  ActivationRequest activations;
+  std::unique_ptr<DecoderLayer> decoder;       // LayerBlock::decoder
+  std::unique_ptr<AttentionLayer> attention;   // LayerBlock::attention
+  std::vector<AuditRow> audit;
+  Layer& block() noexcept;
+  std::vector<std::string> tiers() const;
+};
+OpenedBlock open_block(Backend& backend, const LayerRequest& request);
+
+// The whole model of the checkpoint in request.weights (request.layer is ignored).
+struct OpenedModel {
+  std::string weights_source;
+  std::string quantization;
+  ActivationRequest activations;
+  std::unique_ptr<DecoderModel> model;
+  std::vector<AuditRow> audit;
+};
+OpenedModel open_model(Backend& backend, const LayerRequest& request);
 
 }  // namespace metrale::layers

@@ -17,12 +17,17 @@ namespace metrale::layers {
 
 inline constexpr const char* kDefaultModel = "small-dense";
 
+// Which block of a decoder layer to open: the FFN (the default), the self-attention alone, or the
+// whole decoder layer (norms, attention, FFN, residuals). The last two need a checkpoint's weights.
+enum class LayerBlock { ffn, attention, decoder };
+
 struct LayerRequest {
   std::string model;    // a preset or a config.json (or its directory); empty: the config.json
                         // beside `weights`, else kDefaultModel
   std::string weights;  // a checkpoint (directory, .safetensors, index) or a file in the project's
                         // tensor names; empty: synthetic weights from `seed`
-  std::optional<uint32_t> layer;  // the decoder layer (default: the lowest with an FFN)
+  std::optional<uint32_t> layer;  // the decoder layer (default: the lowest with an FFN; 0 for the other blocks)
+  LayerBlock block = LayerBlock::ffn;
   uint64_t seed = 1;
   TierAsk activations;    // bf16, int8 or fp8 (else the lever, the checkpoint's, bf16)
   TierAsk weight_format;  // synthetic weights: int4, int4-zp, int8, fp8, bf16, f16; a checkpoint's may only repeat its own

@@ -17,16 +17,21 @@ size_t pool_bytes(const KvCacheShape& s) {
   if (s.block_size == 0 || s.block_size > 256 || (s.block_size & (s.block_size - 1)) != 0)
     throw Error(Status::invalid_argument,
                 "KvCache: block_size must be a power of two from 1 to 256 (got " + std::to_string(s.block_size) + ")");
-  if (s.kv_heads == 0 || s.num_blocks == 0)
-    throw Error(Status::invalid_argument, "KvCache: kv_heads and num_blocks must be at least 1 (got " +
-                                              std::to_string(s.kv_heads) + ", " + std::to_string(s.num_blocks) + ")");
+  if (s.kv_heads == 0 || s.num_blocks == 0 || s.layers == 0)
+    throw Error(Status::invalid_argument, "KvCache: kv_heads, num_blocks and layers must be at least 1 (got " +
+                                              std::to_string(s.kv_heads) + ", " + std::to_string(s.num_blocks) + ", " +
+                                              std::to_string(s.layers) + ")");
   return size_t{s.num_blocks} * s.kv_heads * s.block_size * s.head_dim * 2;
 }
 
 }  // namespace
 
-KvCache::KvCache(Backend& backend, const KvCacheShape& shape)
-    : shape_(shape), k_(backend, pool_bytes(shape)), v_(backend, pool_bytes(shape)) {
+KvCache::KvCache(Backend& backend, const KvCacheShape& shape) : shape_(shape) {
+  const size_t bytes = pool_bytes(shape);
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    k_.emplace_back(backend, bytes);
+    v_.emplace_back(backend, bytes);
+  }
   free_.resize(shape.num_blocks);
   for (uint32_t i = 0; i < shape.num_blocks; ++i) free_[i] = static_cast<int32_t>(shape.num_blocks - 1 - i);
 }

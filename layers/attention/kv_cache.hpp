@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The paged KV cache of one attention layer (docs/kernels.md, "Module attn"): the K and V pools
-// on a Backend, fixed blocks handed out to sequences as they grow, and the block tables and slot
-// mappings the attn kernels read. Host-side bookkeeping only: nothing here launches a kernel.
-// Not thread-safe; one owner.
+// The paged KV cache of a model's attention layers (docs/kernels.md, "Module attn"): one K and
+// one V pool per layer on a Backend, fixed blocks handed out to sequences as they grow, and the
+// block tables and slot mappings the attn kernels read. A block number means the same block in
+// every layer's pools, so one block table per sequence serves all layers (as vLLM's does).
+// Host-side bookkeeping only: nothing here launches a kernel. Not thread-safe; one owner.
 #pragma once
 
 #include "core/device_buffer.hpp"
@@ -15,13 +16,17 @@ namespace metrale::layers {
 
 struct KvCacheShape {
   uint32_t kv_heads = 0, head_dim = 0, block_size = 0, num_blocks = 0;
+  uint32_t layers = 1;  // pools per pool kind: one K and one V pool per attention layer
+  // Tokens the cache holds per sequence when one sequence has every block.
+  uint64_t capacity_tokens() const noexcept { return uint64_t{num_blocks} * block_size; }
 };
 
 class KvCache {
  public:
-  // Allocates both pools, bf16 [num_blocks][kv_heads][block_size][head_dim]. Throws Error
-  // (invalid_argument) for a shape the attn kernels refuse: head_dim other than 64 or 128,
-  // block_size not a power of two from 1 to 256, zero heads or blocks.
+  // Allocates the K and V pools of every layer, each bf16 [num_blocks][kv_heads][block_size]
+  // [head_dim]. Throws Error (invalid_argument) for a shape the attn kernels refuse: head_dim
+  // other than 64 or 128, block_size not a power of two from 1 to 256, zero heads, blocks or
+  // layers.
   KvCache(Backend& backend, const KvCacheShape& shape);
 
   // A new, empty sequence; its id.
@@ -47,8 +52,9 @@ class KvCache {
 
   uint32_t free_blocks() const noexcept { return static_cast<uint32_t>(free_.size()); }
   const KvCacheShape& shape() const noexcept { return shape_; }
-  DevicePtr k_cache() const noexcept { return k_.ptr(); }
-  DevicePtr v_cache() const noexcept { return v_.ptr(); }
+  // Layer `layer`'s pools (layer < shape().layers).
+  DevicePtr k_cache(uint32_t layer = 0) const noexcept { return k_[layer].ptr(); }
+  DevicePtr v_cache(uint32_t layer = 0) const noexcept { return v_[layer].ptr(); }
 
  private:
   struct Sequence {
@@ -59,7 +65,7 @@ class KvCache {
   const Sequence& sequence(uint32_t seq) const;
 
   KvCacheShape shape_;
-  DeviceBuffer k_, v_;
+  std::vector<DeviceBuffer> k_, v_;  // per layer
   std::vector<int32_t> free_;  // a stack: the lowest block is handed out first
   std::vector<Sequence> sequences_;
 };

@@ -2,34 +2,34 @@
 // The interface a block of a decoder layer implements (docs/layers.md, "Layers"): it is built once
 // (open_layer, layers/compose.hpp), then runs forward over a batch of rows and describes the
 // kernels it takes for m rows. A block that keeps per-sequence state (attention's KV cache) gets
-// that state with each batch: the caller owns it, never the block, so one block serves many
-// sequences and a sequence outlives any one batch. Blocks are not reentrant: one forward at a
-// time per block (their scratch buffers are their own).
+// that state with each batch (BatchState). Blocks are not reentrant: one forward at a time per
+// block (their scratch buffers are their own).
 #pragma once
 
 #include <metrale/backend.hpp>
 
 #include <array>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
 namespace metrale::layers {
 
-// The state one sequence carries between batches for a block that has one; stateless blocks
-// (the FFN) take none.
-class SequenceState {
+// What a stateful block reads and extends for the rows of one batch (attention: the KV cache's
+// slots and tables for those rows, attention/kv_batch.hpp). The caller makes it for each batch and
+// owns it, and owns the sequences' state behind it: never the block, so one block serves many
+// sequences and a sequence outlives any one batch. Stateless blocks (the FFN) take none.
+class BatchState {
  public:
-  virtual ~SequenceState() = default;
+  virtual ~BatchState() = default;
 };
 
-// m rows of bf16 [m, hidden] in device memory of the block's backend; `sequences` names, for a
-// stateful block, the state of each sequence the rows belong to (empty for stateless blocks).
+// m rows of bf16 [m, hidden] in device memory of the block's backend; `state` is the batch's
+// state for a stateful block (null for stateless blocks).
 struct LayerBatch {
   DevicePtr x;
   uint32_t m = 0;
-  std::span<SequenceState* const> sequences;
+  const BatchState* state = nullptr;
 };
 
 // One launch of a block's forward pass for m rows, as `metrale run` prints it.

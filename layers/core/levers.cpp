@@ -12,8 +12,8 @@ namespace {
 
 using T = LeverType;
 
-const std::array<LeverSpec, 10>& specs() {
-  static const std::array<LeverSpec, 10> table{{
+const std::array<LeverSpec, 11>& specs() {
+  static const std::array<LeverSpec, 11> table{{
       {"METRALE_W4A16_K64_MIN_K", T::u32, "6144 (8192 with METRALE_NO_W4A16_K64=1)",
        "Smallest K at which tile-GEMM sites take the deep-K k64 kernel.", {}, false, "layers"},
       {"METRALE_NO_W4A16_K64", T::flag, "0",
@@ -41,6 +41,9 @@ const std::array<LeverSpec, 10>& specs() {
       {"METRALE_FP8_MOE_GROUPED_DECODE", T::choice, "(try it)",
        "1 requires the cross-row grouped FP8 MoE decode (refusing when the backend lacks it); 0 turns it off; "
        "unset tries it and falls back.", {"0", "1"}, false, "layers"},
+      {"METRALE_QK_NORM_ROPE", T::choice, "(try it)",
+       "Qwen3-style q/k norm: 1 requires the fused rope/qk_norm_rope kernel (refusing when the backend lacks it); 0 "
+       "runs norm/rms_norm then rope/rope; unset tries the fused kernel and falls back.", {"0", "1"}, false, "layers"},
   }};
   return table;
 }

@@ -54,4 +54,29 @@ void write_activations(const std::filesystem::path& path, std::string_view name,
   writer.write(path);
 }
 
+std::optional<IntTensor> read_int_tensor(const std::filesystem::path& path, std::string_view name, size_t rank) {
+  SafetensorsReader reader(path);
+  if (!reader.contains(name)) return std::nullopt;
+  const TensorInfo& info = reader.info(name);
+  if ((info.dtype != Dtype::i32 && info.dtype != Dtype::i64) || info.shape.size() != rank) {
+    throw Error(Status::invalid_argument, reader.where(name) + "dtype " + std::string(dtype_name(info.dtype)) + ", shape " +
+                                              shape_string(info.shape) + ", expected I32 or I64 of rank " + std::to_string(rank));
+  }
+  IntTensor out;
+  out.shape = info.shape;
+  const std::vector<std::byte> raw = reader.read_raw(name, {info.dtype}, info.shape);
+  const size_t width = dtype_size(info.dtype), count = raw.size() / width;
+  out.values.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (width == 4) {
+      int32_t v;
+      std::memcpy(&v, raw.data() + 4 * i, 4);
+      out.values[i] = v;
+    } else {
+      std::memcpy(&out.values[i], raw.data() + 8 * i, 8);
+    }
+  }
+  return out;
+}
+
 }  // namespace metrale::layers

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,15 @@ struct Activations {
 // Error(not_found) for a missing file or tensor and Error(invalid_argument) for a wrong dtype
 // or shape, naming the file, the tensor and what was expected.
 Activations read_activations(const std::filesystem::path& path, std::string_view name, uint32_t width);
+
+// An integer tensor (token ids, positions, sequence numbers): I32 or I64, of rank `rank`, its
+// values as i64. nullopt when the file has no tensor `name`; Error(invalid_argument) naming the
+// file and tensor for another dtype or rank.
+struct IntTensor {
+  std::vector<uint64_t> shape;
+  std::vector<int64_t> values;
+};
+std::optional<IntTensor> read_int_tensor(const std::filesystem::path& path, std::string_view name, size_t rank);
 
 // Writes `values` as tensor `name`, BF16 [rows, width], with string metadata.
 void write_activations(const std::filesystem::path& path, std::string_view name, std::span<const uint16_t> values,

@@ -170,6 +170,11 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& file
   return checkpoint_quant(files.config ? &*files.config : nullptr, files.config_source, files.directory);
 }
 
+CheckpointQuant checkpoint_declaration(const CheckpointFiles& files) {
+  const auto declared = read_checkpoint_quant(files);
+  return declared ? *declared : unquantized_declaration(files);
+}
+
 LoadedCheckpoint load_checkpoint(const fs::path& path, std::optional<uint32_t> layer, const std::optional<ModelConfig>& config) {
   return load_checkpoint(open_checkpoint(path), layer, config);
 }
@@ -180,8 +185,7 @@ LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uin
   LoadedCheckpoint out;
   out.description = src.description();
   const std::vector<uint32_t> layers = ffn_layers(src);
-  const auto declared = read_checkpoint_quant(files);
-  out.quant = declared ? *declared : unquantized_declaration(files);
+  out.quant = checkpoint_declaration(files);
   out.layer = layer.value_or(layers.front());
   if (!config && !files.config) {
     throw Error(Status::not_found, files.config_source + ": no model config beside " + src.description());

@@ -55,6 +55,10 @@ std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path
 // The same from files already read (config.json's document; the sidecar is read here).
 std::optional<CheckpointQuant> read_checkpoint_quant(const CheckpointFiles& files);
 
+// What the checkpoint declares: read_checkpoint_quant's, else unquantized in config.json's
+// torch_dtype (transformers 5: dtype).
+CheckpointQuant checkpoint_declaration(const CheckpointFiles& files);
+
 // The activation tier the checkpoint declares (compressed-tensors' dynamic int8 or fp8 input
 // activations, block FP8's fp8 per 128 columns); nullopt: bf16, nothing declared.
 std::optional<ActivationQuant> declared_activation_tier(const CheckpointQuant& quant) noexcept;

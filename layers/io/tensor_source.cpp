@@ -2,6 +2,8 @@
 #include "io/tensor_source.hpp"
 #include "io/config_json.hpp"
 
+#include "core/numeric.hpp"
+
 #include <metrale/json_file.hpp>
 #include <metrale/regular_file.hpp>
 #include <metrale/status.hpp>
@@ -139,6 +141,15 @@ std::vector<std::string> TensorSource::names() const {
 
 const std::map<std::string, std::string>* TensorSource::metadata() const {
   return readers_.size() == 1 ? &readers_[0]->metadata() : nullptr;
+}
+
+std::vector<uint16_t> read_bf16_tensor(const TensorSource& src, const std::string& name, const std::vector<uint64_t>& shape) {
+  SafetensorsReader& r = src.at(name);
+  if (r.info(name).dtype == Dtype::bf16) return r.read_u16(name, {Dtype::bf16}, shape);
+  const std::vector<float> values = r.read_f32(name, shape);
+  std::vector<uint16_t> out(values.size());
+  f32_to_bf16(values, out);
+  return out;
 }
 
 }  // namespace metrale::layers

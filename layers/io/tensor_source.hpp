@@ -53,4 +53,8 @@ class TensorSource {
   std::map<std::string, SafetensorsReader*> owner_;
 };
 
+// A tensor a model keeps in float (a norm weight, a bias, the embedding table) as bf16 values of
+// `shape`: BF16 as stored, F16 and F32 rounded to bf16 (the dtype every activation has here).
+std::vector<uint16_t> read_bf16_tensor(const TensorSource& src, const std::string& name, const std::vector<uint64_t>& shape);
+
 }  // namespace metrale::layers

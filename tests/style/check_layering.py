@@ -5,7 +5,8 @@
 1. nothing under runtime/ includes a header of layers/ or plugins/;
 2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
 3. inside layers/, each concern includes only the ones below it (LAYER_DEPENDS): core/ nothing
-   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, attention/ core; the
+   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, attention/ core, io and linear,
+   decoder/ all but the top; the
    layers' own files include nothing of tools/ (conformance, bench) or cli/;
 4. nothing under cli/ includes a header of plugins/ (the CLI reaches a plugin through the registry
    and the ABI's extension headers);
@@ -144,8 +145,9 @@ LAYER_DEPENDS = {
     "linear": {"core", "linear"},
     "ffn": {"core", "io", "linear", "reference", "ffn"},
     "reference": {"core", "io", "reference"},
-    "attention": {"core", "io", "attention"},
-    "": {"core", "io", "linear", "ffn", "reference", "attention", ""},
+    "attention": {"core", "io", "linear", "attention"},
+    "decoder": {"core", "io", "linear", "ffn", "reference", "attention", "decoder"},
+    "": {"core", "io", "linear", "ffn", "reference", "attention", "decoder", ""},
 }
 
 

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// `metrale generate`: greedy decoding of a whole checkpoint's model from token ids (no tokenizer):
+// every prompt prefilled, then decoded together, one batched step per new token (docs/layers.md,
+// "Generating"). Prints the generated ids, prefill and decode tokens per second and the audit of
+// every lookup the model made; --output writes the ids and the logits they were chosen from.
+#include "commands.hpp"
+#include "tier_flags.hpp"
+
+#include "progress.hpp"
+
+#include <layers/compose.hpp>
+#include <layers/io/activation_io.hpp>
+#include <layers/io/safetensors.hpp>
+#include <metrale/status.hpp>
+#include <metrale/text_table.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <iostream>
+
+namespace metrale::cli {
+
+namespace {
+
+using namespace metrale::layers;
+
+struct GenerateCliOptions {
+  std::string weights;
+  std::string prompt_ids;
+  std::string batch_file;
+  uint32_t max_new_tokens = 16;
+  std::string output;
+  bool prompt_logits = false;
+  uint64_t kv_tokens = 0;
+  uint32_t block_size = 16;
+  uint32_t prefill_chunk = 512;
+  std::string backend;
+  bool json = false;
+  bool quiet = false;
+  bool per_expert = false;
+  TierFlags tiers;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0 || v > INT32_MAX) {
+      throw Error(Status::invalid_argument, "--prompt-ids '" + text + "': '" + item +
+                                                "' is not a token id (comma-separated integers from 0, e.g. 1,2,3)");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+    start = end + 1;
+  }
+  return ids;
+}
+
+// The prompts of --prompt-ids or of --batch-file's `ids` [B, L] (and `lengths` [B]).
+std::vector<std::vector<int32_t>> read_prompts(const GenerateCliOptions& o) {
+  if (o.prompt_ids.empty() == o.batch_file.empty()) {
+    throw Error(Status::invalid_argument, "give the prompt as --prompt-ids 1,2,3 or --batch-file ids.safetensors (one of them)");
+  }
+  if (!o.prompt_ids.empty()) return {parse_ids(o.prompt_ids)};
+  const auto ids = read_int_tensor(o.batch_file, "ids", 2);
+  if (!ids) throw Error(Status::not_found, o.batch_file + ": no tensor 'ids' (I32 or I64 [B, L]: one prompt per row)");
+  const uint64_t batch = ids->shape[0], width = ids->shape[1];
+  std::vector<int64_t> lengths(batch, static_cast<int64_t>(width));
+  if (const auto l = read_int_tensor(o.batch_file, "lengths", 1)) {
+    if (l->shape[0] != batch) {
+      throw Error(Status::invalid_argument, o.batch_file + ": tensor 'lengths' has " + std::to_string(l->shape[0]) +
+                                                " entries for " + std::to_string(batch) + " prompts");
+    }
+    lengths = l->values;
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint64_t b = 0; b < batch; ++b) {
+    if (lengths[b] < 1 || static_cast<uint64_t>(lengths[b]) > width) {
+      throw Error(Status::invalid_argument, o.batch_file + ": lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
+                                                ", expected 1.." + std::to_string(width));
+    }
+    std::vector<int32_t> p;
+    for (int64_t i = 0; i < lengths[b]; ++i) {
+      const int64_t v = ids->values[b * width + static_cast<uint64_t>(i)];
+      if (v < 0 || v > INT32_MAX) {
+        throw Error(Status::invalid_argument, o.batch_file + ": ids[" + std::to_string(b) + ", " + std::to_string(i) + "] = " +
+                                                  std::to_string(v) + " is not a token id");
+      }
+      p.push_back(static_cast<int32_t>(v));
+    }
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
+}
+
+void write_output(const std::string& path, const GenerateResult& r, uint32_t vocab, uint32_t new_tokens) {
+  const size_t B = r.generated.size();
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  for (size_t b = 0; b < B; ++b) {
+    ids.insert(ids.end(), r.generated[b].begin(), r.generated[b].end());
+    logits.insert(logits.end(), r.logits[b].begin(), r.logits[b].end());
+  }
+  SafetensorsWriter w;
+  w.add("ids", Dtype::i32, {B, new_tokens}, std::span<const int32_t>(ids));
+  w.add("logits", Dtype::f32, {B, new_tokens, vocab}, std::span<const float>(logits));
+  std::vector<float> prompt_logits;
+  if (!r.prompt_logits.empty()) {
+    size_t longest = 0;
+    for (const auto& p : r.prompt_logits) longest = std::max(longest, p.size() / vocab);
+    prompt_logits.assign(B * longest * vocab, 0.0f);
+    for (size_t b = 0; b < B; ++b) std::copy(r.prompt_logits[b].begin(), r.prompt_logits[b].end(), prompt_logits.begin() + b * longest * vocab);
+    w.add("prompt_logits", Dtype::f32, {B, longest, vocab}, std::span<const float>(prompt_logits));
+  }
+  w.set_metadata("producer", "metrale generate");
+  w.write(path);
+}
+
+std::string id_list(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+void generate(CliContext& ctx, const GenerateCliOptions& o) {
+  if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "--max-new-tokens must be at least 1");
+  if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "--prefill-chunk must be at least 1");
+  const std::vector<std::vector<int32_t>> prompts = read_prompts(o);
+  StderrProgress progress(!o.quiet);
+  auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
+  Backend& b = *backend;
+  LayerRequest request;
+  request.weights = o.weights;
+  request.per_expert = o.per_expert;
+  apply_tier_flags(o.tiers, request);
+  request.progress = [&progress](const std::string& stage, double fraction) {
+    if (fraction >= 1.0) progress.finish(stage);
+    else progress.update(stage, fraction);
+  };
+  OpenedModel opened = open_model(b, request);
+  GenerateOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.kv_tokens = o.kv_tokens;
+  g.block_size = o.block_size;
+  g.prefill_chunk = o.prefill_chunk;
+  g.prompt_logits = o.prompt_logits;
+  g.progress = request.progress;
+  const GenerateResult r = generate_greedy(b, *opened.model, prompts, g);
+  progress.finish("decode");
+  const uint32_t vocab = opened.model->config().vocab_size;
+  if (!o.output.empty()) write_output(o.output, r, vocab, o.max_new_tokens);
+  const double prefill_tps = r.prefill_seconds > 0 ? r.prefill_tokens / r.prefill_seconds : 0;
+  const double decode_tps = r.decode_seconds > 0 ? r.decode_tokens / r.decode_seconds : 0;
+  if (o.json || ctx.json) {
+    nlohmann::json seqs = nlohmann::json::array();
+    for (size_t p = 0; p < prompts.size(); ++p) seqs.push_back({{"prompt", prompts[p]}, {"generated", r.generated[p]}});
+    const nlohmann::json out{{"backend", b.name()},
+                             {"target", b.target()},
+                             {"weights", {{"source", opened.weights_source}, {"quantization", opened.quantization},
+                                          {"bytes", opened.model->weight_bytes()}}},
+                             {"tiers", opened.model->tiers()},
+                             {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
+                                           {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
+                             {"sequences", seqs},
+                             {"prefill_tokens", r.prefill_tokens},
+                             {"prefill_seconds", r.prefill_seconds},
+                             {"prefill_tokens_per_s", prefill_tps},
+                             {"decode_tokens", r.decode_tokens},
+                             {"decode_seconds", r.decode_seconds},
+                             {"decode_tokens_per_s", decode_tps},
+                             {"output", o.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.output)},
+                             {"audit", nlohmann::json::parse(render_audit_json(opened.audit))}};
+    std::cout << out.dump(2) << '\n';
+    return;
+  }
+  const DecoderConfig& c = opened.model->config();
+  std::cout << "model    " << c.source << ": " << c.num_layers << " layers, hidden " << c.attention.hidden_size << ", "
+            << c.attention.q_heads << " q / " << c.attention.kv_heads << " kv heads of " << c.attention.head_dim << ", vocab "
+            << c.vocab_size << " (model_type " << c.attention.model_type << ")\n"
+            << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << ")\n"
+            << "weights  " << opened.weights_source << ", " << opened.quantization << '\n';
+  for (const auto& tier : opened.model->tiers()) std::cout << "tier     " << tier << '\n';
+  std::cout << "kv cache " << r.cache.capacity_tokens() << " tokens (" << r.cache.num_blocks << " blocks of " << r.cache.block_size
+            << ") x " << r.cache.layers << " layers\n\naudit: the lookups made building the model\n"
+            << render_audit_table(opened.audit) << '\n';
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::cout << "sequence " << p << ": prompt " << prompts[p].size() << " tokens, generated " << id_list(r.generated[p]) << '\n';
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "prefill  %llu tokens in %.3f s: %.1f tokens/s\ndecode   %llu tokens in %.3f s: %.1f tokens/s\n",
+                static_cast<unsigned long long>(r.prefill_tokens), r.prefill_seconds, prefill_tps,
+                static_cast<unsigned long long>(r.decode_tokens), r.decode_seconds, decode_tps);
+  std::cout << line;
+  if (!o.output.empty()) std::cout << "output   " << o.output << " (ids I32 [B, N], logits F32 [B, N, vocab])\n";
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app, CliContext& ctx) {
+  auto o = std::make_shared<GenerateCliOptions>();
+  auto* cmd = app.add_subcommand("generate", "Greedy decoding of a checkpoint's whole model from token ids");
+  cmd->add_option("--weights", o->weights, "The checkpoint: a directory (or its .safetensors / index) with config.json beside it")
+      ->required();
+  cmd->add_option("--prompt-ids", o->prompt_ids, "One prompt: comma-separated token ids, e.g. 1,2,3");
+  cmd->add_option("--batch-file", o->batch_file,
+                  "Several prompts: a .safetensors file with 'ids' I32/I64 [B, L] and optionally 'lengths' [B]");
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
+  cmd->add_option("--output", o->output,
+                  "Write 'ids' I32 [B, N] and 'logits' F32 [B, N, vocab] (with --prompt-logits also 'prompt_logits' [B, L, vocab])");
+  cmd->add_flag("--prompt-logits", o->prompt_logits, "Keep the logits of every prompt position (for --output)");
+  cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache capacity in tokens (default: the prompts plus the new tokens)");
+  cmd->add_option("--block-size", o->block_size, "KV cache block size in tokens (a power of two, 1..256)")->capture_default_str();
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per prefill batch")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "Backend (default: METRALE_BACKEND or the highest priority)");
+  cmd->add_flag("--per-expert", o->per_expert, "MoE: skip the grouped-expert kernel and launch per expert");
+  add_tier_flags(*cmd, o->tiers);
+  cmd->add_flag("--json", o->json, "Machine-readable JSON on stdout");
+  cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
+  cmd->callback([&ctx, o] { generate(ctx, *o); });
+}
+
+}  // namespace metrale::cli

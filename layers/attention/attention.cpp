@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "attention/attention.hpp"
+
+#include "core/launch_shape.hpp"
+#include "core/levers.hpp"
+
+#include <metrale/levers.hpp>
+#include <metrale/status.hpp>
+
+#include <array>
+
+namespace metrale::layers {
+
+namespace {
+
+constexpr size_t kBf16 = 2;
+constexpr uint32_t kBlock = 128;
+constexpr std::string_view kFusedLever = "METRALE_QK_NORM_ROPE";
+using P = metrale_param_type;
+constexpr P kPtr = METRALE_PARAM_PTR, kU32 = METRALE_PARAM_U32, kF32 = METRALE_PARAM_F32;
+// Parameter lists of docs/kernels.md's catalogue.
+constexpr std::array<P, 5> kBiasAddSig{kPtr, kPtr, kPtr, kU32, kU32};
+constexpr std::array<P, 6> kRmsNormSig{kPtr, kPtr, kPtr, kU32, kU32, kF32};
+constexpr std::array<P, 9> kRopeSig{kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kF32};
+constexpr std::array<P, 12> kQkNormRopeSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kF32, kF32};
+constexpr std::array<P, 10> kAppendSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32};
+constexpr std::array<P, 14> kDecodeSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32, kU32, kU32, kF32};
+constexpr std::array<P, 7> kCombineSig{kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32};
+constexpr std::array<P, 13> kPrefillSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32, kU32, kU32, kF32};
+// attn_prefill's rows per block (docs/kernels.md).
+constexpr uint32_t kPrefillRows = 64;
+
+Backend::LookupRequest need(std::span<const P> signature) {
+  return Backend::LookupRequest{.kind = LookupKind::require, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
+}
+
+DeviceBuffer upload_bf16(Backend& backend, const std::vector<uint16_t>& values) {
+  if (values.empty()) return {};
+  DeviceBuffer b(backend, values.size() * kBf16);
+  b.upload(std::span<const uint16_t>(values));
+  return b;
+}
+
+}  // namespace
+
+FusedQkNormRope fused_qk_norm_rope_request() {
+  register_levers();
+  const auto value = lever_choice(kFusedLever);
+  if (!value) return FusedQkNormRope::try_it;
+  return *value == "1" ? FusedQkNormRope::require : FusedQkNormRope::off;
+}
+
+AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig& c, WeightFormat format, bool act_order,
+                                         const ActivationRequest& activations) {
+  ProjectionSetRequest request;
+  request.name = "attn";
+  request.format = format;
+  request.act_order = act_order;
+  request.shapes = {ProjectionShape{"attn.q", c.q_width(), c.hidden_size}, ProjectionShape{"attn.k", c.kv_width(), c.hidden_size},
+                    ProjectionShape{"attn.v", c.kv_width(), c.hidden_size}, ProjectionShape{"attn.o", c.hidden_size, c.q_width()}};
+  request.model_type = c.model_type;
+  request.activations = activations;
+  AttentionKernels k;
+  // The attn module first: the kernels a backend is likeliest to lack, named first when it does.
+  k.kv_append = backend.lookup("attn", "kv_append", need(kAppendSig));
+  k.decode = backend.lookup("attn", "attn_decode", need(kDecodeSig));
+  k.decode_combine = backend.lookup("attn", "attn_decode_combine", need(kCombineSig));
+  k.prefill = backend.lookup("attn", "attn_prefill", need(kPrefillSig));
+  k.projections = resolve_projection_set(backend, request);
+  if (c.qkv_bias || c.o_bias) k.bias_add = backend.lookup("norm", "bias_add", need(kBiasAddSig));
+  if (c.qk_norm) {
+    const FusedQkNormRope want = fused_qk_norm_rope_request();
+    if (want != FusedQkNormRope::off) {
+      Backend::LookupRequest fused{.kind = LookupKind::try_lookup, .expected = kQkNormRopeSig,
+                                   .lever = lever_note(kFusedLever), .refuse_because = {}, .annotations = {}};
+      if (want == FusedQkNormRope::require) {
+        fused.refuse_because = lever_note(kFusedLever) + " asks for the fused q/k RMSNorm + RoPE kernel rope/qk_norm_rope";
+      } else {
+        fused.lever.clear();
+      }
+      k.qk_norm_rope = backend.lookup("rope", "qk_norm_rope", fused);
+    }
+    if (!k.qk_norm_rope) k.rms_norm = backend.lookup("norm", "rms_norm", need(kRmsNormSig));
+  }
+  if (!k.qk_norm_rope) k.rope = backend.lookup("rope", "rope", need(kRopeSig));
+  return k;
+}
+
+AttentionLayer AttentionLayer::build(Backend& backend, const AttentionConfig& config, const AttentionWeights& weights,
+                                     uint32_t layer, const ActivationRequest& activations) {
+  weights.validate(config);
+  AttentionLayer a;
+  a.backend_ = &backend;
+  a.config_ = config;
+  a.layer_ = layer;
+  a.kernels_ = resolve(backend, config, weights.format(), weights.act_order(), activations);
+  const ProjectionSet& set = a.kernels_.projections;
+  a.q_ = set.upload(backend, weights.q);
+  a.k_ = set.upload(backend, weights.k);
+  a.v_ = set.upload(backend, weights.v);
+  a.o_ = set.upload(backend, weights.o);
+  a.q_bias_ = upload_bf16(backend, weights.q_bias);
+  a.k_bias_ = upload_bf16(backend, weights.k_bias);
+  a.v_bias_ = upload_bf16(backend, weights.v_bias);
+  a.o_bias_ = upload_bf16(backend, weights.o_bias);
+  a.q_norm_ = upload_bf16(backend, weights.q_norm);
+  a.k_norm_ = upload_bf16(backend, weights.k_norm);
+  const RopeParameters rope = rope_parameters(config.rope);
+  a.rope_scaling_ = rope.attention_scaling;
+  a.inv_freq_ = DeviceBuffer(backend, rope.inv_freq.size() * sizeof(float));
+  a.inv_freq_.upload(std::span<const float>(rope.inv_freq));
+  backend.synchronize();  // uploads may be asynchronous; the host weights may go once build returns
+  return a;
+}
+
+size_t AttentionLayer::weight_bytes() const noexcept {
+  return q_.bytes_per_matrix() + k_.bytes_per_matrix() + v_.bytes_per_matrix() + o_.bytes_per_matrix();
+}
+
+void AttentionLayer::check_cache(const KvCache& cache) const {
+  const KvCacheShape& s = cache.shape();
+  if (s.kv_heads != config_.kv_heads || s.head_dim != config_.head_dim || layer_ >= s.layers) {
+    throw Error(Status::invalid_argument,
+                "attention layer " + std::to_string(layer_) + " (" + std::to_string(config_.kv_heads) + " kv heads of " +
+                    std::to_string(config_.head_dim) + ") cannot use a KV cache of " + std::to_string(s.layers) +
+                    " layers, " + std::to_string(s.kv_heads) + " kv heads of " + std::to_string(s.head_dim));
+  }
+}
+
+void AttentionLayer::add_bias(const DeviceBuffer& bias, DevicePtr rows, uint32_t m, uint32_t n, uint64_t stream) {
+  if (bias.bytes() == 0) return;
+  backend_->launch(kernels_.bias_add, launch_shape({m, 1, 1}, kBlock, stream), rows, bias.ptr(), rows, m, n);
+}
+
+DevicePtr AttentionLayer::forward(const LayerBatch& batch, uint64_t stream) {
+  const auto* kv = dynamic_cast<const KvBatch*>(batch.state);
+  if (!kv) throw Error(Status::invalid_argument, "attention layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a KvBatch)");
+  if (kv->rows() != batch.m) {
+    throw Error(Status::invalid_argument, "attention layer: " + std::to_string(batch.m) + " rows, but the batch's KV state has " +
+                                              std::to_string(kv->rows()));
+  }
+  out_.ensure(*backend_, size_t{batch.m} * config_.hidden_size * kBf16);
+  forward_into(*kv, batch.x, out_.ptr(), stream);
+  return out_.ptr();
+}
+
+void AttentionLayer::forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream) {
+  check_cache(kv.cache());
+  Backend& b = *backend_;
+  const AttentionConfig& c = config_;
+  const uint32_t m = kv.rows();
+  q_out_.ensure(b, size_t{m} * c.q_width() * kBf16);
+  k_out_.ensure(b, size_t{m} * c.kv_width() * kBf16);
+  v_out_.ensure(b, size_t{m} * c.kv_width() * kBf16);
+  attn_out_.ensure(b, size_t{m} * c.q_width() * kBf16);
+  const ProjectionSet& set = kernels_.projections;
+  run_projection(b, set, q_, 0, x, q_out_.ptr(), m, scratch_, stream);
+  run_projection(b, set, k_, 0, x, k_out_.ptr(), m, scratch_, stream);
+  run_projection(b, set, v_, 0, x, v_out_.ptr(), m, scratch_, stream);
+  add_bias(q_bias_, q_out_.ptr(), m, c.q_width(), stream);
+  add_bias(k_bias_, k_out_.ptr(), m, c.kv_width(), stream);
+  add_bias(v_bias_, v_out_.ptr(), m, c.kv_width(), stream);
+  const auto rows = launch_shape({m, 1, 1}, kBlock, stream);
+  if (kernels_.qk_norm_rope) {
+    b.launch(kernels_.qk_norm_rope, rows, q_out_.ptr(), k_out_.ptr(), q_norm_.ptr(), k_norm_.ptr(), kv.positions(),
+             inv_freq_.ptr(), m, c.q_heads, c.kv_heads, c.head_dim, c.rms_norm_eps, rope_scaling_);
+  } else {
+    if (c.qk_norm) {
+      const uint32_t q_rows = m * c.q_heads, k_rows = m * c.kv_heads;
+      b.launch(kernels_.rms_norm, launch_shape({q_rows, 1, 1}, kBlock, stream), q_out_.ptr(), q_norm_.ptr(), q_out_.ptr(),
+               q_rows, c.head_dim, c.rms_norm_eps);
+      b.launch(kernels_.rms_norm, launch_shape({k_rows, 1, 1}, kBlock, stream), k_out_.ptr(), k_norm_.ptr(), k_out_.ptr(),
+               k_rows, c.head_dim, c.rms_norm_eps);
+    }
+    b.launch(kernels_.rope, rows, q_out_.ptr(), k_out_.ptr(), kv.positions(), inv_freq_.ptr(), m, c.q_heads, c.kv_heads,
+             c.head_dim, rope_scaling_);
+  }
+  const KvCacheShape& s = kv.cache().shape();
+  b.launch(kernels_.kv_append, rows, k_out_.ptr(), v_out_.ptr(), kv.slot_mapping(), kv.cache().k_cache(layer_),
+           kv.cache().v_cache(layer_), m, c.kv_heads, c.head_dim, s.block_size, s.num_blocks);
+  attend(kv, stream);
+  run_projection(b, set, o_, 0, attn_out_.ptr(), out, m, scratch_, stream);
+  add_bias(o_bias_, out, m, c.hidden_size, stream);
+}
+
+void AttentionLayer::attend(const KvBatch& kv, uint64_t stream) {
+  Backend& b = *backend_;
+  const AttentionConfig& c = config_;
+  const KvCacheShape& s = kv.cache().shape();
+  const DevicePtr kc = kv.cache().k_cache(layer_), vc = kv.cache().v_cache(layer_);
+  if (kv.is_decode()) {
+    const uint32_t seqs = kv.rows(), partitions = kv.partitions();
+    partials_.ensure(b, size_t{seqs} * c.q_heads * partitions * (c.head_dim + 2) * sizeof(float));
+    b.launch(kernels_.decode, launch_shape({partitions, seqs * c.kv_heads, 1}, kBlock, stream), q_out_.ptr(), kc, vc,
+             kv.block_tables(), kv.context_lens(), partials_.ptr(), seqs, c.q_heads, c.kv_heads, c.head_dim, s.block_size,
+             kv.max_blocks(), s.num_blocks, c.scale());
+    b.launch(kernels_.decode_combine, launch_shape({c.q_heads, seqs, 1}, kBlock, stream), partials_.ptr(), kv.context_lens(),
+             attn_out_.ptr(), seqs, c.q_heads, c.head_dim, partitions);
+    return;
+  }
+  const size_t row_bytes = size_t{c.q_width()} * kBf16;
+  for (const KvBatch::Run& run : kv.runs()) {
+    const size_t offset = size_t{run.first_row} * row_bytes;
+    b.launch(kernels_.prefill, launch_shape({ceil_div(run.rows, kPrefillRows), c.kv_heads, 1}, kBlock, stream),
+             q_out_.at(offset), kc, vc, run.block_table, attn_out_.at(offset), run.rows, run.past, c.q_heads, c.kv_heads,
+             c.head_dim, s.block_size, s.num_blocks, c.scale());
+  }
+}
+
+std::vector<PlanStep> AttentionLayer::plan(uint32_t m) const {
+  Backend& b = *backend_;
+  const AttentionConfig& c = config_;
+  const ProjectionSet& set = kernels_.projections;
+  std::vector<PlanStep> steps;
+  steps.push_back(describe_set_projection(b, set, "attn.q", m, c.q_width(), c.hidden_size));
+  steps.push_back(describe_set_projection(b, set, "attn.k", m, c.kv_width(), c.hidden_size));
+  steps.push_back(describe_set_projection(b, set, "attn.v", m, c.kv_width(), c.hidden_size));
+  const auto step = [&](std::string name, KernelHandle k, std::string why, std::array<uint32_t, 3> grid) {
+    steps.push_back(PlanStep{std::move(name), b.kernel_name(k), std::move(why), grid});
+  };
+  if (c.qkv_bias) step("attn.qkv_bias", kernels_.bias_add, "q, k, v biases (3 launches)", {m, 1, 1});
+  if (kernels_.qk_norm_rope) {
+    step("attn.qk_norm_rope", kernels_.qk_norm_rope, "fused q/k RMSNorm + RoPE", {m, 1, 1});
+  } else {
+    if (c.qk_norm) step("attn.qk_norm", kernels_.rms_norm, "q and k rows of head_dim (2 launches)", {m * c.q_heads, 1, 1});
+    step("attn.rope", kernels_.rope, c.rope.scaling.type + " RoPE", {m, 1, 1});
+  }
+  step("attn.kv_append", kernels_.kv_append, "k, v into the layer's pools", {m, 1, 1});
+  step("attn.attend", kernels_.prefill, "prefill: per sequence chunk (decode batches: attn_decode + combine)",
+       {ceil_div(m, kPrefillRows), c.kv_heads, 1});
+  steps.push_back(describe_set_projection(b, set, "attn.o", m, c.hidden_size, c.q_width()));
+  if (c.o_bias) step("attn.o_bias", kernels_.bias_add, "o bias", {m, 1, 1});
+  return steps;
+}
+
+}  // namespace metrale::layers

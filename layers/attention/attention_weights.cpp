@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "attention/attention_weights.hpp"
+
+#include "core/numeric.hpp"
+#include "core/quant_synthetic.hpp"
+#include "core/rng.hpp"
+#include "io/linear_reader.hpp"
+
+#include <metrale/status.hpp>
+
+#include <array>
+
+namespace metrale::layers {
+
+namespace {
+
+void invalid(const std::string& what) { throw Error(Status::invalid_argument, what); }
+
+void check_vector(const std::vector<uint16_t>& v, bool wanted, size_t size, const std::string& name) {
+  if (!wanted && !v.empty()) invalid(name + ": the config declares none, but " + std::to_string(v.size()) + " values were given");
+  if (wanted && v.size() != size) {
+    invalid(name + ": " + std::to_string(v.size()) + " values, expected " + std::to_string(size));
+  }
+}
+
+std::vector<uint16_t> seeded_bf16(uint64_t seed, const std::string& name, size_t size, double center, double spread) {
+  SplitMix64 rng(derive_seed(seed, name));
+  std::vector<uint16_t> out(size);
+  for (auto& v : out) v = f64_to_bf16(center + rng.uniform(-spread, spread));
+  return out;
+}
+
+}  // namespace
+
+size_t AttentionWeights::bytes() const noexcept {
+  size_t b = q.bytes() + k.bytes() + v.bytes() + o.bytes();
+  for (const auto* t : {&q_bias, &k_bias, &v_bias, &o_bias, &q_norm, &k_norm}) b += t->size() * 2;
+  return b;
+}
+
+void AttentionWeights::validate(const AttentionConfig& c) const {
+  const std::array<std::tuple<const QuantMatrix*, uint32_t, uint32_t>, 4> shapes{
+      {{&q, c.q_width(), c.hidden_size}, {&k, c.kv_width(), c.hidden_size}, {&v, c.kv_width(), c.hidden_size},
+       {&o, c.hidden_size, c.q_width()}}};
+  for (const auto& [m, n, k_] : shapes) {
+    if (m->n != n || m->k != k_ || m->batch != 1) {
+      invalid(m->name + ": shape [" + std::to_string(m->n) + ", " + std::to_string(m->k) + "], expected [" +
+              std::to_string(n) + ", " + std::to_string(k_) + "] (" + c.source + ")");
+    }
+    if (m->format != q.format) {
+      invalid(m->name + " and " + q.name + " differ in weight format: the attention's projections run as one family");
+    }
+  }
+  check_vector(q_bias, c.qkv_bias, c.q_width(), q.name + ".bias");
+  check_vector(k_bias, c.qkv_bias, c.kv_width(), k.name + ".bias");
+  check_vector(v_bias, c.qkv_bias, c.kv_width(), v.name + ".bias");
+  check_vector(o_bias, c.o_bias, c.hidden_size, o.name + ".bias");
+  check_vector(q_norm, c.qk_norm, c.head_dim, "q_norm.weight");
+  check_vector(k_norm, c.qk_norm, c.head_dim, "k_norm.weight");
+}
+
+AttentionWeights read_attention_weights(const TensorSource& src, const std::string& prefix, const AttentionConfig& c,
+                                        const CheckpointQuant& quant) {
+  AttentionWeights w;
+  w.q = read_linear(src, prefix + "q_proj", c.q_width(), c.hidden_size, quant);
+  w.k = read_linear(src, prefix + "k_proj", c.kv_width(), c.hidden_size, quant);
+  w.v = read_linear(src, prefix + "v_proj", c.kv_width(), c.hidden_size, quant);
+  w.o = read_linear(src, prefix + "o_proj", c.hidden_size, c.q_width(), quant);
+  // One family for the four: a W4A16 projection beside zero-point ones becomes w4-zp (exact).
+  std::array<QuantMatrix*, 4> all{&w.q, &w.k, &w.v, &w.o};
+  bool zero_points = false;
+  for (const QuantMatrix* m : all) zero_points |= m->format == WeightFormat::w4_zp;
+  for (QuantMatrix* m : all) {
+    if (zero_points && m->format == WeightFormat::w4a16) *m = to_w4_zp(*m);
+  }
+  if (c.qkv_bias) {
+    w.q_bias = read_bf16_tensor(src, prefix + "q_proj.bias", {c.q_width()});
+    w.k_bias = read_bf16_tensor(src, prefix + "k_proj.bias", {c.kv_width()});
+    w.v_bias = read_bf16_tensor(src, prefix + "v_proj.bias", {c.kv_width()});
+  }
+  if (c.o_bias) w.o_bias = read_bf16_tensor(src, prefix + "o_proj.bias", {c.hidden_size});
+  if (c.qk_norm) {
+    w.q_norm = read_bf16_tensor(src, prefix + "q_norm.weight", {c.head_dim});
+    w.k_norm = read_bf16_tensor(src, prefix + "k_norm.weight", {c.head_dim});
+  }
+  w.validate(c);
+  return w;
+}
+
+AttentionWeights synthetic_attention_weights(const AttentionConfig& c, uint64_t seed, WeightFormat format) {
+  AttentionWeights w;
+  w.q = synthetic_quant("self_attn.q_proj", format, c.q_width(), c.hidden_size, seed);
+  w.k = synthetic_quant("self_attn.k_proj", format, c.kv_width(), c.hidden_size, seed);
+  w.v = synthetic_quant("self_attn.v_proj", format, c.kv_width(), c.hidden_size, seed);
+  w.o = synthetic_quant("self_attn.o_proj", format, c.hidden_size, c.q_width(), seed);
+  if (c.qkv_bias) {
+    w.q_bias = seeded_bf16(seed, "q_bias", c.q_width(), 0.0, 0.1);
+    w.k_bias = seeded_bf16(seed, "k_bias", c.kv_width(), 0.0, 0.1);
+    w.v_bias = seeded_bf16(seed, "v_bias", c.kv_width(), 0.0, 0.1);
+  }
+  if (c.o_bias) w.o_bias = seeded_bf16(seed, "o_bias", c.hidden_size, 0.0, 0.1);
+  if (c.qk_norm) {
+    w.q_norm = seeded_bf16(seed, "q_norm", c.head_dim, 1.0, 0.2);
+    w.k_norm = seeded_bf16(seed, "k_norm", c.head_dim, 1.0, 0.2);
+  }
+  return w;
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "attention/kv_batch.hpp"
+
+#include <metrale/status.hpp>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+namespace metrale::layers {
+
+namespace {
+
+// attn_decode's split (docs/kernels.md, "Module attn").
+constexpr uint32_t kDecodeSplitTokens = 512;
+
+template <class T>
+DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {
+  DeviceBuffer buffer(backend, std::max<size_t>(values.size(), 1) * sizeof(T));
+  if (!values.empty()) buffer.upload(std::span<const T>(values));
+  return buffer;
+}
+
+}  // namespace
+
+KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows> runs, std::span<const int32_t> positions)
+    : cache_(&cache) {
+  // Everything is checked, and the blocks counted, before the first append.
+  uint64_t rows = 0, blocks = 0, tokens = 0;
+  std::set<uint32_t> sequences;
+  bool one_row_each = !runs.empty();
+  for (const SequenceRows& run : runs) {
+    if (run.rows == 0) throw Error(Status::invalid_argument, "KvBatch: a run of sequence " + std::to_string(run.sequence) + " has 0 rows");
+    rows += run.rows;
+    one_row_each = one_row_each && run.rows == 1 && sequences.insert(run.sequence).second;
+  }
+  if (rows != positions.size()) {
+    throw Error(Status::invalid_argument, "KvBatch: " + std::to_string(positions.size()) + " positions for " +
+                                              std::to_string(rows) + " rows");
+  }
+  // A sequence may have several runs: count its blocks over all of them.
+  std::vector<std::pair<uint32_t, uint64_t>> added;  // sequence, tokens
+  for (const SequenceRows& run : runs) {
+    auto it = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == run.sequence; });
+    if (it == added.end()) added.emplace_back(run.sequence, run.rows);
+    else it->second += run.rows;
+  }
+  const uint64_t bs = cache.shape().block_size;
+  for (const auto& [seq, count] : added) {
+    const uint64_t length = cache.length(seq), have = cache.block_table(seq).size();
+    blocks += (length + count + bs - 1) / bs - have;
+    tokens += count;
+  }
+  if (blocks > cache.free_blocks()) {
+    throw Error(Status::out_of_memory,
+                "KV cache full: the batch adds " + std::to_string(tokens) + " tokens to " + std::to_string(added.size()) +
+                    " sequence(s), which need " + std::to_string(blocks) + " new blocks of block_size " + std::to_string(bs) +
+                    "; " + std::to_string(cache.free_blocks()) + " of " + std::to_string(cache.shape().num_blocks) +
+                    " blocks are free (the cache holds " + std::to_string(cache.shape().capacity_tokens()) + " tokens)");
+  }
+  rows_ = static_cast<uint32_t>(rows);
+  decode_ = one_row_each;
+  std::vector<int32_t> slots;
+  slots.reserve(rows_);
+  uint32_t first = 0;
+  for (const SequenceRows& run : runs) {
+    Run r;
+    r.sequence = run.sequence;
+    r.first_row = first;
+    r.rows = run.rows;
+    r.past = cache.length(run.sequence);
+    const std::vector<int32_t> s = cache.append(run.sequence, run.rows);
+    slots.insert(slots.end(), s.begin(), s.end());
+    runs_.push_back(r);
+    first += run.rows;
+  }
+  // Each run's table as it stands after the whole batch's appends (a longer table is harmless:
+  // the kernels read only the entries their context reaches).
+  std::vector<int32_t> tables;
+  std::vector<size_t> offsets;
+  for (const Run& r : runs_) {
+    offsets.push_back(tables.size());
+    const auto t = cache.block_table(r.sequence);
+    tables.insert(tables.end(), t.begin(), t.end());
+  }
+  std::vector<int32_t> lens;
+  if (decode_) {
+    std::vector<uint32_t> seqs;
+    for (const Run& r : runs_) seqs.push_back(r.sequence);
+    KvCache::DecodeTables d = cache.decode_tables(seqs);
+    max_blocks_ = d.max_blocks;
+    tables = std::move(d.block_tables);
+    lens = std::move(d.context_lens);
+    for (size_t i = 0; i < runs_.size(); ++i) offsets[i] = i * max_blocks_;
+  }
+  positions_ = upload(backend, std::vector<int32_t>(positions.begin(), positions.end()));
+  slots_ = upload(backend, slots);
+  tables_ = upload(backend, tables);
+  context_lens_ = upload(backend, lens);
+  for (size_t i = 0; i < runs_.size(); ++i) runs_[i].block_table = tables_.at(offsets[i] * sizeof(int32_t));
+}
+
+uint32_t KvBatch::partitions() const noexcept {
+  const uint64_t tokens = uint64_t{max_blocks_} * cache_->shape().block_size;
+  return static_cast<uint32_t>((tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+}
+
+}  // namespace metrale::layers

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// DecoderLayer: one layer of a Llama/Qwen-family decoder (docs/layers.md, "The decoder"), a
+// stateful Layer whose batch state is a KvBatch (attention/kv_batch.hpp). For hidden states h
+// [m, hidden], with transformers' bf16 rounding points:
+//   x  = rms_norm(h, input_layernorm)                         norm/rms_norm
+//   a  = self_attn(x)                                         AttentionLayer
+//   h2 = bf16(h + a); x2 = rms_norm(h2, post_attention_layernorm)
+//        norm/rms_norm_residual when the backend has it, else norm/add then norm/rms_norm (same bits)
+//   out = bf16(h2 + ffn(x2))                                  FfnComponent (dense or MoE), norm/add
+// A layer without an FFN returns h2. Not reentrant (buffers are the layer's); the Backend must
+// outlive it.
+#pragma once
+
+#include "attention/attention.hpp"
+#include "decoder/decoder_weights.hpp"
+
+#include "ffn/ffn.hpp"
+
+#include <metrale/backend.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace metrale::layers {
+
+struct DecoderNormKernels {
+  KernelHandle rms_norm;           // norm/rms_norm, required
+  KernelHandle rms_norm_residual;  // norm/rms_norm_residual, tried
+  KernelHandle add;                // norm/add: the residual adds (required)
+};
+DecoderNormKernels resolve_decoder_norms(Backend& backend);
+
+class DecoderLayer final : public Layer {
+ public:
+  // Builds the attention and the FFN (`options` as FfnComponent::build takes them; the same
+  // activation tier for the attention's projections) and uploads the norm weights.
+  static std::unique_ptr<DecoderLayer> build(Backend& backend, const DecoderConfig& config, const DecoderLayerWeights& weights,
+                                             const FfnBuildOptions& options = {});
+
+  DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) override;
+  // The same into caller memory (bf16 [m, hidden]; may not alias x).
+  void forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream = 0);
+  std::vector<PlanStep> plan(uint32_t m) const override;
+
+  AttentionLayer& attention() noexcept { return attention_; }
+  FfnComponent& ffn() noexcept { return ffn_; }
+  uint32_t layer() const noexcept { return layer_; }
+  size_t weight_bytes() const noexcept { return attention_.weight_bytes() + ffn_.weight_bytes(); }
+
+ private:
+  DecoderLayer(AttentionLayer attention, FfnComponent ffn) : attention_(std::move(attention)), ffn_(std::move(ffn)) {}
+  Backend* backend_ = nullptr;
+  uint32_t layer_ = 0, hidden_ = 0;
+  float eps_ = 1e-6f;
+  DecoderNormKernels norms_;
+  AttentionLayer attention_;
+  FfnComponent ffn_;
+  DeviceBuffer input_norm_, post_norm_;
+  DeviceBuffer normed_, attn_out_, residual_, out_;
+};
+
+// norm/rms_norm over m rows of h (bf16); in place allowed.
+void launch_rms_norm(Backend& backend, KernelHandle rms_norm, DevicePtr x, DevicePtr weight, DevicePtr y, uint32_t m,
+                     uint32_t h, float eps, uint64_t stream);
+
+}  // namespace metrale::layers

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "decoder/decoder_weights.hpp"
+
+#include "io/config_json.hpp"
+#include "io/linear_reader.hpp"
+#include "io/tensor_source.hpp"
+
+#include <metrale/status.hpp>
+
+namespace metrale::layers {
+
+namespace {
+
+using config_json::Object;
+
+uint32_t positive(const Object& root, const char* key) {
+  const auto v = root.u32(key);
+  if (!v || *v == 0) root.malformed(key, "a positive integer", root.find(key));
+  return *v;
+}
+
+// "<root>" of "<root>layers.": "model." for every family here.
+std::string root_of(const std::string& layers) { return layers.substr(0, layers.size() - std::string("layers.").size()); }
+
+// The logits projection: lm_head as the declaration says. Only compressed-tensors quantizes it
+// (when its ignore list leaves it in); GPTQ, AWQ and FP8 tools keep it in float.
+QuantMatrix read_lm_head(const TensorSource& src, const CheckpointQuant& quant, uint32_t vocab, uint32_t hidden) {
+  if (quant.method == QuantMethod::compressed_tensors) return read_linear(src, "lm_head", vocab, hidden, quant);
+  return read_float16_linear(src, "lm_head", vocab, hidden, quant);
+}
+
+}  // namespace
+
+DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string& source) {
+  const Object root(doc, source, "", "a JSON object (the model config)");
+  DecoderConfig c;
+  c.source = source;
+  c.ffn = parse_model_config(doc, source);
+  c.attention = parse_attention_config(doc, source);
+  c.vocab_size = positive(root, "vocab_size");
+  c.num_layers = positive(root, "num_hidden_layers");
+  c.tie_word_embeddings = root.boolean("tie_word_embeddings").value_or(false);
+  c.rms_norm_eps = c.attention.rms_norm_eps;
+  return c;
+}
+
+std::string layers_prefix(const TensorSource& src) {
+  for (const std::string& name : src.names()) {
+    const size_t at = name.find("layers.0.self_attn.");
+    if (at != std::string::npos && (at == 0 || name[at - 1] == '.')) return name.substr(0, at) + "layers.";
+  }
+  throw Error(Status::not_found, src.description() + ": no decoder layer's attention (no tensor named "
+                                                     "<root>layers.0.self_attn.*, as transformers names them)");
+}
+
+DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
+  if (layer >= config.num_layers) {
+    throw Error(Status::invalid_argument, "layer " + std::to_string(layer) + ": " + config.source + " has num_hidden_layers = " +
+                                              std::to_string(config.num_layers));
+  }
+  const TensorSource& src = *files.tensors;
+  const std::string prefix = layers_prefix(src) + std::to_string(layer) + ".";
+  const uint64_t hidden = config.attention.hidden_size;
+  DecoderLayerWeights w;
+  w.layer = layer;
+  LoadedCheckpoint ffn = load_checkpoint(files, layer, config.ffn);
+  w.ffn_config = ffn.config;
+  w.ffn = std::move(ffn.weights);
+  w.attention = read_attention_weights(src, prefix + "self_attn.", config.attention, ffn.quant);
+  w.input_norm = read_bf16_tensor(src, prefix + "input_layernorm.weight", {hidden});
+  w.post_norm = read_bf16_tensor(src, prefix + "post_attention_layernorm.weight", {hidden});
+  return w;
+}
+
+ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
+                                const std::function<void(uint32_t, uint32_t)>& progress) {
+  const TensorSource& src = *files.tensors;
+  const std::string root = root_of(layers_prefix(src));
+  const uint64_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
+  ModelWeights w;
+  w.quant = checkpoint_declaration(files);
+  w.embed = read_bf16_tensor(src, root + "embed_tokens.weight", {vocab, hidden});
+  w.final_norm = read_bf16_tensor(src, root + "norm.weight", {hidden});
+  if (!config.tie_word_embeddings) {
+    if (!src.contains("lm_head.weight") && !src.contains("lm_head.qweight") && !src.contains("lm_head.weight_packed")) {
+      throw Error(Status::not_found, src.description() + ": tensor 'lm_head.weight': missing, and " + config.source +
+                                         " does not set tie_word_embeddings (the logits projection would be the embedding)");
+    }
+    w.lm_head = read_lm_head(src, w.quant, config.vocab_size, config.attention.hidden_size);
+  }
+  for (uint32_t l = 0; l < config.num_layers; ++l) {
+    w.layers.push_back(read_decoder_layer(files, config, l));
+    if (progress) progress(l + 1, config.num_layers);
+  }
+  return w;
+}
+
+}  // namespace metrale::layers

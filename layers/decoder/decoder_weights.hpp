@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// A whole decoder model from a Hugging Face checkpoint (docs/layers.md, "The decoder"): its config
+// (the FFN's of io/config.hpp, the attention's of attention/attention_config.hpp, and the model's
+// own keys) and its weights as transformers names them for the Llama, Mistral/Mixtral, Qwen2(-MoE)
+// and Qwen3(-MoE) families: <root>embed_tokens.weight, <root>layers.L.{input_layernorm,
+// post_attention_layernorm}.weight, <root>layers.L.self_attn.*, the FFN (io/checkpoint.hpp),
+// <root>norm.weight, and lm_head.weight unless tie_word_embeddings. Where <root> is ("model.",
+// ...) is found from the tensor names, never from model_type.
+#pragma once
+
+#include "attention/attention_config.hpp"
+#include "attention/attention_weights.hpp"
+
+#include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "io/weights.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace metrale::layers {
+
+struct DecoderConfig {
+  ModelConfig ffn;            // the model's FFN keys (ModelConfig::for_layer gives each layer's)
+  AttentionConfig attention;
+  uint32_t vocab_size = 0;
+  uint32_t num_layers = 0;    // num_hidden_layers
+  bool tie_word_embeddings = false;  // the logits projection is the embedding table (absent: false, as these families' configs)
+  float rms_norm_eps = 1e-6f;
+  std::string source;
+};
+
+// Error(invalid_argument) naming the key for a missing or malformed vocab_size /
+// num_hidden_layers, and whatever the FFN and attention parsers refuse.
+DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string& source);
+
+// One decoder layer's weights.
+struct DecoderLayerWeights {
+  uint32_t layer = 0;
+  ModelConfig ffn_config;          // this layer's FFN (for_layer applied)
+  std::vector<uint16_t> input_norm, post_norm;  // bf16 [hidden]
+  AttentionWeights attention;
+  FfnWeights ffn;
+};
+
+// Where a checkpoint keeps its layers: "<root>layers." ("model.layers."), from the tensor names.
+// Error(not_found) naming the checkpoint when no tensor looks like a decoder layer's attention.
+std::string layers_prefix(const TensorSource& src);
+
+// Layer `layer` of an opened checkpoint (its declared quantization applies to every projection).
+DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer);
+
+struct ModelWeights {
+  std::vector<uint16_t> embed;       // bf16 [vocab, hidden]
+  std::vector<uint16_t> final_norm;  // bf16 [hidden]
+  std::optional<QuantMatrix> lm_head;  // [vocab, hidden]; nullopt when tied to the embedding
+  std::vector<DecoderLayerWeights> layers;
+  CheckpointQuant quant;             // what the checkpoint declares
+};
+
+// Every layer of the checkpoint; `progress(done, total)` after each layer when given.
+ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
+                                const std::function<void(uint32_t, uint32_t)>& progress = {});
+
+}  // namespace metrale::layers

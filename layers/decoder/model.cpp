@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "decoder/model.hpp"
+
+#include "core/launch_shape.hpp"
+
+#include <metrale/status.hpp>
+
+#include <array>
+#include <algorithm>
+#include <cstring>
+
+namespace metrale::layers {
+
+namespace {
+
+constexpr size_t kBf16 = 2;
+using P = metrale_param_type;
+constexpr std::array<P, 6> kEmbeddingSig{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
+                                         METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+
+// The embedding table as the logits projection's weights (tie_word_embeddings): bf16-nk holds
+// the row-major values as they are.
+QuantMatrix tied_head(const std::vector<uint16_t>& embed, uint32_t vocab, uint32_t hidden) {
+  QuantMatrix m = quant_zeros("lm_head (tied: embed_tokens)", WeightFormat::bf16, vocab, hidden);
+  std::memcpy(m.qweight.data(), embed.data(), embed.size() * kBf16);
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const DecoderConfig& config, const ModelWeights& weights,
+                                                  const FfnBuildOptions& options,
+                                                  const std::function<void(uint32_t, uint32_t)>& progress) {
+  const uint32_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
+  if (weights.embed.size() != size_t{vocab} * hidden || weights.final_norm.size() != hidden ||
+      weights.layers.size() != config.num_layers) {
+    throw Error(Status::invalid_argument, config.source + ": the model's weights do not match its config (embedding, final "
+                                                          "norm or layer count)");
+  }
+  std::unique_ptr<DecoderModel> m(new DecoderModel());
+  m->backend_ = &backend;
+  m->config_ = config;
+  m->embed_table_ = DeviceBuffer(backend, weights.embed.size() * kBf16);
+  m->embed_table_.upload(std::span<const uint16_t>(weights.embed));
+  m->final_norm_ = DeviceBuffer(backend, weights.final_norm.size() * kBf16);
+  m->final_norm_.upload(std::span<const uint16_t>(weights.final_norm));
+  for (const DecoderLayerWeights& w : weights.layers) {
+    m->layers_.push_back(DecoderLayer::build(backend, config, w, options));
+    if (progress) progress(static_cast<uint32_t>(m->layers_.size()), config.num_layers);
+  }
+  m->embedding_ = backend.lookup("embed", "embedding",
+                                 Backend::LookupRequest{.kind = LookupKind::require, .expected = kEmbeddingSig, .lever = {},
+                                                        .refuse_because = {}, .annotations = {}});
+  m->norms_ = resolve_decoder_norms(backend);
+  const QuantMatrix head = weights.lm_head ? *weights.lm_head : tied_head(weights.embed, vocab, hidden);
+  ProjectionSetRequest request;
+  request.name = "lm_head";
+  request.format = head.format;
+  request.act_order = !head.perm.empty();
+  request.shapes = {ProjectionShape{"lm_head", vocab, hidden}};
+  request.model_type = config.attention.model_type;
+  request.activations = options.activations;
+  m->head_set_ = resolve_projection_set(backend, request);
+  m->head_ = m->head_set_.upload(backend, head);
+  backend.synchronize();
+  return m;
+}
+
+KvCacheShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) const {
+  KvCacheShape s;
+  s.kv_heads = config_.attention.kv_heads;
+  s.head_dim = config_.attention.head_dim;
+  s.block_size = block_size;
+  s.layers = config_.num_layers;
+  const uint64_t blocks = (std::max<uint64_t>(tokens, 1) + block_size - 1) / std::max<uint32_t>(block_size, 1);
+  if (blocks > UINT32_MAX) throw Error(Status::invalid_argument, "KV cache of " + std::to_string(tokens) + " tokens: too many blocks");
+  s.num_blocks = static_cast<uint32_t>(blocks);
+  return s;
+}
+
+DevicePtr DecoderModel::forward(const KvBatch& kv, DevicePtr ids, uint64_t stream) {
+  Backend& b = *backend_;
+  const uint32_t m = kv.rows(), h = config_.attention.hidden_size;
+  for (auto& buffer : hidden_) buffer.ensure(b, size_t{m} * h * kBf16);
+  b.launch(embedding_, launch_shape({m, 1, 1}, 128, stream), embed_table_.ptr(), ids, hidden_[0].ptr(), m, h, config_.vocab_size);
+  int current = 0;
+  for (auto& layer : layers_) {
+    layer->forward_into(kv, hidden_[current].ptr(), hidden_[1 - current].ptr(), stream);
+    current = 1 - current;
+  }
+  return hidden_[current].ptr();
+}
+
+DevicePtr DecoderModel::logits(DevicePtr hidden, uint32_t hidden_rows, std::span<const uint32_t> rows, uint64_t stream) {
+  Backend& b = *backend_;
+  const uint32_t h = config_.attention.hidden_size, n = static_cast<uint32_t>(rows.size());
+  const size_t row_bytes = size_t{h} * kBf16;
+  selected_.ensure(b, std::max<size_t>(n, 1) * row_bytes);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (rows[i] >= hidden_rows) {
+      throw Error(Status::invalid_argument, "logits of row " + std::to_string(rows[i]) + " of " + std::to_string(hidden_rows));
+    }
+    b.copy_device(selected_.at(i * row_bytes), hidden.offset(rows[i] * row_bytes), row_bytes, stream);
+  }
+  launch_rms_norm(b, norms_.rms_norm, selected_.ptr(), final_norm_.ptr(), selected_.ptr(), n, h, config_.rms_norm_eps, stream);
+  logits_.ensure(b, size_t{n} * config_.vocab_size * kBf16);
+  run_projection(b, head_set_, head_, 0, selected_.ptr(), logits_.ptr(), n, scratch_, stream);
+  return logits_.ptr();
+}
+
+std::vector<PlanStep> DecoderModel::plan(uint32_t m, uint32_t logit_rows) const {
+  Backend& b = *backend_;
+  std::vector<PlanStep> steps;
+  steps.push_back(PlanStep{"embed", b.kernel_name(embedding_), "embed_tokens gather", {m, 1, 1}});
+  for (const auto& layer : layers_) {
+    for (auto& s : layer->plan(m)) {
+      s.step = "layers." + std::to_string(layer->layer()) + "." + s.step;
+      steps.push_back(std::move(s));
+    }
+  }
+  steps.push_back(PlanStep{"final_norm", b.kernel_name(norms_.rms_norm), "model.norm", {logit_rows, 1, 1}});
+  steps.push_back(describe_set_projection(b, head_set_, "lm_head", logit_rows, config_.vocab_size, config_.attention.hidden_size));
+  return steps;
+}
+
+std::vector<std::string> DecoderModel::tiers() const {
+  std::vector<std::string> out;
+  const auto add = [&](const std::string& t) {
+    if (!t.empty() && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  };
+  for (const auto& layer : layers_) {
+    add(layer->attention().kernels().projections.tier);
+    for (const auto& t : layer->ffn().tiers()) add(t);
+  }
+  add(head_set_.tier);
+  return out;
+}
+
+size_t DecoderModel::weight_bytes() const noexcept {
+  size_t bytes = embed_table_.bytes() + final_norm_.bytes() + head_.bytes_per_matrix();
+  for (const auto& layer : layers_) bytes += layer->weight_bytes();
+  return bytes;
+}
+
+}  // namespace metrale::layers

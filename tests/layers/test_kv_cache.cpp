@@ -4,6 +4,7 @@
 // after release, and shapes the kernels refuse refused at construction.
 #include "backend_support.hpp"
 
+#include "attention/kv_batch.hpp"
 #include "attention/kv_cache.hpp"
 
 #include <metrale/status.hpp>
@@ -73,4 +74,66 @@ TEST_CASE("KvCache refuses shapes the attn kernels refuse") {
   CHECK_THROWS_WITH_AS(KvCache(backend, KvCacheShape{2, 64, 24, 4}), doctest::Contains("block_size must be a power of two"),
                        metrale::Error);
   CHECK_THROWS_AS(KvCache(backend, KvCacheShape{2, 64, 16, 0}), metrale::Error);
+}
+
+TEST_CASE("KvCache keeps one pair of pools per layer, sharing the block tables") {
+  KvCache cache(*layers_test::cpu_backend(), KvCacheShape{2, 64, 16, 4, 3});
+  std::set<uint64_t> pools;
+  for (uint32_t l = 0; l < 3; ++l) {
+    pools.insert(cache.k_cache(l).address);
+    pools.insert(cache.v_cache(l).address);
+  }
+  CHECK(pools.size() == 6);
+  CHECK(cache.shape().capacity_tokens() == 64);
+  CHECK_THROWS_AS(KvCache(*layers_test::cpu_backend(), KvCacheShape{2, 64, 16, 4, 0}), metrale::Error);
+}
+
+TEST_CASE("KvBatch appends a batch's runs, builds decode tables, and refuses a batch that does not fit before appending") {
+  using metrale::layers::KvBatch;
+  using metrale::layers::SequenceRows;
+  auto& backend = *layers_test::cpu_backend();
+  KvCache cache(backend, KvCacheShape{2, 64, 16, 4, 2});
+  const uint32_t a = cache.add_sequence(), b = cache.add_sequence();
+  {
+    const SequenceRows runs[] = {{a, 20}, {b, 3}};
+    std::vector<int32_t> positions(23, 0);
+    const KvBatch prefill(backend, cache, runs, positions);
+    CHECK_FALSE(prefill.is_decode());
+    REQUIRE(prefill.runs().size() == 2);
+    CHECK(prefill.runs()[1].first_row == 20);
+    CHECK(prefill.runs()[1].past == 0);
+    CHECK(cache.length(a) == 20);
+    CHECK(cache.free_blocks() == 1);
+  }
+  {
+    const SequenceRows runs[] = {{b, 1}, {a, 1}};
+    const std::vector<int32_t> positions{3, 20};
+    const KvBatch decode(backend, cache, runs, positions);
+    CHECK(decode.is_decode());
+    CHECK(decode.max_blocks() == 2);
+    CHECK(decode.partitions() == 1);
+    CHECK(decode.runs()[1].past == 20);
+  }
+  // 13 more tokens of b need a second block, 12 of a a third: two blocks, one free.
+  const SequenceRows too_many[] = {{b, 13}, {a, 12}};
+  const std::vector<int32_t> positions(25, 0);
+  try {
+    KvBatch refused(backend, cache, too_many, positions);
+    FAIL("a batch needing 2 blocks with 1 free was accepted");
+  } catch (const metrale::Error& e) {
+    CHECK(e.status() == metrale::Status::out_of_memory);
+    const std::string what = e.what();
+    CHECK(what.find("25 tokens") != std::string::npos);
+    CHECK(what.find("2 new blocks of block_size 16") != std::string::npos);
+    CHECK(what.find("1 of 4 blocks are free") != std::string::npos);
+  }
+  CHECK(cache.length(a) == 21);
+  CHECK(cache.length(b) == 4);
+  CHECK(cache.free_blocks() == 1);
+  // One row per sequence but a sequence twice: not a decode step.
+  const SequenceRows twice[] = {{a, 1}, {a, 1}};
+  const std::vector<int32_t> two{21, 22};
+  CHECK_FALSE(KvBatch(backend, cache, twice, two).is_decode());
+  const SequenceRows empty_run[] = {{a, 0}};
+  CHECK_THROWS_AS(KvBatch(backend, cache, empty_run, std::vector<int32_t>{}), metrale::Error);
 }

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
+"""`metrale generate` and `metrale run --block` on a tiny bf16 Qwen3 checkpoint written here:
+generation prints ids and rates and writes its output file; a backend without the attn module
+(the skeleton) exits 1 naming the missing kernel; METRALE_QK_NORM_ROPE=1 on a backend whose
+manifest lacks rope/qk_norm_rope exits 3 naming it; a prompt longer than the KV cache exits 1
+naming the sizes; bad ids and a decreasing step schedule are clear errors. Numerics are the
+checkpoints suite's (tests/checkpoints/run_decoder_tests.py).
+Usage: cli_generate_test.py <metrale> <skeleton plugin dir> <cpu plugin dir>. Exit 77 without the CPU backend."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoints"))
+try:
+    import numpy as np
+except ImportError:
+    print("numpy is missing (Debian: python3-numpy)", file=sys.stderr)
+    sys.exit(1)
+from numerics import bf16_bits, round_bf16  # noqa: E402
+from safetensors_np import Tensor, load, save  # noqa: E402
+
+METRALE, SKELETON_DIR, CPU_DIR = (os.path.abspath(a) for a in sys.argv[1:4])
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def metrale(*args, env=None, expect=0):
+    proc = subprocess.run([METRALE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if proc.returncode != expect:
+        failures.append(f"{' '.join(args)}: exit {proc.returncode}, expected {expect}\n{proc.stderr[-1500:]}")
+    return proc
+
+
+def write_qwen3(path):
+    rng = np.random.default_rng(3)
+    H, heads, kv, hd, inter, vocab = 256, 4, 2, 64, 256, 128
+    config = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": H, "num_attention_heads": heads,
+              "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter, "hidden_act": "silu",
+              "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "vocab_size": vocab, "num_hidden_layers": 1,
+              "max_position_embeddings": 4096, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+    t = {"model.embed_tokens.weight": rng.normal(0, 1, (vocab, H)), "model.norm.weight": 1 + rng.normal(0, .1, H)}
+    p = "model.layers.0."
+    for name, shape in (("self_attn.q_proj", (heads * hd, H)), ("self_attn.k_proj", (kv * hd, H)),
+                        ("self_attn.v_proj", (kv * hd, H)), ("self_attn.o_proj", (H, heads * hd)),
+                        ("mlp.gate_proj", (inter, H)), ("mlp.up_proj", (inter, H)), ("mlp.down_proj", (H, inter))):
+        t[p + name + ".weight"] = rng.normal(0, shape[1] ** -0.5, shape)
+    for name, size in (("self_attn.q_norm", hd), ("self_attn.k_norm", hd), ("input_layernorm", H),
+                       ("post_attention_layernorm", H)):
+        t[p + name + ".weight"] = 1 + rng.normal(0, .1, size)
+    os.makedirs(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    save(os.path.join(path, "model.safetensors"), {k: Tensor("BF16", bf16_bits(round_bf16(v))) for k, v in t.items()})
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="metrale-generate-")
+    ckpt = os.path.join(work, "qwen3")
+    write_qwen3(ckpt)
+    probe = metrale("list", "--json")
+    if '"cpu"' not in probe.stdout:
+        print("skipped: the CPU backend is not loaded")
+        return 77
+
+    out = os.path.join(work, "out.safetensors")
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--output", out,
+                   "--json", "--quiet", "--backend", "cpu")
+    doc = json.loads(proc.stdout or "{}")
+    seqs = doc.get("sequences", [])
+    check(len(seqs) == 1 and len(seqs[0].get("generated", [])) == 6, f"generate --json: sequences {seqs}")
+    check(doc.get("prefill_tokens") == 5 and doc.get("decode_tokens") == 5, f"token counts {doc.get('prefill_tokens')}, {doc.get('decode_tokens')}")
+    check(doc.get("prefill_tokens_per_s", 0) > 0 and doc.get("decode_tokens_per_s", 0) > 0, "rates are reported")
+    kernels = {f"{row.get('module')}/{row.get('kernel')}" for row in doc.get("audit", []) if row.get("outcome") == "resolved"}
+    for k in ("attn/kv_append", "attn/attn_decode", "attn/attn_prefill", "embed/embedding", "norm/rms_norm"):
+        check(k in kernels, f"the audit has a row for {k}: {sorted(kernels)}")
+    if os.path.exists(out):
+        got = load(out)
+        check(got["ids"].data.shape == (1, 6) and got["ids"].data.ravel().tolist() == seqs[0]["generated"],
+              "--output ids are the printed ones")
+        check(got["logits"].data.shape == (1, 6, 128), f"logits shape {got['logits'].data.shape}")
+    else:
+        failures.append("--output was not written")
+    text = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--quiet", "--backend", "cpu")
+    for needle in ("sequence 0: prompt 3 tokens, generated", "prefill  3 tokens", "tokens/s", "attn/attn_prefill"):
+        check(needle in text.stdout, f"generate's text output has {needle!r}")
+
+    # The skeleton has no attn module: exit 1 naming the kernel.
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--backend", "skeleton",
+                   env={"METRALE_MANIFESTS": os.path.join(SKELETON_DIR, "skeleton.json")}, expect=1)
+    check("attn/kv_append" in proc.stderr, f"the skeleton's error names attn/kv_append: {proc.stderr[-400:]}")
+
+    # A CPU backend whose manifest lacks the fused kernel, asked for it explicitly: a refusal.
+    with open(os.path.join(CPU_DIR, "cpu.json")) as f:
+        manifest = json.load(f)
+    manifest["library"] = os.path.join(CPU_DIR, manifest["library"])
+    for module in manifest["modules"]:
+        if module["name"] == "rope":
+            module["kernels"] = [k for k in module["kernels"] if k["name"] != "qk_norm_rope"]
+    noqk = os.path.join(work, "cpu-noqk.json")
+    with open(noqk, "w") as f:
+        json.dump(manifest, f)
+    env = {"METRALE_MANIFESTS": noqk, "METRALE_QK_NORM_ROPE": "1"}
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--backend", "cpu", env=env, expect=3)
+    check("rope/qk_norm_rope" in proc.stderr and "METRALE_QK_NORM_ROPE=1" in proc.stderr,
+          f"the refusal names the lever and the kernel: {proc.stderr[-400:]}")
+    # Unset, the same backend falls back to the separate kernels.
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--json", "--backend", "cpu",
+                   env={"METRALE_MANIFESTS": noqk})
+    kernels = {f"{row.get('module')}/{row.get('kernel')}" for row in json.loads(proc.stdout or "{}").get("audit", [])
+               if row.get("outcome") == "resolved"}
+    check("rope/rope" in kernels, f"without the fused kernel rope/rope serves: {sorted(kernels)}")
+
+    # A prompt longer than the cache, and other bad input.
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", ",".join(["1"] * 20), "--kv-tokens", "16", "--quiet",
+                   "--backend", "cpu", expect=1)
+    check("20 tokens" in proc.stderr and "16 tokens" in proc.stderr, f"the cache refusal names the sizes: {proc.stderr[-300:]}")
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,500", "--quiet", "--backend", "cpu", expect=1)
+    check("id 500" in proc.stderr and "0..127" in proc.stderr, f"an id outside the vocabulary is named: {proc.stderr[-300:]}")
+    metrale("generate", "--weights", ckpt, "--prompt-ids", "1,x", "--quiet", "--backend", "cpu", expect=1)
+
+    # run --block decoder over a schedule: two prompts, then a decode step of both.
+    x = round_bf16(np.random.default_rng(5).normal(0, 1, (7, 256)))
+    sched = os.path.join(work, "x.safetensors")
+    save(sched, {"x": Tensor("BF16", bf16_bits(x)), "sequence": Tensor("I32", np.array([0, 0, 0, 1, 1, 0, 1], np.int32)),
+                 "step": Tensor("I32", np.array([0, 0, 0, 1, 1, 2, 2], np.int32))})
+    y = os.path.join(work, "y.safetensors")
+    proc = metrale("run", "--weights", ckpt, "--block", "decoder", "--input", sched, "--output", y, "--json", "--quiet",
+                   "--backend", "cpu")
+    doc = json.loads(proc.stdout or "{}")
+    check(doc.get("batches") == 3 and doc.get("sequences") == 2, f"run --block decoder: {doc.get('batches')} batches")
+    check(os.path.exists(y) and load(y)["y"].data.shape == (7, 256), "run --block writes y [m, hidden]")
+    save(sched, {"x": Tensor("BF16", bf16_bits(x)), "step": Tensor("I32", np.array([0, 1, 0, 1, 1, 2, 2], np.int32))})
+    proc = metrale("run", "--weights", ckpt, "--block", "attention", "--input", sched, "--quiet", "--backend", "cpu", expect=1)
+    check("'step' must not decrease" in proc.stderr, f"a decreasing step is named: {proc.stderr[-300:]}")
+    metrale("run", "--block", "decoder", "--quiet", "--backend", "cpu", expect=1)  # no checkpoint
+
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{'0 failed' if not failures else str(len(failures)) + ' failed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

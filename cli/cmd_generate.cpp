@@ -27,6 +27,8 @@ using namespace metrale::layers;
 
 struct GenerateCliOptions {
   std::string weights;
+  std::string model;
+  uint64_t seed = 1;
   std::string prompt_ids;
   std::string batch_file;
   uint32_t max_new_tokens = 16;
@@ -135,6 +137,8 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   Backend& b = *backend;
   LayerRequest request;
   request.weights = o.weights;
+  request.model = o.model;
+  request.seed = o.seed;
   request.per_expert = o.per_expert;
   apply_tier_flags(o.tiers, request);
   request.progress = [&progress](const std::string& stage, double fraction) {
@@ -203,8 +207,15 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
 void register_generate(CLI::App& app, CliContext& ctx) {
   auto o = std::make_shared<GenerateCliOptions>();
   auto* cmd = app.add_subcommand("generate", "Greedy decoding of a checkpoint's whole model from token ids");
-  cmd->add_option("--weights", o->weights, "The checkpoint: a directory (or its .safetensors / index) with config.json beside it")
-      ->required();
+  std::string preset_names;
+  for (const auto& p : decoder_presets()) preset_names += "\n  " + std::string(p.name) + ": " + std::string(p.description);
+  auto* weights = cmd->add_option("--weights", o->weights,
+                                  "The checkpoint: a directory (or its .safetensors / index) with config.json beside it");
+  auto* model = cmd->add_option("--model", o->model,
+                                "Without --weights: a model preset or a config.json, on synthetic weights from --seed "
+                                "(--weight-quantization, default bf16):" + preset_names);
+  weights->excludes(model);
+  cmd->add_option("--seed", o->seed, "Seed of synthetic weights")->capture_default_str();
   cmd->add_option("--prompt-ids", o->prompt_ids, "One prompt: comma-separated token ids, e.g. 1,2,3");
   cmd->add_option("--batch-file", o->batch_file,
                   "Several prompts: a .safetensors file with 'ids' I32/I64 [B, L] and optionally 'lengths' [B]");

@@ -4,6 +4,7 @@
 #include "io/checkpoint.hpp"
 #include "io/tensor_source.hpp"
 
+#include <metrale/json_file.hpp>
 #include <metrale/lock.hpp>
 #include <metrale/status.hpp>
 
@@ -250,21 +251,62 @@ OpenedBlock open_block(Backend& backend, const LayerRequest& request) {
   return out;
 }
 
+namespace {
+
+// A model without a checkpoint: a decoder preset or a config.json, with seeded weights in the
+// format asked for (--weight-quantization; default bf16).
+ModelWeights synthetic_model(const LayerRequest& request, DecoderConfig& config, OpenedModel& out) {
+  if (request.model.empty()) {
+    throw Error(Status::invalid_argument, "the model needs a checkpoint (--weights DIR) or a model (--model PRESET|config.json) "
+                                          "to run on synthetic weights");
+  }
+  if (auto preset = decoder_preset(request.model)) {
+    config = parse_decoder_config(*preset, request.model);
+  } else {
+    const std::filesystem::path path = std::filesystem::is_directory(request.model) ? std::filesystem::path(request.model) / "config.json"
+                                                                                     : std::filesystem::path(request.model);
+    std::string names;
+    for (const auto& p : decoder_presets()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+    if (!std::filesystem::exists(path)) {
+      throw Error(Status::not_found, "--model " + request.model + ": neither a model preset (" + names + ") nor a config.json");
+    }
+    config = parse_decoder_config(read_json_file(path, "model config", kMaxConfigBytes), path.string());
+  }
+  WeightTierRequest asked = weight_tier_request(request.weight_format, request.expert_format);
+  const WeightFormat format = asked.weights.value_or(WeightFormat::bf16);
+  out.weights_source = "synthetic (seed " + std::to_string(request.seed) + ")";
+  out.quantization = weight_tier_name(format);
+  out.activations = activation_request(request.activations);
+  report(request, "generating synthetic weights", 0.0);
+  ModelWeights w = synthetic_model_weights(config, request.seed, format);
+  report(request, "generating synthetic weights", 1.0);
+  return w;
+}
+
+}  // namespace
+
 OpenedModel open_model(Backend& backend, const LayerRequest& request) {
-  DecoderSource src = read_decoder_source(request, "the model");
   OpenedModel out;
-  out.weights_source = request.weights;
-  out.quantization = src.quant.summary() + " (" + src.quant.source + ")";
-  out.activations = declared_activations(request, src.quant);
-  const std::string loading = "loading " + request.weights;
-  const ModelWeights weights = read_model_weights(src.files, src.config, [&](uint32_t done, uint32_t total) {
-    report(request, loading, static_cast<double>(done) / total);
-  });
-  report(request, loading, 1.0);
+  DecoderConfig config;
+  ModelWeights weights;
+  if (request.weights.empty()) {
+    weights = synthetic_model(request, config, out);
+  } else {
+    DecoderSource src = read_decoder_source(request, "the model");
+    config = src.config;
+    out.weights_source = request.weights;
+    out.quantization = src.quant.summary() + " (" + src.quant.source + ")";
+    out.activations = declared_activations(request, src.quant);
+    const std::string loading = "loading " + request.weights;
+    weights = read_model_weights(src.files, src.config, [&](uint32_t done, uint32_t total) {
+      report(request, loading, static_cast<double>(done) / total);
+    });
+    report(request, loading, 1.0);
+  }
   const std::string stage = "building the model on " + backend.name();
   const uint64_t before = backend.audit().last_sequence();
   const FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, out.activations};
-  out.model = DecoderModel::build(backend, src.config, weights, options, [&](uint32_t done, uint32_t total) {
+  out.model = DecoderModel::build(backend, config, weights, options, [&](uint32_t done, uint32_t total) {
     report(request, stage, static_cast<double>(done) / total);
   });
   report(request, stage, 1.0);

@@ -88,7 +88,9 @@ struct OpenedBlock {
 };
 OpenedBlock open_block(Backend& backend, const LayerRequest& request);
 
-// The whole model of the checkpoint in request.weights (request.layer is ignored).
+// The whole model of the checkpoint in request.weights, or without weights of request.model (a
+// decoder preset, decoder/decoder_weights.hpp, or a config.json) on synthetic weights from
+// request.seed in request.weight_format (default bf16). request.layer is ignored.
 struct OpenedModel {
   std::string weights_source;
   std::string quantization;

@@ -105,4 +105,34 @@ Backend& EmbeddedFfn::backend() const noexcept { return *impl_->backend; }
 
 const std::vector<AuditRow>& EmbeddedFfn::build_audit() const noexcept { return impl_->layer.audit; }
 
+struct EmbeddedModel::Impl {
+  std::shared_ptr<Backend> backend;
+  OpenedModel model;
+
+  Impl(std::shared_ptr<Backend> b, const LayerRequest& request) : backend(std::move(b)), model(open_model(*backend, request)) {}
+};
+
+EmbeddedModel::EmbeddedModel(std::shared_ptr<Backend> backend, const LayerRequest& request) {
+  if (!backend) throw Error(Status::invalid_argument, "EmbeddedModel: the backend is null (Registry::select or find gives one)");
+  impl_ = std::make_unique<Impl>(std::move(backend), request);
+}
+
+EmbeddedModel::~EmbeddedModel() = default;
+EmbeddedModel::EmbeddedModel(EmbeddedModel&& other) noexcept = default;
+EmbeddedModel& EmbeddedModel::operator=(EmbeddedModel&& other) noexcept = default;
+
+Generation EmbeddedModel::generate(const std::vector<std::vector<int32_t>>& prompts, uint32_t max_new_tokens,
+                                   uint64_t kv_tokens) {
+  GenerateOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.kv_tokens = kv_tokens;
+  GenerateResult r = generate_greedy(*impl_->backend, *impl_->model.model, prompts, options);
+  return Generation{std::move(r.generated), std::move(r.logits), r.prefill_tokens, r.decode_tokens, r.prefill_seconds,
+                    r.decode_seconds};
+}
+
+uint32_t EmbeddedModel::vocab_size() const noexcept { return impl_->model.model->config().vocab_size; }
+Backend& EmbeddedModel::backend() const noexcept { return *impl_->backend; }
+const std::vector<AuditRow>& EmbeddedModel::build_audit() const noexcept { return impl_->model.audit; }
+
 }  // namespace metrale::layers

@@ -81,4 +81,42 @@ class EmbeddedFfn {
   std::unique_ptr<Impl> impl_;
 };
 
+// What EmbeddedModel::generate returns: per prompt, the new ids and the logits each was chosen
+// from (bf16 values as f32, [new ids][vocab]), and the rates of the two phases.
+struct Generation {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits;
+  uint64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// A whole decoder model (docs/layers.md, "The decoder") on a backend it keeps alive, composed as
+// `metrale generate` composes it: request.weights a checkpoint (its config.json beside it), or
+// without weights request.model a decoder preset or a config.json on synthetic weights. Not
+// reentrant; movable like EmbeddedFfn.
+class EmbeddedModel {
+ public:
+  // Throws as EmbeddedFfn's constructor does; a backend lacking a kernel the model needs is an
+  // Error naming it, an explicit lever it cannot honour a Refusal.
+  EmbeddedModel(std::shared_ptr<Backend> backend, const LayerRequest& request);
+  ~EmbeddedModel();
+  EmbeddedModel(EmbeddedModel&& other) noexcept;
+  EmbeddedModel& operator=(EmbeddedModel&& other) noexcept;
+
+  // Greedy decoding of every prompt (token ids), decoded together after each is prefilled, in a
+  // KV cache made for the call (kv_tokens 0: the prompts plus max_new_tokens each). Throws
+  // Error(invalid_argument) for an empty prompt or an id outside the vocabulary,
+  // Error(out_of_memory) when the cache cannot hold them (naming the sizes).
+  Generation generate(const std::vector<std::vector<int32_t>>& prompts, uint32_t max_new_tokens, uint64_t kv_tokens = 0);
+
+  uint32_t vocab_size() const noexcept;
+  Backend& backend() const noexcept;
+  // The audit rows the build appended, in order.
+  const std::vector<AuditRow>& build_audit() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace metrale::layers

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "decoder/decoder_weights.hpp"
 
+#include "core/numeric.hpp"
+#include "core/quant_synthetic.hpp"
+#include "core/rng.hpp"
 #include "io/config_json.hpp"
 #include "io/linear_reader.hpp"
 #include "io/tensor_source.hpp"
@@ -91,6 +94,64 @@ ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfi
   for (uint32_t l = 0; l < config.num_layers; ++l) {
     w.layers.push_back(read_decoder_layer(files, config, l));
     if (progress) progress(l + 1, config.num_layers);
+  }
+  return w;
+}
+
+namespace {
+
+std::vector<uint16_t> seeded_bf16(uint64_t seed, const std::string& name, size_t size, double center, double spread) {
+  SplitMix64 rng(derive_seed(seed, name));
+  std::vector<uint16_t> out(size);
+  for (auto& v : out) v = f64_to_bf16(center + rng.uniform(-spread, spread));
+  return out;
+}
+
+nlohmann::json qwen3_shape(uint32_t hidden, uint32_t layers, uint32_t heads, uint32_t kv_heads, uint32_t intermediate,
+                           uint32_t vocab, bool tie) {
+  return {{"model_type", "qwen3"}, {"architectures", {"Qwen3ForCausalLM"}}, {"hidden_size", hidden},
+          {"num_hidden_layers", layers}, {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
+          {"head_dim", 128}, {"intermediate_size", intermediate}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-6},
+          {"rope_theta", 1000000.0}, {"max_position_embeddings", 40960}, {"vocab_size", vocab},
+          {"tie_word_embeddings", tie}, {"torch_dtype", "bfloat16"}};
+}
+
+}  // namespace
+
+const std::vector<DecoderPreset>& decoder_presets() {
+  static const std::vector<DecoderPreset> list{
+      {"tiny-qwen3", "Qwen3 layout at toy size: 2 layers, hidden 256, 4 q / 2 kv heads of 128, vocab 1024 (tests, samples)"},
+      {"qwen3-0.6b", "Qwen3-0.6B's shapes: 28 layers, hidden 1024, 16 q / 8 kv heads of 128, intermediate 3072, vocab 151936, tied"},
+      {"qwen3-1.7b", "Qwen3-1.7B's shapes: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, intermediate 6144, vocab 151936, tied"},
+  };
+  return list;
+}
+
+std::optional<nlohmann::json> decoder_preset(std::string_view name) {
+  if (name == "tiny-qwen3") return qwen3_shape(256, 2, 4, 2, 512, 1024, false);
+  if (name == "qwen3-0.6b") return qwen3_shape(1024, 28, 16, 8, 3072, 151936, true);
+  if (name == "qwen3-1.7b") return qwen3_shape(2048, 28, 16, 8, 6144, 151936, true);
+  return std::nullopt;
+}
+
+ModelWeights synthetic_model_weights(const DecoderConfig& c, uint64_t seed, WeightFormat format) {
+  const uint32_t hidden = c.attention.hidden_size;
+  ModelWeights w;
+  w.embed = seeded_bf16(seed, "embed_tokens", size_t{c.vocab_size} * hidden, 0.0, 1.7);  // unit spread
+  w.final_norm = seeded_bf16(seed, "norm", hidden, 1.0, 0.2);
+  if (!c.tie_word_embeddings) w.lm_head = synthetic_quant("lm_head", WeightFormat::bf16, c.vocab_size, hidden, seed);
+  SyntheticFormats formats;
+  formats.weights = format;
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    const uint64_t layer_seed = derive_seed(seed, "layer " + std::to_string(l));
+    DecoderLayerWeights d;
+    d.layer = l;
+    d.ffn_config = c.ffn.for_layer(l);
+    d.ffn = synthetic_ffn_weights(d.ffn_config, layer_seed, formats);
+    d.attention = synthetic_attention_weights(c.attention, layer_seed, format);
+    d.input_norm = seeded_bf16(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
+    d.post_norm = seeded_bf16(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
+    w.layers.push_back(std::move(d));
   }
   return w;
 }

@@ -15,10 +15,13 @@
 #include "io/config.hpp"
 #include "io/weights.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace metrale::layers {
@@ -60,6 +63,20 @@ struct ModelWeights {
   std::vector<DecoderLayerWeights> layers;
   CheckpointQuant quant;             // what the checkpoint declares
 };
+
+// Whole-model presets for synthetic weights (`metrale generate --model NAME`, the benches): their
+// config.json documents, shaped as the models they are named after.
+struct DecoderPreset {
+  std::string_view name;
+  std::string_view description;
+};
+const std::vector<DecoderPreset>& decoder_presets();
+// The preset's config document; nullopt for another name.
+std::optional<nlohmann::json> decoder_preset(std::string_view name);
+
+// Seeded weights of `format` for every layer (attention and FFN), the embedding (unit spread),
+// the norms (near 1) and the logits projection (untied: bf16).
+ModelWeights synthetic_model_weights(const DecoderConfig& config, uint64_t seed, WeightFormat format);
 
 // Every layer of the checkpoint; `progress(done, total)` after each layer when given.
 ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,

@@ -53,6 +53,8 @@ GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std:
                                const GenerateOptions& o) {
   const uint32_t vocab = model.config().vocab_size;
   check_prompts(prompts, vocab);
+  if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "generate: max_new_tokens must be at least 1");
+  if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "generate: prefill_chunk must be at least 1");
   GenerateResult r;
   // Every sequence's blocks, counted as the cache will hand them out.
   uint64_t needed_blocks = 0, longest = 0, total = 0;

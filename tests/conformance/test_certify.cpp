@@ -15,6 +15,9 @@
 
 #include "test_support.hpp"
 
+#include <fstream>
+#include <map>
+
 using namespace metrale;
 using namespace metrale::conformance;
 namespace fs = std::filesystem;
@@ -75,13 +78,41 @@ TEST_CASE("the CPU backend is consistent and serves every path") {
   REQUIRE(cpu);
   for (const auto& r : manifest_checks(*cpu)) FAIL_CHECK(r.name << ": " << r.detail);
   const auto rows = coverage(*cpu);
-  CHECK(rows.size() == 16);
+  CHECK(rows.size() == 21);
   for (const auto& r : rows) CHECK_MESSAGE(r.status == PathStatus::serves, r.path << ": " << path_status_name(r.status) << " " << r.detail);
   CHECK(row(rows, "dense/decode").kernels.front() == "w4a16/w4a16_gemv");
   CHECK(row(rows, "moe/device_routing").kernels.front() == "moe/moe_align");
   CHECK(row(rows, "quant/act_order").kernels.front() == "quant/gather_k");
   CHECK(row(rows, "quant/bf16").kernels.front() == "bf16/bf16_gemv");
   CHECK(row(rows, "quant/f16").kernels.front() == "f16/f16_gemv");
+  CHECK(row(rows, "decoder/qk_norm_rope").kernels.front() == "rope/qk_norm_rope");
+  CHECK(row(rows, "decoder/bias").kernels.front() == "norm/bias_add");
+}
+
+TEST_CASE("a backend that claims the decoder's kernels but cannot run them fails the decoder paths") {
+  testing::TempDir dir;
+  // The CPU manifest's own entries of the decoder's modules, on the fault plugin that provides
+  // every listed kernel but each module's last: attn lists attn_prefill last.
+  std::ifstream in(CPU_MANIFEST);
+  const nlohmann::json cpu = nlohmann::json::parse(in);
+  std::map<std::string, nlohmann::json> modules;
+  for (const auto& m : cpu["modules"]) {
+    const std::string name = m["name"];
+    if (name == "attn" || name == "rope" || name == "norm" || name == "bf16" || name == "embed") modules[name] = m["kernels"];
+  }
+  REQUIRE(modules.size() == 5);
+  REQUIRE(modules["attn"].back()["name"] == "attn_prefill");
+  auto missing = load(dir, "listed_not_provided", modules);
+  const auto rows = coverage(*missing.backend);
+  const CoverageRow& attention = row(rows, "decoder/attention");
+  CHECK(attention.status == PathStatus::fails);
+  CHECK(attention.detail.find("attn/attn_prefill") != std::string::npos);
+  CHECK(result(path_failures(rows), "path/decoder/attention"));
+  // The skeleton-like case: nothing of the decoder listed, nothing claimed, no failure.
+  auto plain = load(dir, "good", {{"act", nlohmann::json::array({act_kernel("silu_mul")})}});
+  for (const char* path : {"decoder/attention", "decoder/layer", "decoder/embedding"}) {
+    CHECK(row(coverage(*plain.backend), path).status == PathStatus::cannot_run);
+  }
 }
 
 TEST_CASE("manifest and plugin disagreeing: one named failure per kernel") {

@@ -57,6 +57,7 @@ VARIABLE = [
     (re.compile(r"median [\d.]+ ms \(min [\d.]+, max [\d.]+\)"), "median <t> ms"),
     (re.compile(r"= [\d.]+ GB/s, [\d.]+ GFLOP/s"), "= <rate>"),
     (re.compile(r"\bdone in [\d.]+ s\b"), "done in <t> s"),
+    (re.compile(r"\bin [\d.]+ s: [\d.]+ tokens/s"), "in <t> s: <rate> tokens/s"),
     (re.compile(r"(\.(?:cpp|hpp|h)):\d+\b"), r"\1:<line>"),
     (re.compile(r"\bcpu-x86_64-(?:baseline|avx2|avx512bf16|avx512)\b"), "cpu-x86_64-<tier>"),
 ]

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "conformance/coverage.hpp"
 
+#include "attention/attention.hpp"
+#include "decoder/decoder_layer.hpp"
 #include "io/config.hpp"
 #include "ffn/dense_ffn.hpp"
 #include "ffn/moe.hpp"
@@ -42,6 +44,9 @@ struct PathSpec {
 
 const Need kTileGemm{"w4a16/w4a16_gemm_t_k64", "w4a16/w4a16_gemm_t_k64_p3"};
 const Need kAct{"act/silu_mul", "act/gelu_mul"};
+// What every attention path needs: the attn module, RoPE and the bf16 projections.
+const std::vector<Need> kAttention{{"attn/kv_append"}, {"attn/attn_decode"}, {"attn/attn_decode_combine"}, {"attn/attn_prefill"},
+                                   {"rope/rope"}, {"norm/rms_norm"}, {"bf16/bf16_gemm"}};
 const std::vector<Need> kMoeBase{{"moe/router_gemm"}, {"moe/topk_softmax"}, {"moe/moe_gather"}, {"moe/moe_combine"}, kAct};
 
 // Why `kernel` ("module/name") is not usable on `backend`, or "" when it is.
@@ -134,6 +139,35 @@ Probe moe_probe(Backend& b, Activation act, bool grouped, bool device_routing) {
   return p;
 }
 
+// The attention of a small bf16 model of `model_type` ("llama": RoPE alone; "qwen3": q/k norm;
+// "qwen2": q/k/v biases), resolved as the layers do; the step of `m` rows planned.
+AttentionConfig attention_config(const char* model_type) {
+  const nlohmann::json doc{{"model_type", model_type}, {"hidden_size", kHidden}, {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2}, {"head_dim", 64}, {"max_position_embeddings", 4096}};
+  return parse_attention_config(doc, "conformance coverage");
+}
+
+Probe attention_probe(Backend& b, const char* model_type, const char* primary) {
+  const AttentionKernels k = AttentionLayer::resolve(b, attention_config(model_type), WeightFormat::bf16, false);
+  Probe p;
+  for (KernelHandle h : {k.bias_add, k.qk_norm_rope, k.rms_norm, k.rope, k.kv_append, k.decode, k.decode_combine, k.prefill})
+    if (h) p.kernels.push_back(name_of(b, h));
+  p.primary = primary;
+  p.native = *primary == '\0' || std::find(p.kernels.begin(), p.kernels.end(), p.primary) != p.kernels.end();
+  return p;
+}
+
+// The decoder layer's norms and residual adds.
+Probe decoder_norms_probe(Backend& b) {
+  const DecoderNormKernels k = resolve_decoder_norms(b);
+  Probe p;
+  for (KernelHandle h : {k.rms_norm, k.rms_norm_residual, k.add})
+    if (h) p.kernels.push_back(name_of(b, h));
+  p.native = static_cast<bool>(k.rms_norm_residual);
+  p.primary = "norm/rms_norm_residual";
+  return p;
+}
+
 std::vector<PathSpec> paths() {
   using A = Activation;
   const std::vector<Need> dense{kTileGemm, kAct};
@@ -172,6 +206,20 @@ std::vector<PathSpec> paths() {
       {"quant/act_order", "act-order weights (gather_k)", {{"quant/gather_k"}, {"w4a16_zp/w4a16_zp_gemm"}, kAct},
        [](Backend& b, A a) {
          return family_probe(b, a, WeightFormat::w4_zp, ActivationQuant::bf16, KernelFamily::w4a16_zp, true);
+       }},
+      {"decoder/attention", "self-attention over the paged KV cache (bf16 weights, RoPE)", kAttention,
+       [](Backend& b, A) { return attention_probe(b, "llama", ""); }},
+      {"decoder/qk_norm_rope", "Qwen3's q/k RMSNorm and RoPE in one kernel", with(kAttention, {{"rope/qk_norm_rope"}}),
+       [](Backend& b, A) { return attention_probe(b, "qwen3", "rope/qk_norm_rope"); }},
+      {"decoder/bias", "q/k/v projection biases (Qwen2)", with(kAttention, {{"norm/bias_add"}}),
+       [](Backend& b, A) { return attention_probe(b, "qwen2", "norm/bias_add"); }},
+      {"decoder/layer", "the decoder layer's norms and residual adds", {{"norm/rms_norm"}, {"norm/add"}, {"norm/rms_norm_residual"}},
+       [](Backend& b, A) { return decoder_norms_probe(b); }},
+      {"decoder/embedding", "the embedding gather", {{"embed/embedding"}},
+       [](Backend& b, A) {
+         Probe p;
+         p.kernels.push_back(b.kernel_name(b.kernel("embed", "embedding")));
+         return p;
        }},
   };
 }

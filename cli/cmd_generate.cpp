@@ -188,8 +188,9 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
             << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << ")\n"
             << "weights  " << opened.weights_source << ", " << opened.quantization << '\n';
   for (const auto& tier : opened.model->tiers()) std::cout << "tier     " << tier << '\n';
-  std::cout << "kv cache " << r.cache.capacity_tokens() << " tokens (" << r.cache.num_blocks << " blocks of " << r.cache.block_size
-            << ") x " << r.cache.layers << " layers\n\naudit: the lookups made building the model\n"
+  std::cout << "kv cache " << r.cache.capacity_tokens() << " tokens per layer, " << r.cache.num_blocks
+            << (r.cache.num_blocks == 1 ? " block" : " blocks") << " of " << r.cache.block_size << ", " << r.cache.layers
+            << " layers\n\naudit: the lookups made building the model\n"
             << render_audit_table(opened.audit) << '\n';
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::cout << "sequence " << p << ": prompt " << prompts[p].size() << " tokens, generated " << id_list(r.generated[p]) << '\n';

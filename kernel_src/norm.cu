@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Module `norm` (docs/kernels.md): RMSNorm with the rounding points of transformers' bf16
 // Qwen3RMSNorm / LlamaRMSNorm: statistics in f32, the normalised row rounded to bf16 before the
-// weight multiplies. Grid (m, 1), one row per block, any 1-D block size up to 1024.
+// weight multiplies; and the bf16 adds beside it (the residual stream's, a Linear layer's bias).
+// Grid (m, 1), one row per block, any 1-D block size up to 1024.
 #include "metrale_common.cuh"
 
 namespace {
@@ -60,4 +61,13 @@ extern "C" __global__ void add(const __nv_bfloat16* x, const __nv_bfloat16* resi
   if (blockIdx.x >= m) return;
   const size_t row = static_cast<size_t>(blockIdx.x) * h;
   add_row(x + row, residual + row, out + row, h);
+}
+
+// A Linear layer's bias over the projection's bf16 output: out = bf16(x + bias) per row, the
+// same bias row for every row; out may be x. Grid (m, 1).
+extern "C" __global__ void bias_add(const __nv_bfloat16* x, const __nv_bfloat16* bias, __nv_bfloat16* out, unsigned m,
+                                    unsigned n) {
+  if (blockIdx.x >= m) return;
+  const size_t row = static_cast<size_t>(blockIdx.x) * n;
+  add_row(x + row, bias, out + row, n);
 }

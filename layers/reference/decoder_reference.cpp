@@ -66,6 +66,16 @@ ReferenceResidualNorm reference_rms_norm_residual(std::span<const uint16_t> x, s
   return out;
 }
 
+ReferenceOutput reference_bias_add(std::span<const uint16_t> x, std::span<const uint16_t> bias, uint32_t m, uint32_t n) {
+  ReferenceOutput out = sized(m, n);
+  for (uint32_t r = 0; r < m; ++r)
+    for (uint32_t j = 0; j < n; ++j) {
+      const size_t at = size_t{r} * n + j;
+      out.value[at] = bf16(double{bf16_to_f32(x[at])} + bf16_to_f32(bias[j]));  // the exact sum, rounded once
+    }
+  return out;
+}
+
 ReferenceOutput reference_rope(std::span<const uint16_t> x, std::span<const int32_t> positions,
                                std::span<const float> inv_freq, uint32_t t, uint32_t heads, uint32_t head_dim,
                                float scaling) {

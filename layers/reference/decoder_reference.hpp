@@ -24,6 +24,9 @@ struct ReferenceResidualNorm {
 ReferenceResidualNorm reference_rms_norm_residual(std::span<const uint16_t> x, std::span<const uint16_t> residual,
                                                   std::span<const uint16_t> weight, uint32_t m, uint32_t h, double eps);
 
+// bias_add: out[r][j] = bf16(x[r][j] + bias[j]) over x [m][n], bias [n] (exact: bound 0).
+ReferenceOutput reference_bias_add(std::span<const uint16_t> x, std::span<const uint16_t> bias, uint32_t m, uint32_t n);
+
 // rope on one [t][heads][head_dim] tensor: the result as [t * heads][head_dim].
 ReferenceOutput reference_rope(std::span<const uint16_t> x, std::span<const int32_t> positions,
                                std::span<const float> inv_freq, uint32_t t, uint32_t heads, uint32_t head_dim,

@@ -84,6 +84,13 @@ void add(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
            arg_u32(args, 4));
 }
 
+// (x, bias, out, m, n): row `bx` of out = bf16(x + bias), a Linear layer's bias; out may be x.
+void bias_add(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  const uint32_t n = arg_u32(args, 4);
+  const size_t row = size_t{bx} * n;
+  add_rows(arg_ptr<const uint16_t>(args, 0) + row, arg_ptr<const uint16_t>(args, 1), arg_ptr<uint16_t>(args, 2) + row, n);
+}
+
 // (q, k, positions, inv_freq, t, q_heads, kv_heads, head_dim, scaling): token `bx`, every head of
 // q and of k. The angle is the f32 product inv_freq[i] · position; cos and sin are taken in f32,
 // multiplied by `scaling` and rounded to bf16, as transformers hands them to the attention.

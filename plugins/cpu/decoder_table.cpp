@@ -54,6 +54,18 @@ metrale_status check_add(const KernelArgs& a, const MemoryView& mem, BlockRange&
   return kOk;
 }
 
+// bias_add (x, bias, out, m, n).
+metrale_status check_bias_add(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 3), n = arg_u32(a, 4);
+  if (!at_least_one({{"m", m}, {"n", n}}, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, n, 2});
+  if (!buffer(a, mem, 0, "x", row_bytes, "m*n bf16", error) || !buffer(a, mem, 1, "bias", product({n, 2}), "n bf16", error) ||
+      !buffer(a, mem, 2, "out", row_bytes, "m*n bf16", error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
 metrale_status check_rope(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
   const uint32_t t = arg_u32(a, 4), q_heads = arg_u32(a, 5), kv_heads = arg_u32(a, 6), head_dim = arg_u32(a, 7);
   if (!at_least_one({{"t", t}, {"q_heads", q_heads}, {"kv_heads", kv_heads}}, error) ||
@@ -98,6 +110,8 @@ constexpr const char* kRmsNormResidualNames[] = {"x", "residual", "weight", "y",
 constexpr metrale_param_type kRmsNormResidualTypes[] = {P, P, P, P, P, U, U, F};
 constexpr const char* kAddNames[] = {"x", "residual", "out", "m", "h"};
 constexpr metrale_param_type kAddTypes[] = {P, P, P, U, U};
+constexpr const char* kBiasAddNames[] = {"x", "bias", "out", "m", "n"};
+constexpr metrale_param_type kBiasAddTypes[] = {P, P, P, U, U};
 constexpr const char* kRopeNames[] = {"q", "k", "positions", "inv_freq", "t", "q_heads", "kv_heads", "head_dim", "scaling"};
 constexpr metrale_param_type kRopeTypes[] = {P, P, P, P, U, U, U, U, F};
 constexpr const char* kEmbeddingNames[] = {"table", "ids", "out", "t", "h", "vocab"};
@@ -110,6 +124,7 @@ const KernelSpec kSpecs[] = {
     {"norm", "rms_norm_residual", METRALE_CPU_PARAMS(RmsNormResidual), check_rms_norm<true>,
      baseline::rms_norm_residual, -1, "(m, 1)"},
     {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
+    {"norm", "bias_add", METRALE_CPU_PARAMS(BiasAdd), check_bias_add, baseline::bias_add, -1, "(m, 1)"},
     {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rope, baseline::rope, -1, "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
     {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},

@@ -152,6 +152,7 @@ void attn_prefill(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rms_norm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rms_norm_residual(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void bias_add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 

@@ -76,6 +76,30 @@ TEST_CASE("norm/rms_norm_residual: residual_out = bf16(x + residual), then its r
   }
 }
 
+TEST_CASE("norm/bias_add: out = bf16(x + bias[j]) per row, rounded once, in place too, on every tier") {
+  const auto x = mirror::spread(size_t{kM} * kH, 13), bias = mirror::spread(kH, 14);
+  const auto want = mirror::bias_add(x, bias);
+  size_t rounded = 0;  // the inputs make most f32 sums inexact in bf16
+  for (size_t i = 0; i < x.size(); ++i)
+    rounded += mirror::bf16_value(want[i]) != mirror::bf16_value(x[i]) + mirror::bf16_value(bias[i % kH]);
+  REQUIRE(rounded > x.size() / 2);
+  for (const std::string& tier : supported_tiers()) {
+    CAPTURE(tier);
+    Backend& b = tier_backend(tier);
+    const uint64_t dx = b.upload(x), dbias = b.upload(bias), dout = b.alloc(x.size() * 2);
+    Args args;
+    args.ptr(dx).ptr(dbias).ptr(dout).u32(kM).u32(kH);
+    require_ok(b, b.launch(b.kernel("norm", "bias_add"), {kM, 1}, args));
+    CHECK(b.download<uint16_t>(dout, x.size()) == want);
+    Args in_place;
+    in_place.ptr(dx).ptr(dbias).ptr(dx).u32(kM).u32(kH);
+    require_ok(b, b.launch(b.kernel("norm", "bias_add"), {kM, 1}, in_place));
+    CHECK(b.download<uint16_t>(dx, x.size()) == want);
+    CHECK(b.download<uint16_t>(dbias, bias.size()) == bias);
+    for (uint64_t a : {dx, dbias, dout}) b.free(a);
+  }
+}
+
 TEST_CASE("rope/rope: rotate_half pairs, f32 angles, bf16 cos/sin times the scaling, every product and sum rounded") {
   constexpr uint32_t t = 5, q_heads = 4, kv_heads = 2, head_dim = 64, half = head_dim / 2;
   constexpr float scaling = 1.25f;
@@ -141,6 +165,11 @@ TEST_CASE("the decoder kernels' launch checks name the argument and what was exp
   bad_eps.ptr(big).ptr(big).ptr(big).u32(2).u32(256).f32(std::nanf(""));
   CHECK(b.launch(b.kernel("norm", "rms_norm"), {2, 1}, bad_eps) == METRALE_STATUS_INVALID_ARGUMENT);
   CHECK(b.last_error().find("eps must be a finite non-negative f32") != std::string::npos);
+  Args short_bias;
+  short_bias.ptr(big).ptr(small).ptr(big).u32(2).u32(256);
+  CHECK(b.launch(b.kernel("norm", "bias_add"), {2, 1}, short_bias) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("argument 'bias'") != std::string::npos);
+  CHECK(b.last_error().find("512 bytes (n bf16)") != std::string::npos);
   Args odd;
   odd.ptr(big).ptr(big).ptr(big).ptr(big).u32(1).u32(1).u32(1).u32(63).f32(1.0f);
   CHECK(b.launch(b.kernel("rope", "rope"), {1, 1}, odd) == METRALE_STATUS_INVALID_ARGUMENT);

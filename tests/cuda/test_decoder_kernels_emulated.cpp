@@ -63,6 +63,20 @@ TEST_CASE("rms_norm_residual: residual_out = bf16(x + residual), y its rms_norm;
   }
 }
 
+TEST_CASE("bias_add: out = bf16(x + bias[j]) per row, rounded once; in place") {
+  const auto x = mirror::spread(size_t{kM} * kH, 8), bias = mirror::spread(kH, 9);
+  const auto want = mirror::bias_add(x, bias);
+  for (const unsigned block : {256u, 96u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> out(x.size(), 0xffff);
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { bias_add(bf(x), bf(bias), bf(out), kM, kH); });
+    CHECK(out == want);
+    std::vector<uint16_t> in_place = x;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { bias_add(bf(in_place), bf(bias), bf(in_place), kM, kH); });
+    CHECK(in_place == want);
+  }
+}
+
 TEST_CASE("rope: rotate_half in bf16 on q and k, cos/sin of f32 angles times the scaling") {
   constexpr uint32_t t = 4, q_heads = 4, kv_heads = 2, head_dim = 128;
   constexpr float scaling = 1.125f;

@@ -3,7 +3,8 @@
 // once more in plain f32 for the backends' tests, independently of any backend's code, with the
 // inputs that make them exact: rows of multiples of 1/8, whose sums of squares are exact in f32
 // in any order, so a kernel's block reduction and this loop agree bit for bit and every bf16
-// rounding point shows. cos/sin are the host's (the CPU backend's and the emulation's).
+// rounding point shows. cos/sin are the host's (the CPU backend's and the emulation's). The adds
+// reduce nothing, so they agree on any inputs; `spread` makes their sums round.
 #pragma once
 
 #include <cmath>
@@ -38,6 +39,17 @@ inline std::vector<uint16_t> eighths(size_t count, uint64_t stream) {
   return out;
 }
 
+// bf16 of random mantissas and signs, magnitudes 2^-12..2^12: sums of two round at every
+// exponent gap, ties included.
+inline std::vector<uint16_t> spread(size_t count, uint64_t stream) {
+  std::mt19937_64 rng(stream);
+  std::uniform_int_distribution<int> exponent(-12, 12), mantissa(0, 127), sign(0, 1);
+  std::vector<uint16_t> out(count);
+  for (auto& v : out)
+    v = to_bf16(std::ldexp(static_cast<float>(128 + mantissa(rng)) / 128.0f, exponent(rng)) * (sign(rng) ? -1.0f : 1.0f));
+  return out;
+}
+
 // Norm weights in [0.25, 1.75).
 inline std::vector<uint16_t> norm_weights(size_t count, uint64_t stream) {
   std::mt19937_64 rng(stream);
@@ -66,6 +78,13 @@ inline std::vector<uint16_t> rms_norm(const std::vector<uint16_t>& x, const std:
 inline std::vector<uint16_t> add(const std::vector<uint16_t>& x, const std::vector<uint16_t>& residual) {
   std::vector<uint16_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(bf16_value(x[i]) + bf16_value(residual[i]));
+  return out;
+}
+
+// bf16(x[r][j] + bias[j]) over the rows of x, n wide.
+inline std::vector<uint16_t> bias_add(const std::vector<uint16_t>& x, const std::vector<uint16_t>& bias) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(bf16_value(x[i]) + bf16_value(bias[i % bias.size()]));
   return out;
 }
 

@@ -24,7 +24,7 @@ namespace {
 constexpr metrale_param_type P = METRALE_PARAM_PTR, U = METRALE_PARAM_U32, F = METRALE_PARAM_F32;
 constexpr std::array<metrale_param_type, 6> kRmsNormSig{P, P, P, U, U, F};
 constexpr std::array<metrale_param_type, 8> kRmsNormResidualSig{P, P, P, P, P, U, U, F};
-constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};
+constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};  // add and bias_add
 constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
 constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
 constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
@@ -185,6 +185,24 @@ CaseResult run_add(Backend& b, const Case& c, CaseResult r) {
   return checked(std::move(r), got, reference_rms_norm_residual(x, residual, w, m, h, kEps).residual_out, &guard);
 }
 
+// norm/bias_add: rows of scales 2^-9..2^9 against one bias row of unit scale, so sums round at
+// every exponent gap; in place over x (as the layers run it) or into a separate output.
+CaseResult run_bias_add(Backend& b, const Case& c, CaseResult r) {
+  const uint32_t m = c.m, n = c.n;
+  const size_t count = size_t{m} * n;
+  const std::vector<uint16_t> x = scaled_rows(m, n, stream_of(c)), bias = synthetic_activations(1, n, stream_of(c) + 3);
+  const bool in_place = c.variant == "in_place";
+  DeviceBuffer dx = canary_buffer(b, count, n), dbias(b, size_t{n} * 2), dout = canary_buffer(b, count, n);
+  dx.upload(std::span<const uint16_t>(x));
+  dbias.upload(std::span<const uint16_t>(bias));
+  const DevicePtr out = in_place ? dx.ptr() : dout.ptr();
+  b.launch(b.kernel("norm", "bias_add", kAddSig), rows_grid(m), dx.ptr(), dbias.ptr(), out, m, n);
+  b.synchronize();
+  std::vector<uint16_t> got = (in_place ? dx : dout).download<uint16_t>(count + n);
+  const std::vector<uint16_t> guard = split_guard(got, count);
+  return checked(std::move(r), got, reference_bias_add(x, bias, m, n), &guard);
+}
+
 CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
   const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
   const RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
@@ -289,6 +307,10 @@ std::vector<Case> decoder_cases() {
                                "rms_norm_residual", m, h));
   out.push_back(decoder_case("norm/rms_norm_residual/in_place_m5_h512", "norm", "rms_norm_residual", 5, 512, 0, 0, "in_place"));
   out.push_back(decoder_case("norm/add/m9_h1000", "norm", "add", 9, 1000));
+  // A Linear bias: Qwen2-7B's q projection (n = 3584) over many rows; in place, an n no multiple of
+  // the block.
+  out.push_back(decoder_case("norm/bias_add/m33_n3584", "norm", "bias_add", 33, 3584));
+  out.push_back(decoder_case("norm/bias_add/in_place_m7_n1000", "norm", "bias_add", 7, 1000, 0, 0, "in_place"));
   // Rotary: GQA head counts of Qwen3 (32 q / 4 kv) and Llama 3.1 (32 / 8), equal heads, a small head_dim.
   out.push_back(decoder_case("rope/rope/qwen3_t11_q32_kv4_d128", "rope", "rope", 11, 128, 32, 4, "qwen3"));
   out.push_back(decoder_case("rope/rope/qwen3_yarn_t22_q8_kv2_d128", "rope", "rope", 22, 128, 8, 2, "qwen3_yarn"));
@@ -306,6 +328,7 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   if (c.kernel == "rms_norm") return run_rms_norm(backend, c, std::move(r));
   if (c.kernel == "rms_norm_residual") return run_rms_norm_residual(backend, c, std::move(r));
   if (c.kernel == "add") return run_add(backend, c, std::move(r));
+  if (c.kernel == "bias_add") return run_bias_add(backend, c, std::move(r));
   if (c.kernel == "rope") return run_rope(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);

@@ -33,12 +33,6 @@ struct TileStage {
   alignas(16) unsigned b[BN * kBStride];
 };
 
-// Two values as a bf16 pair, low element first (exact: see code_value).
-__device__ __forceinline__ unsigned bf16_pair(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&pair);
-}
-
 // A pair of 16-bit values (Fmt::value) as bf16 pairs hi + lo, exactly (see F16W). An infinite
 // value keeps lo = 0, so its products stay infinite rather than inf + NaN.
 template <class Fmt>

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Module `attn` (docs/kernels.md): attention over the paged bf16 KV cache, pools
 // [num_blocks][kv_heads][block_size][head_dim]. Scores q.k summed in f32, times scale; softmax in
-// f32; probabilities in f32 against V; bf16 output. The plain first form: one block per work
-// item of the contract's grid, threads over tokens for the scores and over head_dim for P.V.
-// Any 1-D block size up to 1024 (128 by convention).
-#include "metrale_common.cuh"
+// f32; bf16 output. kv_append and the decode pair on CUDA cores: one block per work item of the
+// contract's grid, threads over tokens for the scores and over head_dim for P.V (probabilities in
+// f32), any 1-D block size up to 1024 (128 by convention). attn_prefill on tensor cores (sm_80),
+// probabilities rounded to bf16 for P.V; any block of whole warps (below).
+#include "tile_pipeline.cuh"
 
 namespace {
 
@@ -24,6 +25,221 @@ struct Sum {
 __device__ __forceinline__ size_t kv_at(unsigned block, unsigned head, unsigned offset, unsigned kv_heads,
                                         unsigned block_size, unsigned head_dim) {
   return ((static_cast<size_t>(block) * kv_heads + head) * block_size + offset) * head_dim;
+}
+
+// Flash-style prefill on tensor cores. A block takes 64 query rows of one kv head; its work is
+// the units (q head of the group, 16-row m-tile), one per warp at a time, in passes of as many
+// units as the block has whole warps. A pass streams the cache positions its rows reach in chunks
+// of 32 through a 2-stage cp.async ring (tile_pipeline.cuh; a chunk's rows are gathered through
+// the block table, so any block_size works), every warp of the pass reading the same chunk.
+// Per warp and chunk: S = Q Kᵀ (mma m16n8k16, bf16 → f32; Q in registers, each thread's four
+// contiguous head_dim positions as fragment elements 2t, 2t+1, 2t+8, 2t+9 on Q and K alike),
+// scores times scale in log2 units, causal mask, online softmax in registers (row maxima over
+// the quad of lanes holding a row), P rounded to bf16 in the accumulator layout, which is the A
+// fragment layout of P V, and O += P V with V's fragments loaded transposed (ldmatrix .trans).
+// The row sums add the rounded P, so the output is the weighted mean of V with the weights the
+// mma used; rounded to bf16 once at the end.
+constexpr unsigned kPrefillChunk = 32;  // cache positions per pipeline stage
+
+// K rows padded by 16 bf16 (the 8-byte fragment loads of a half-warp hit distinct banks), V rows
+// by 8 (the eight rows of an ldmatrix matrix hit distinct banks); rows stay 16-byte aligned.
+template <unsigned D>
+struct PrefillStage {
+  static constexpr unsigned kKStride = D + 16, kVStride = D + 8;
+  alignas(16) __nv_bfloat16 k[kPrefillChunk * kKStride];
+  alignas(16) __nv_bfloat16 v[kPrefillChunk * kVStride];
+};
+constexpr unsigned kPrefillStages = 2;
+// The ring for either head_dim (a kernel's static shared memory is the sum of its variables).
+struct alignas(16) PrefillShared {
+  unsigned char bytes[kPrefillStages * sizeof(PrefillStage<kMaxHeadDim>)];
+};
+
+template <unsigned D>
+struct PrefillPass {
+  static constexpr unsigned kSteps = D / 16;             // k steps of S = Q Kᵀ
+  static constexpr unsigned kSTiles = kPrefillChunk / 8;  // n-tiles of S (positions)
+  static constexpr unsigned kOTiles = D / 8;             // n-tiles of O (head_dim)
+  using Stage = PrefillStage<D>;
+
+  // Shared by the block.
+  const __nv_bfloat16* k_cache;
+  const __nv_bfloat16* v_cache;
+  const int* block_table;
+  Stage* stages;
+  unsigned kv_head, kv_heads, block_size, positions;  // positions 0 .. positions-1 are read
+  float scale_log2;
+  // This warp's unit: rows at positions pos0 (row g) and pos1 (row g + 8); last: the unit's
+  // highest position; active: the warp has a unit in this pass.
+  bool active;
+  unsigned pos0, pos1, last;
+  unsigned q[kSteps][4];
+  float o[kOTiles][4];
+  float top[2], sum[2];  // running maximum (log2 units) and sum of rows g and g + 8
+
+  template <bool ASYNC>
+  __device__ __forceinline__ void load(unsigned s, unsigned c) {
+    constexpr unsigned kPieces = D / 8;  // 16-byte pieces per row
+    for (unsigned i = threadIdx.x; i < kPrefillChunk * kPieces; i += blockDim.x) {
+      const unsigned r = i / kPieces, piece = i % kPieces;
+      const unsigned pos = c * kPrefillChunk + r;
+      const bool ok = pos < positions;
+      const size_t at = ok ? kv_at(static_cast<unsigned>(block_table[pos / block_size]), kv_head, pos % block_size,
+                                   kv_heads, block_size, D) + piece * 8
+                           : 0;
+      __nv_bfloat16* kd = stages[s].k + r * Stage::kKStride + piece * 8;
+      __nv_bfloat16* vd = stages[s].v + r * Stage::kVStride + piece * 8;
+      if constexpr (ASYNC) {
+        metrale::cp_async16(kd, k_cache + at, ok);
+        metrale::cp_async16(vd, v_cache + at, ok);
+      } else {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(kd) = ok ? __ldg(reinterpret_cast<const uint4*>(k_cache + at)) : zero;
+        *reinterpret_cast<uint4*>(vd) = ok ? __ldg(reinterpret_cast<const uint4*>(v_cache + at)) : zero;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void compute(unsigned s, unsigned c) {
+    const unsigned p0 = c * kPrefillChunk;
+    if (!active || p0 > last) return;  // warp-uniform: nothing of this chunk reaches the unit's rows
+    const Stage& st = stages[s];
+    const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+    float sc[kSTiles][4];
+#pragma unroll
+    for (unsigned j = 0; j < kSTiles; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+    for (unsigned kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+      for (unsigned j = 0; j < kSTiles; ++j) {
+        const uint2 kv = *reinterpret_cast<const uint2*>(st.k + (8 * j + g) * Stage::kKStride + 16 * kk + 4 * t);
+        const unsigned b[2] = {kv.x, kv.y};
+        metrale::mma_bf16_16816(sc[j], q[kk], b);
+      }
+    }
+    // Scores in log2 units, positions past a row masked; the maxima of rows g and g + 8.
+    float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (unsigned j = 0; j < kSTiles; ++j) {
+#pragma unroll
+      for (unsigned e = 0; e < 4; ++e) {
+        const unsigned pos = p0 + 8 * j + 2 * t + (e & 1u);
+        sc[j][e] = pos <= (e < 2 ? pos0 : pos1) ? sc[j][e] * scale_log2 : neg_inf();
+        mx[e / 2] = fmaxf(mx[e / 2], sc[j][e]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (unsigned h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      // Position 0 is in every row's first chunk, so the new maximum is finite.
+      const float next = fmaxf(top[h], mx[h]);
+      alpha[h] = exp2f(top[h] - next);  // 0 on the first chunk (top = -inf)
+      top[h] = next;
+      sum[h] *= alpha[h];
+    }
+#pragma unroll
+    for (unsigned j = 0; j < kOTiles; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+    // P (bf16) in the A fragment layout of P V: for positions 16i.., S tiles 2i and 2i + 1.
+    unsigned p[kSTiles][2];
+#pragma unroll
+    for (unsigned j = 0; j < kSTiles; ++j) {
+      p[j][0] = metrale::bf16_pair(exp2f(sc[j][0] - top[0]), exp2f(sc[j][1] - top[0]));  // row g
+      p[j][1] = metrale::bf16_pair(exp2f(sc[j][2] - top[1]), exp2f(sc[j][3] - top[1]));  // row g + 8
+      sum[0] += metrale::bf16_lo(p[j][0]) + metrale::bf16_hi(p[j][0]);
+      sum[1] += metrale::bf16_lo(p[j][1]) + metrale::bf16_hi(p[j][1]);
+    }
+#pragma unroll
+    for (unsigned i = 0; i < kSTiles / 2; ++i) {
+      const unsigned a[4] = {p[2 * i][0], p[2 * i][1], p[2 * i + 1][0], p[2 * i + 1][1]};
+      // Lanes 0-15 address rows 16i .. 16i + 15 at column 8j, lanes 16-31 the same rows at 8j + 8:
+      // the B fragments of O tiles j and j + 1.
+      const __nv_bfloat16* row = st.v + (16 * i + (lane & 15u)) * Stage::kVStride + (lane & 16u) / 2;
+#pragma unroll
+      for (unsigned j = 0; j < kOTiles; j += 2) {
+        unsigned b[4];
+        metrale::ldmatrix_x4_trans(b, row + 8 * j);
+        const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        metrale::mma_bf16_16816(o[j], a, b0);
+        metrale::mma_bf16_16816(o[j + 1], a, b1);
+      }
+    }
+  }
+};
+
+template <unsigned D>
+__device__ void attn_prefill_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                                const int* block_table, __nv_bfloat16* out, unsigned m, unsigned past, unsigned q_heads,
+                                unsigned kv_heads, unsigned block_size, float scale, unsigned char* shared) {
+  using Pass = PrefillPass<D>;
+  const unsigned warps = blockDim.x / 32, warp = threadIdx.x / 32;
+  const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+  const unsigned kv_head = blockIdx.y, group = q_heads / kv_heads;
+  const unsigned row0 = blockIdx.x * kPrefillRows;
+  if (row0 >= m) return;  // uniform per block
+  const unsigned rows = min(m - row0, kPrefillRows);
+  const unsigned tiles = (rows + 15) / 16, units = group * tiles;
+  Pass pass;
+  pass.k_cache = k_cache;
+  pass.v_cache = v_cache;
+  pass.block_table = block_table;
+  pass.stages = reinterpret_cast<typename Pass::Stage*>(shared);
+  pass.kv_head = kv_head;
+  pass.kv_heads = kv_heads;
+  pass.block_size = block_size;
+  pass.scale_log2 = scale * 1.44269504088896340736f;  // exp(x) = 2^(x log2(e))
+  for (unsigned first = 0; first < units; first += warps) {
+    // The pass reads the positions its highest row reaches.
+    unsigned end = 0;
+    for (unsigned u = first; u < min(units, first + warps); ++u) end = max(end, min(rows, (u % tiles) * 16 + 16));
+    pass.positions = past + row0 + end;
+    const unsigned unit = first + warp;
+    pass.active = warp < warps && unit < units;
+    const unsigned head = kv_head * group + unit / tiles, tile_row = (unit % tiles) * 16;
+    if (pass.active) {
+      pass.pos0 = past + row0 + tile_row + g;
+      pass.pos1 = pass.pos0 + 8;
+      pass.last = past + row0 + min(rows, tile_row + 16) - 1;
+      // Q rows past the chunk's end are zeros; their outputs are not stored.
+#pragma unroll
+      for (unsigned kk = 0; kk < Pass::kSteps; ++kk) {
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h) {
+          const unsigned r = tile_row + g + 8 * h;
+          const uint2 v = r < rows ? *reinterpret_cast<const uint2*>(
+                                         q + (static_cast<size_t>(row0 + r) * q_heads + head) * D + 16 * kk + 4 * t)
+                                   : uint2{0, 0};
+          pass.q[kk][h] = v.x;      // row g (+8): positions 4t, 4t+1
+          pass.q[kk][2 + h] = v.y;  // positions 4t+2, 4t+3
+        }
+      }
+#pragma unroll
+      for (unsigned j = 0; j < Pass::kOTiles; ++j) pass.o[j][0] = pass.o[j][1] = pass.o[j][2] = pass.o[j][3] = 0.f;
+      pass.top[0] = pass.top[1] = neg_inf();
+      pass.sum[0] = pass.sum[1] = 0.f;
+    }
+    metrale::run_pipeline<kPrefillStages>((pass.positions + kPrefillChunk - 1) / kPrefillChunk, pass);
+    if (!pass.active) continue;
+#pragma unroll
+    for (unsigned h = 0; h < 2; ++h) {
+      float total = pass.sum[h];
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      const unsigned r = tile_row + g + 8 * h;
+      if (r >= rows) continue;
+      __nv_bfloat16* dst = out + (static_cast<size_t>(row0 + r) * q_heads + head) * D + 2 * t;
+#pragma unroll
+      for (unsigned j = 0; j < Pass::kOTiles; ++j) {
+        *reinterpret_cast<unsigned*>(dst + 8 * j) = metrale::bf16_pair(pass.o[j][2 * h] / total, pass.o[j][2 * h + 1] / total);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -129,46 +345,21 @@ extern "C" __global__ void attn_decode_combine(const float* partials, const int*
   }
 }
 
-// Grid (ceil(m/64), kv_heads): one thread per query row of the block's 64 (threads past them
-// idle), for the q heads of kv head blockIdx.y in turn; online softmax over positions 0..past+i.
+// Grid (ceil(m/64), kv_heads), block: whole warps (32 .. 1024 threads, 128 by convention; threads
+// past the last whole warp only load, and fewer than 32 threads trap, as does a head_dim other
+// than 64 or 128).
 extern "C" __global__ void attn_prefill(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                                         const __nv_bfloat16* v_cache, const int* block_table, __nv_bfloat16* out,
                                         unsigned m, unsigned past, unsigned q_heads, unsigned kv_heads,
                                         unsigned head_dim, unsigned block_size, unsigned num_blocks, float scale) {
   (void)num_blocks;
-  const unsigned kv_head = blockIdx.y;
-  const unsigned group = q_heads / kv_heads;
-  for (unsigned r = threadIdx.x; r < kPrefillRows; r += blockDim.x) {
-    const unsigned row = blockIdx.x * kPrefillRows + r;
-    if (row >= m) break;
-    const unsigned pos = past + row;
-    for (unsigned g = 0; g < group; ++g) {
-      const unsigned head = kv_head * group + g;
-      float qr[kMaxHeadDim], acc[kMaxHeadDim];
-      const __nv_bfloat16* qrow = q + (static_cast<size_t>(row) * q_heads + head) * head_dim;
-      for (unsigned i = 0; i < head_dim; ++i) {
-        qr[i] = metrale::to_f32(qrow[i]);
-        acc[i] = 0.f;
-      }
-      float top = neg_inf(), sum = 0.f;
-      for (unsigned j = 0; j <= pos; ++j) {
-        const size_t at =
-            kv_at(static_cast<unsigned>(block_table[j / block_size]), kv_head, j % block_size, kv_heads, block_size, head_dim);
-        float dot = 0.f;
-        for (unsigned i = 0; i < head_dim; ++i) dot += qr[i] * metrale::to_f32(k_cache[at + i]);
-        const float s = dot * scale;
-        if (s > top) {
-          const float alpha = top == neg_inf() ? 0.f : expf(top - s);
-          sum *= alpha;
-          for (unsigned i = 0; i < head_dim; ++i) acc[i] *= alpha;
-          top = s;
-        }
-        const float p = expf(s - top);
-        sum += p;
-        for (unsigned i = 0; i < head_dim; ++i) acc[i] += p * metrale::to_f32(v_cache[at + i]);
-      }
-      __nv_bfloat16* dst = out + (static_cast<size_t>(row) * q_heads + head) * head_dim;
-      for (unsigned i = 0; i < head_dim; ++i) dst[i] = metrale::to_bf16(acc[i] / sum);
-    }
+  __shared__ PrefillShared stages;
+  if (blockDim.x < 32 || blockDim.y != 1 || blockDim.z != 1) __trap();
+  if (head_dim == 128) {
+    attn_prefill_tc<128>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
+  } else if (head_dim == 64) {
+    attn_prefill_tc<64>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
+  } else {
+    __trap();
   }
 }

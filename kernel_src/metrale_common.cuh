@@ -27,6 +27,11 @@ __device__ __forceinline__ __nv_bfloat16 to_bf16(float v) { return __float2bfloa
 // The two bf16 halves of a 32-bit word, low half first.
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+// Two f32 rounded to a bf16 pair (nearest, ties to even), `lo` in the low half.
+__device__ __forceinline__ unsigned bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Every inline-PTX primitive the kernels use, in one place: cp.async (sm_80), mma.sync bf16 and
-// s8·u8 (sm_80), mma.sync e4m3 and the f32 -> e4m3 conversion (sm_89), dp4a with a signed and an
+// s8·u8 (sm_80), ldmatrix .trans (sm_75), mma.sync e4m3 and the f32 -> e4m3 conversion (sm_89), dp4a with a signed and an
 // unsigned operand, and the Hopper bulk copy with its mbarrier (sm_90). Kernels call these and
 // nothing else in assembly; the host emulation of the test suite (tests/cuda/emulation) supplies the
 // same functions with PTX's documented semantics, so the kernels' logic is tested without a GPU.
@@ -41,6 +41,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8×8 matrices of 16-bit elements from shared memory, each transposed on the way: lane l
+// gives the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); register q of lane
+// l receives elements (2(l%4), l/4) and (2(l%4) + 1, l/4) of matrix q, the first in the low half.
+// Rows of [K][N] data so loaded are the column-major B fragments of mma_bf16_16816.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
 }
 
 // d += a · b for one m16n8k32 tile of 8-bit elements (row-major A, column-major B). Fragments per

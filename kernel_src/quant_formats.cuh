@@ -7,14 +7,23 @@
 //   W8Zp   w8-zp:         8-bit, value (q - z) · f32 scale, groups of G, u8 zero points
 //   Fp8W   fp8-e4m3:      8-bit E4M3, value e4m3(q) · f32 scale, groups of 128
 //   W4ZpE4m3 w4-zp read by the E4M3 tensor cores (module w4afp8): the codes 0..15 as E4M3
-// kFp8: the codes are E4M3; kE4m3Mma: the tiles multiply on the E4M3 tensor cores.
+//   Bf16W  bf16-nk:       16-bit, the bf16 value itself, no scales (module bf16)
+//   F16W   f16-nk:        16-bit, the f16 value itself, no scales (module f16)
+// kFp8: the codes are E4M3; kE4m3Mma: the tiles multiply on the E4M3 tensor cores; kScaled:
+// values carry scales per group; kBf16Parts: bf16 numbers whose sum is a value, exactly.
 #pragma once
 
 #include "metrale_common.cuh"
 
 namespace metrale {
 
-struct W4Sym {
+// Every quantized format: scaled codes, each value (q - z or E4M3) one bf16 number.
+struct ScaledCodes {
+  static constexpr bool kScaled = true;
+  static constexpr unsigned kBf16Parts = 1;
+};
+
+struct W4Sym : ScaledCodes {
   static constexpr unsigned kBits = 4;
   static constexpr unsigned kFixedGroup = 128;
   static constexpr bool kZeros = false;
@@ -25,7 +34,7 @@ struct W4Sym {
   __device__ static float scale(Scale s) { return __half2float(s); }
 };
 
-struct W4Zp {
+struct W4Zp : ScaledCodes {
   static constexpr unsigned kBits = 4;
   static constexpr unsigned kFixedGroup = 0;  // the launch's `group` (32, 64 or 128)
   static constexpr bool kZeros = true;
@@ -36,7 +45,7 @@ struct W4Zp {
   __device__ static float scale(Scale s) { return s; }
 };
 
-struct W8Zp {
+struct W8Zp : ScaledCodes {
   static constexpr unsigned kBits = 8;
   static constexpr unsigned kFixedGroup = 0;
   static constexpr bool kZeros = true;
@@ -47,7 +56,7 @@ struct W8Zp {
   __device__ static float scale(Scale s) { return s; }
 };
 
-struct Fp8W {
+struct Fp8W : ScaledCodes {
   static constexpr unsigned kBits = 8;
   static constexpr unsigned kFixedGroup = 128;
   static constexpr bool kZeros = false;
@@ -64,11 +73,40 @@ struct W4ZpE4m3 : W4Zp {
   static constexpr bool kE4m3Mma = true;
 };
 
+// Plain 16-bit weights: each code is the value itself; no scales, no zero points, no groups
+// (kFixedGroup only keeps the group arithmetic defined).
+struct Plain16 {
+  static constexpr unsigned kBits = 16;
+  static constexpr unsigned kFixedGroup = 128;
+  static constexpr bool kZeros = false;
+  static constexpr int kZero = 0;
+  static constexpr bool kFp8 = false;
+  static constexpr bool kE4m3Mma = false;
+  static constexpr bool kScaled = false;
+  using Scale = float;
+};
+
+struct Bf16W : Plain16 {
+  static constexpr unsigned kBf16Parts = 1;
+  __device__ static float value(unsigned bits) { return __uint_as_float(bits << 16); }
+};
+
+// An f16 value w is bf16(w) + (w - bf16(w)) exactly: w has 11 significant bits, bf16(w) keeps
+// the top 8 and the rest (at most 4 units of w's last place) fits in bf16 too.
+struct F16W : Plain16 {
+  static constexpr unsigned kBf16Parts = 2;
+  __device__ static float value(unsigned bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+};
+
 // The value of code q (already extracted) given zf = code_offset(zero point): exact in f32 and
-// in bf16 (|q - z| <= 255; every E4M3 number is a bf16 number).
+// in bf16 (|q - z| <= 255; every E4M3 number is a bf16 number), or the plain 16-bit value.
 template <class Fmt>
 __device__ __forceinline__ float code_value(unsigned q, float zf) {
-  if constexpr (Fmt::kFp8) {
+  if constexpr (Fmt::kBits == 16) {
+    return Fmt::value(q);
+  } else if constexpr (Fmt::kFp8) {
     return e4m3_to_f32(q);
   } else {
     return code_minus(q, zf);
@@ -99,7 +137,11 @@ struct QuantWeights {
   __device__ unsigned row_words() const { return k * Fmt::kBits / 32; }
   __device__ const unsigned* row_codes(unsigned row) const { return codes + static_cast<size_t>(row) * row_words(); }
   __device__ float scale(unsigned row, unsigned g) const {
-    return Fmt::scale(scales[static_cast<size_t>(row) * groups() + g]);
+    if constexpr (Fmt::kScaled) {
+      return Fmt::scale(scales[static_cast<size_t>(row) * groups() + g]);
+    } else {
+      return 1.f;
+    }
   }
   __device__ int zero(unsigned row, unsigned g) const {
     if constexpr (Fmt::kZeros) {
@@ -111,8 +153,8 @@ struct QuantWeights {
   // Matrix e of a stack, each tensor at e times its per-matrix size.
   __device__ QuantWeights expert(unsigned e) const {
     const size_t cells = static_cast<size_t>(e) * n * groups();
-    return {codes + static_cast<size_t>(e) * n * row_words(), scales + cells, Fmt::kZeros ? zeros + cells : zeros, n, k,
-            group};
+    return {codes + static_cast<size_t>(e) * n * row_words(), Fmt::kScaled ? scales + cells : scales,
+            Fmt::kZeros ? zeros + cells : zeros, n, k, group};
   }
 };
 

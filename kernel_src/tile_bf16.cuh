@@ -7,11 +7,13 @@
 // value without its scale — q - z, or the E4M3 number — which bf16 holds exactly; each group's
 // partial sums go to `part` and are scaled in f32 when the group of K completes
 // (`acc += part * scale`), so nothing is rounded that the scalar definition does not round.
+// Plain 16-bit weights have no scales: bf16 values enter as stored, straight into `acc`; an f16
+// value enters as two bf16 parts whose sum it is (two mmas), every product still exact.
 //
 // Fragment order: an mma sums over its 16 K positions in any order, so each thread takes the
 // four contiguous K positions 4t..4t+3 of its row / column as the fragment elements 2t, 2t+1,
 // 2t+8, 2t+9 (the same permutation on A and B): one 8-byte load of A per row, one 16-bit (4-bit
-// codes) or 32-bit (8-bit codes) load of B per column.
+// codes), 32-bit (8-bit codes) or 64-bit (16-bit values) load of B per column.
 #pragma once
 
 #include "quant_formats.cuh"
@@ -31,10 +33,14 @@ struct TileStage {
   alignas(16) unsigned b[BN * kBStride];
 };
 
-// Two values as a bf16 pair, low element first (exact: see code_value).
-__device__ __forceinline__ unsigned bf16_pair(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&pair);
+// A pair of 16-bit values (Fmt::value) as bf16 pairs hi + lo, exactly (see F16W). An infinite
+// value keeps lo = 0, so its products stay infinite rather than inf + NaN.
+template <class Fmt>
+__device__ __forceinline__ void bf16_parts(unsigned pair, unsigned& hi, unsigned& lo) {
+  const float v0 = Fmt::value(pair & 0xffffu), v1 = Fmt::value(pair >> 16);
+  hi = bf16_pair(v0, v1);
+  const float r0 = v0 - bf16_lo(hi), r1 = v1 - bf16_hi(hi);
+  lo = bf16_pair(r0 == r0 ? r0 : 0.f, r1 == r1 ? r1 : 0.f);
 }
 
 // The per-thread accumulators and the math of one warp on one stage.
@@ -66,21 +72,34 @@ struct TileMath {
     }
   }
 
-  // B fragment of n-tile j for K step kk: four codes of column `col` decoded to two bf16 pairs.
+  // B fragments of n-tile j for K step kk: four codes of column `col` decoded to two bf16 pairs
+  // (per part: see Fmt::kBf16Parts).
   __device__ void b_fragment(const Stage& stage, unsigned col, unsigned kk, unsigned t, unsigned j,
-                             unsigned (&b)[2]) const {
+                             unsigned (&b)[Fmt::kBf16Parts][2]) const {
+    if constexpr (Fmt::kBits == 16) {
+      const uint2 v = *reinterpret_cast<const uint2*>(stage.b + col * Stage::kBStride + kk / 2 + 2 * t);
+      if constexpr (Fmt::kBf16Parts == 1) {
+        b[0][0] = v.x;
+        b[0][1] = v.y;
+      } else {
+        bf16_parts<Fmt>(v.x, b[0][0], b[1][0]);
+        bf16_parts<Fmt>(v.y, b[0][1], b[1][1]);
+      }
+      return;
+    }
     unsigned word;
     if constexpr (Fmt::kBits == 4) {
       word = stage.b[col * Stage::kBStride + kk / 8 + t / 2] >> (16 * (t & 1u));
     } else {
       word = stage.b[col * Stage::kBStride + kk / 4 + t];
     }
-    b[0] = bf16_pair(code_value<Fmt>(code_at<Fmt>(word, 0), zf[j]), code_value<Fmt>(code_at<Fmt>(word, 1), zf[j]));
-    b[1] = bf16_pair(code_value<Fmt>(code_at<Fmt>(word, 2), zf[j]), code_value<Fmt>(code_at<Fmt>(word, 3), zf[j]));
+    b[0][0] = bf16_pair(code_value<Fmt>(code_at<Fmt>(word, 0), zf[j]), code_value<Fmt>(code_at<Fmt>(word, 1), zf[j]));
+    b[0][1] = bf16_pair(code_value<Fmt>(code_at<Fmt>(word, 2), zf[j]), code_value<Fmt>(code_at<Fmt>(word, 3), zf[j]));
   }
 
-  // part += A_chunk · B_chunkᵀ for this warp's sub-tile, flushing at every group boundary.
-  // `rows`: valid rows of the tile; m-tiles wholly past them are skipped (warp-uniform).
+  // part += A_chunk · B_chunkᵀ for this warp's sub-tile, flushing at every group boundary
+  // (unscaled formats: acc += directly). `rows`: valid rows of the tile; m-tiles wholly past
+  // them are skipped (warp-uniform).
   __device__ void compute(const Stage& stage, const QuantWeights<Fmt>& w, unsigned n0, unsigned k0, unsigned rows,
                           unsigned warp_m, unsigned warp_n, unsigned lane) {
     const unsigned g = lane >> 2;  // groupID
@@ -103,14 +122,18 @@ struct TileMath {
       }
 #pragma unroll
       for (unsigned j = 0; j < Shape::kNTiles; ++j) {
-        unsigned b[2];
+        unsigned b[Fmt::kBf16Parts][2];
         b_fragment(stage, warp_n * Shape::kWarpN + j * 8 + g, kk, t, j, b);
 #pragma unroll
         for (unsigned i = 0; i < Shape::kMTiles; ++i) {
-          if (warp_m * Shape::kWarpM + i * 16 < rows) mma_bf16_16816(part[i][j], a[i], b);
+          if (warp_m * Shape::kWarpM + i * 16 >= rows) continue;
+#pragma unroll
+          for (unsigned p = 0; p < Fmt::kBf16Parts; ++p) mma_bf16_16816(Fmt::kScaled ? part[i][j] : acc[i][j], a[i], b[p]);
         }
       }
-      if (w.group_starts(k0 + kk + 16)) flush(w, n0, w.group_of(k0 + kk), warp_n, lane);
+      if constexpr (Fmt::kScaled) {
+        if (w.group_starts(k0 + kk + 16)) flush(w, n0, w.group_of(k0 + kk), warp_n, lane);
+      }
     }
   }
 

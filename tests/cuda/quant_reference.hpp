@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Host-side definitions of the quantized weight families of docs/kernels.md ("Quantized weight
-// families beyond W4A16") in double precision: test data in the canonical layouts (w4-zp, w8-zp,
-// fp8-e4m3, zero points and FP8 special values included), E4M3 by table search, the expected
+// families beyond W4A16", "Plain 16-bit float weights") in double precision: test data in the
+// canonical layouts (w4-zp, w8-zp, fp8-e4m3, bf16-nk, f16-nk; zero points, FP8 special values,
+// f16 subnormals included), E4M3 by table search, the expected
 // outputs of the bf16-, int8- and E4M3-activation GEMMs, the activation quantizers, the
 // act-order gather and device-side routing. Shared by the emulated kernel tests and the GPU suite.
 #pragma once
@@ -36,32 +37,44 @@ inline uint8_t e4m3_nearest(float v) {
   return static_cast<uint8_t>(best | (std::signbit(v) ? 0x80u : 0u));
 }
 
-enum class QuantKind { w4zp, w8zp, fp8 };
+// bf16 and f16: plain 16-bit weights (modules bf16, f16), the values themselves.
+enum class QuantKind { w4zp, w8zp, fp8, bf16, f16 };
+
+inline bool plain16(QuantKind kind) { return kind == QuantKind::bf16 || kind == QuantKind::f16; }
 
 // A stack of `count` matrices [N][K] in a family's canonical layout.
 struct QuantMatrix {
   QuantKind kind = QuantKind::w4zp;
   uint32_t n = 0, k = 0, group = 128, count = 1;
-  std::vector<uint32_t> words;  // the code bytes (w4: two codes a byte, low nibble first)
-  std::vector<float> scales;    // [count][N][K/G]
+  std::vector<uint32_t> words;  // the code bytes (w4: two codes a byte, low nibble first; 16-bit: little-endian)
+  std::vector<float> scales;    // [count][N][K/G]; none for bf16 / f16
   std::vector<uint8_t> zeros;   // [count][N][K/G], w4zp and w8zp
 
   uint32_t groups() const { return k / group; }
-  size_t row_bytes() const { return kind == QuantKind::w4zp ? k / 2 : k; }
+  size_t row_bytes() const { return kind == QuantKind::w4zp ? k / 2 : plain16(kind) ? size_t{k} * 2 : k; }
   const uint8_t* bytes() const { return reinterpret_cast<const uint8_t*>(words.data()); }
   uint32_t code(uint32_t e, uint32_t row, uint32_t col) const {
-    const uint8_t byte = bytes()[(static_cast<size_t>(e) * n + row) * row_bytes() + (kind == QuantKind::w4zp ? col / 2 : col)];
+    const uint8_t* r = bytes() + (static_cast<size_t>(e) * n + row) * row_bytes();
+    if (plain16(kind)) return r[2 * col] | uint32_t{r[2 * col + 1]} << 8;
+    const uint8_t byte = r[kind == QuantKind::w4zp ? col / 2 : col];
     return kind == QuantKind::w4zp ? (col % 2 ? byte >> 4 : byte & 0xfu) : byte;
   }
   size_t cell(uint32_t e, uint32_t row, uint32_t col) const {
     return (static_cast<size_t>(e) * n + row) * groups() + col / group;
   }
-  int zero(uint32_t e, uint32_t row, uint32_t col) const { return kind == QuantKind::fp8 ? 0 : zeros[cell(e, row, col)]; }
-  double scale(uint32_t e, uint32_t row, uint32_t col) const { return scales[cell(e, row, col)]; }
-  // The unscaled value: q - z, or the E4M3 number.
+  int zero(uint32_t e, uint32_t row, uint32_t col) const {
+    return kind == QuantKind::w4zp || kind == QuantKind::w8zp ? zeros[cell(e, row, col)] : 0;
+  }
+  double scale(uint32_t e, uint32_t row, uint32_t col) const { return plain16(kind) ? 1.0 : scales[cell(e, row, col)]; }
+  // The unscaled value: q - z, the E4M3 number, or the bf16 / f16 number.
   double unscaled(uint32_t e, uint32_t row, uint32_t col) const {
     const uint32_t q = code(e, row, col);
-    return kind == QuantKind::fp8 ? e4m3_value(q) : static_cast<double>(static_cast<int>(q) - zero(e, row, col));
+    switch (kind) {
+      case QuantKind::fp8: return e4m3_value(q);
+      case QuantKind::bf16: return bf16_to_float(static_cast<uint16_t>(q));
+      case QuantKind::f16: return f16_to_float(static_cast<uint16_t>(q));
+      default: return static_cast<double>(static_cast<int>(q) - zero(e, row, col));
+    }
   }
   double value(uint32_t e, uint32_t row, uint32_t col) const { return unscaled(e, row, col) * scale(e, row, col); }
 };
@@ -72,16 +85,21 @@ class QuantData : public Data {
   uint32_t below(uint32_t bound) { return static_cast<uint32_t>(rng_() % bound); }
 
   // Codes uniform; zero points drawn from `zero_choices` per group; scales of either sign.
+  // bf16 / f16 values: see plain_values.
   QuantMatrix weights(QuantKind kind, uint32_t n, uint32_t k, uint32_t group, uint32_t count,
                       std::vector<uint8_t> zero_choices = {}) {
     QuantMatrix w;
     w.kind = kind;
     w.n = n;
     w.k = k;
-    w.group = kind == QuantKind::fp8 ? 128 : group;
+    w.group = kind == QuantKind::w4zp || kind == QuantKind::w8zp ? group : 128;
     w.count = count;
-    const size_t bytes = static_cast<size_t>(count) * n * (kind == QuantKind::w4zp ? k / 2 : k);
+    const size_t bytes = static_cast<size_t>(count) * n * w.row_bytes();
     w.words.resize(bytes / 4);
+    if (plain16(kind)) {
+      plain_values(w);
+      return w;
+    }
     for (auto& word : w.words) word = static_cast<uint32_t>(rng_());
     const size_t cells = static_cast<size_t>(count) * n * w.groups();
     w.scales.resize(cells);
@@ -98,6 +116,24 @@ class QuantData : public Data {
       for (auto& z : w.zeros) z = zero_choices[below(static_cast<uint32_t>(zero_choices.size()))];
     }
     return w;
+  }
+  // bf16 uniform in [-1, 1); f16 with every mantissa bit, magnitudes 2^-14 .. 2 (bf16 could not
+  // hold them). Planted in every row: large values (bf16 128 and -255, f16 ±255.9), tiny ones
+  // (bf16 ±2^-100; the f16 subnormals 2^-24 and -(2^-14 - 2^-24)) and -0.
+  void plain_values(QuantMatrix& w) {
+    auto* v = reinterpret_cast<uint16_t*>(w.words.data());
+    const size_t rows = static_cast<size_t>(w.count) * w.n;
+    for (size_t i = 0; i < rows * w.k; ++i) {
+      v[i] = w.kind == QuantKind::bf16
+                 ? float_to_bf16(uniform(-1.f, 1.f))
+                 : static_cast<uint16_t>((rng_() & 0x8000u) | (1 + rng_() % 15) << 10 | (rng_() & 0x3ffu));
+    }
+    static constexpr uint16_t kBf16[] = {0x4300, 0xc37f, 0x0d80, 0x8d80, 0x8000};
+    static constexpr uint16_t kF16[] = {0x5bff, 0xdbff, 0x0001, 0x83ff, 0x8000};
+    const uint16_t* specials = w.kind == QuantKind::bf16 ? kBf16 : kF16;
+    for (size_t row = 0; row < rows; ++row) {
+      for (size_t i = 0; i < std::size(kF16); ++i) v[row * w.k + below(w.k)] = specials[i];
+    }
   }
   // Int8 activations in -127..127 and positive row scales.
   std::vector<uint8_t> int8(size_t count) {

@@ -3,8 +3,9 @@
 // and checked against the double reference of layers/reference/attention.hpp: kv_append's bytes
 // (slots outside the pool skipped, nothing written out of bounds), attn_decode +
 // attn_decode_combine over several sequences with scattered blocks (lengths 1, ragged, several
-// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64 and 128), attn_prefill after past tokens,
-// under each thread schedule and block sizes that do and do not divide the work.
+// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64 and 128), attn_prefill (tensor cores)
+// after past tokens at cache block sizes 1 to 256, under each thread schedule and block sizes that
+// do and do not divide the work, a partial warp, and its traps.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -171,42 +172,73 @@ TEST_CASE("attn_decode + attn_decode_combine match the reference under every sch
   emu::set_schedule(emu::Schedule::round_robin);
 }
 
+struct PrefillCase {
+  Shape shape;
+  uint32_t m, past;
+};
+
+// attn_prefill of one case with `threads` per block, checked against the reference.
+void check_prefill(const PrefillCase& c, unsigned threads) {
+  CAPTURE(c.shape.head_dim);
+  CAPTURE(c.shape.q_heads);
+  CAPTURE(c.shape.kv_heads);
+  CAPTURE(c.shape.block_size);
+  CAPTURE(c.m);
+  CAPTURE(c.past);
+  CAPTURE(threads);
+  std::mt19937_64 rng(c.m * 5 + c.past + threads);
+  const Shape& s = c.shape;
+  Cache cache(rng, s, {c.past + c.m}, threads);
+  const auto q = random_bf16(rng, size_t{c.m} * s.q_heads * s.head_dim, 3.0);
+  std::vector<uint16_t> out(size_t{c.m} * s.q_heads * s.head_dim, 0xffff);
+  emu::launch({ceil_div(c.m, 64), s.kv_heads, 1}, {threads, 1, 1}, [&] {
+    attn_prefill(bf(q), bf(cache.k_pool), bf(cache.v_pool), cache.tables.data(), bf(out), c.m, c.past, s.q_heads,
+                 s.kv_heads, s.head_dim, s.block_size, cache.num_blocks, scale_of(s));
+  });
+  std::vector<int32_t> tables;
+  std::vector<uint32_t> context;
+  for (uint32_t i = 0; i < c.m; ++i) {
+    tables.insert(tables.end(), cache.tables.begin(), cache.tables.end());
+    context.push_back(c.past + i + 1);
+  }
+  const auto ref = metrale::layers::reference_paged_attention(q, c.m, s.q_heads, cache.view(), tables, cache.max_blocks,
+                                                              context, scale_of(s));
+  CHECK(violations(out, ref) == 0);
+}
+
 TEST_CASE("attn_prefill matches the reference for chunks after past tokens") {
-  struct Case {
-    Shape shape;
-    uint32_t m, past;
-  };
-  const Case cases[] = {
+  const PrefillCase cases[] = {
       {{128, 16, 4, 16}, 1, 37},
       {{128, 16, 4, 16}, 7, 40},
       {{64, 16, 2, 32}, 64, 20},
       {{64, 8, 1, 8}, 70, 3},
+      {{128, 8, 2, 1}, 33, 30},    // one position per cache block
+      {{64, 4, 4, 256}, 130, 290},  // three row blocks; the chunk crosses a cache block
+      {{128, 16, 2, 64}, 20, 0},    // no past: row i sees positions 0 .. i
   };
   for (const auto& [schedule, threads] : kRegimes) {
     emu::set_schedule(schedule);
-    for (const Case& c : cases) {
-      CAPTURE(c.m);
-      CAPTURE(c.past);
-      CAPTURE(threads);
-      std::mt19937_64 rng(c.m * 5 + c.past + threads);
-      const Shape& s = c.shape;
-      Cache cache(rng, s, {c.past + c.m}, threads);
-      const auto q = random_bf16(rng, size_t{c.m} * s.q_heads * s.head_dim, 3.0);
-      std::vector<uint16_t> out(size_t{c.m} * s.q_heads * s.head_dim, 0xffff);
-      emu::launch({ceil_div(c.m, 64), s.kv_heads, 1}, {threads, 1, 1}, [&] {
-        attn_prefill(bf(q), bf(cache.k_pool), bf(cache.v_pool), cache.tables.data(), bf(out), c.m, c.past, s.q_heads,
-                     s.kv_heads, s.head_dim, s.block_size, cache.num_blocks, scale_of(s));
-      });
-      std::vector<int32_t> tables;
-      std::vector<uint32_t> context;
-      for (uint32_t i = 0; i < c.m; ++i) {
-        tables.insert(tables.end(), cache.tables.begin(), cache.tables.end());
-        context.push_back(c.past + i + 1);
-      }
-      const auto ref = metrale::layers::reference_paged_attention(q, c.m, s.q_heads, cache.view(), tables,
-                                                                  cache.max_blocks, context, scale_of(s));
-      CHECK(violations(out, ref) == 0);
-    }
+    for (const PrefillCase& c : cases) check_prefill(c, threads);
   }
   emu::set_schedule(emu::Schedule::round_robin);
+}
+
+TEST_CASE("attn_prefill: threads past the last whole warp only load; fewer than a warp or another head_dim trap") {
+  check_prefill({{128, 16, 4, 16}, 70, 5}, 100);
+  check_prefill({{64, 8, 1, 8}, 40, 9}, 40);
+  std::mt19937_64 rng(1);
+  for (const auto& [shape, threads] : {std::pair<Shape, unsigned>{{128, 4, 4, 16}, 16}, {{96, 4, 4, 16}, 128}}) {
+    CAPTURE(threads);
+    Cache cache(rng, shape, {20}, 128);
+    const auto q = random_bf16(rng, size_t{20} * shape.q_heads * shape.head_dim, 1.0);
+    std::vector<uint16_t> out(q.size(), 0xffff);
+    CHECK_THROWS_WITH_AS(emu::launch({1, shape.kv_heads, 1}, {threads, 1, 1},
+                                     [&] {
+                                       attn_prefill(bf(q), bf(cache.k_pool), bf(cache.v_pool), cache.tables.data(),
+                                                    bf(out), 20, 0, shape.q_heads, shape.kv_heads, shape.head_dim,
+                                                    shape.block_size, cache.num_blocks, 0.1f);
+                                     }),
+                         doctest::Contains("__trap"), std::runtime_error);
+    CHECK(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0xffff; }));
+  }
 }

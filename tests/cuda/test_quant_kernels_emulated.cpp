@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The quantized-weight kernels of kernel_src/ (modules w4a16_zp, w8a16, fp8, w4a8, w8a8, w4afp8, quant),
-// compiled for the host against the CUDA emulation of tests/cuda/emulation and checked against
-// the double-precision definitions of quant_reference.hpp: GEMV tiers, bf16 / int8 / E4M3 tensor
-// core tiles and their grouped forms at awkward shapes, every group size, zero points at the
-// ends of their ranges, FP8 subnormals, ±448 and NaN, E4M3 activations scaled per 128 columns,
+// The quantized-weight kernels of kernel_src/ (modules w4a16_zp, w8a16, fp8, w4a8, w8a8, w4afp8, quant)
+// and the plain 16-bit weights (modules bf16, f16), compiled for the host against the CUDA
+// emulation of tests/cuda/emulation and checked against the double-precision definitions of
+// quant_reference.hpp: GEMV tiers, bf16 / int8 / E4M3 tensor core tiles and their grouped forms at
+// awkward shapes, every group size, zero points at the ends of their ranges, FP8 subnormals, ±448
+// and NaN, f16 subnormals and the low bits bf16 cannot hold, E4M3 activations scaled per 128 columns,
 // and the activation quantizers bit for bit (f32 and bf16 arithmetic, per row and per 128 columns).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -13,6 +14,7 @@
 #include "quantizer_cases.hpp"
 
 // The kernel sources themselves, as NVRTC sees them.
+#include "bf16.cu"
 #include "fp8.cu"
 #include "quant.cu"
 #include "w4a16_zp.cu"
@@ -42,7 +44,7 @@ emu::dim3 grid_of(Variant v, uint32_t n, uint32_t m, uint32_t experts) {
   return {ceil_div(n, 128), experts, 1};
 }
 
-// bf16 activations: w4a16_zp_*, w8a16_*, fp8_*. `m`: rows (dense) or unused (grouped).
+// bf16 activations: w4a16_zp_*, w8a16_*, fp8_*, bf16_*, f16_*. `m`: rows (dense) or unused (grouped).
 void launch_bf16(Variant v, const std::vector<uint16_t>& x, const ref::QuantMatrix& w, const std::vector<int>& offsets,
                  std::vector<uint16_t>& y, uint32_t m) {
   const unsigned* q = w.words.data();
@@ -66,6 +68,20 @@ void launch_bf16(Variant v, const std::vector<uint16_t>& x, const ref::QuantMatr
         if (v == Variant::gemm) fp8_gemm(bf(x), bytes(w), s, bf(y), m, n, k);
         if (v == Variant::grouped) fp8_grouped_gemm(bf(x), bytes(w), s, offsets.data(), bf(y), n, k, e);
         break;
+      case QuantKind::bf16: {
+        const auto* v16 = reinterpret_cast<const __nv_bfloat16*>(q);
+        if (v == Variant::gemv) bf16_gemv(bf(x), v16, bf(y), m, n, k);
+        if (v == Variant::gemm) bf16_gemm(bf(x), v16, bf(y), m, n, k);
+        if (v == Variant::grouped) bf16_grouped_gemm(bf(x), v16, offsets.data(), bf(y), n, k, e);
+        break;
+      }
+      case QuantKind::f16: {
+        const auto* v16 = reinterpret_cast<const __half*>(q);
+        if (v == Variant::gemv) f16_gemv(bf(x), v16, bf(y), m, n, k);
+        if (v == Variant::gemm) f16_gemm(bf(x), v16, bf(y), m, n, k);
+        if (v == Variant::grouped) f16_grouped_gemm(bf(x), v16, offsets.data(), bf(y), n, k, e);
+        break;
+      }
     }
   });
 }
@@ -99,6 +115,8 @@ void launch_act8(Variant v, const std::vector<uint8_t>& xq, const std::vector<fl
         if (v == Variant::gemm) fp8_gemm_a8(a, xs, bytes(w), s, bf(y), m, n, k);
         if (v == Variant::grouped) fp8_grouped_gemm_a8(a, xs, bytes(w), s, offsets.data(), bf(y), n, k, e);
         break;
+      case QuantKind::bf16:
+      case QuantKind::f16: break;  // bf16 activations only: launch_bf16
     }
   });
 }
@@ -118,6 +136,8 @@ const char* kind_name(QuantKind kind) {
     case QuantKind::w4zp: return "w4-zp";
     case QuantKind::w8zp: return "w8-zp";
     case QuantKind::fp8: return "fp8-e4m3";
+    case QuantKind::bf16: return "bf16-nk";
+    case QuantKind::f16: return "f16-nk";
   }
   return "?";
 }
@@ -193,6 +213,53 @@ TEST_CASE("bf16 activations: w4a16_zp, w8a16 and fp8 GEMV, GEMM and grouped GEMM
   }
 }
 
+// Plain 16-bit weights (no groups): n off the tiles, m of one row, a few, 8, past the GEMV's
+// batch and past two M tiles; K multiples of 128.
+TEST_CASE("plain bf16 and f16 weights: GEMV, GEMM and grouped GEMM at awkward shapes") {
+  const Shape gemv_shapes[] = {{1, 1, 128, 0}, {3, 17, 384, 0}, {8, 129, 128, 0}, {17, 130, 256, 0}};
+  const Shape gemm_shapes[] = {{1, 17, 128, 0}, {3, 129, 384, 0}, {8, 1, 128, 0}, {17, 200, 256, 0}, {130, 129, 384, 0}};
+  for (const QuantKind kind : {QuantKind::bf16, QuantKind::f16}) {
+    for (const auto& s : gemv_shapes) check_dense(kind, Variant::gemv, s, false, false);
+    for (const auto& s : gemm_shapes) check_dense(kind, Variant::gemm, s, false, false);
+    check_grouped(kind, false, false);
+  }
+}
+
+// Rows x = (1, -1, 0, ...) against columns (w, bf16(w), ...): y = w - bf16(w), the low bits of an
+// f16 weight that one bf16 operand would drop, exactly; an infinite weight gives an infinite y.
+TEST_CASE("f16 weights: the bits below bf16's precision count exactly, an infinite weight stays infinite") {
+  ref::QuantData data(5);
+  const uint32_t m = 3, n = 130, k = 256;
+  auto w = data.weights(QuantKind::f16, n, k, 128, 1);
+  auto* v = reinterpret_cast<uint16_t*>(w.words.data());
+  std::vector<uint16_t> want(n);
+  for (uint32_t c = 0; c < n; ++c) {
+    const uint16_t full = static_cast<uint16_t>(0x3c00u | (c * 37u & 0x3ffu) | (c % 2 ? 0x8000u : 0u));
+    const float value = ref::f16_to_float(full);
+    const float rounded = ref::bf16_to_float(ref::float_to_bf16(value));
+    v[c * k] = full;
+    v[c * k + 1] = ref::float_to_f16(rounded);  // exact: 8 significant bits
+    want[c] = ref::float_to_bf16(value - rounded);
+  }
+  v[7 * k] = 0x7c00;  // +inf
+  v[7 * k + 1] = 0;
+  want[7] = 0x7f80;
+  std::vector<uint16_t> x(static_cast<size_t>(m) * k, 0);
+  for (uint32_t r = 0; r < m; ++r) {
+    x[r * k] = ref::float_to_bf16(1.f);
+    x[r * k + 1] = ref::float_to_bf16(-1.f);
+  }
+  for (const Variant variant : {Variant::gemv, Variant::gemm}) {
+    CAPTURE(static_cast<int>(variant));
+    std::vector<uint16_t> y(static_cast<size_t>(m) * n, 0xffff);
+    launch_bf16(variant, x, w, {}, y, m);
+    uint32_t differ = 0;
+    for (uint32_t r = 0; r < m; ++r)
+      for (uint32_t c = 0; c < n; ++c) differ += y[r * n + c] != want[c];
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("int8 activations: w4a8 and w8a8 GEMV, GEMM and grouped GEMM; E4M3 activations: fp8_*_a8 and w4afp8") {
   for (const QuantKind kind : {QuantKind::w4zp, QuantKind::w8zp}) {
     for (const auto& s : kGemvShapes) check_dense(kind, Variant::gemv, s, true, false);
@@ -219,6 +286,8 @@ TEST_CASE("the tiles and the grouped loop under other schedules and copy timings
     check_dense(QuantKind::fp8, Variant::gemm, {9, 17, 384, 128}, true, true);
     check_grouped(QuantKind::w4zp, true, false);
     check_grouped(QuantKind::fp8, false, false);
+    check_dense(QuantKind::f16, Variant::gemm, {70, 129, 384, 0}, false, false);
+    check_grouped(QuantKind::bf16, false, false);
   }
   emu::set_schedule(emu::Schedule::round_robin);
   emu::set_async_policy(emu::AsyncPolicy::deferred);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The attn module on a real GPU against the double reference of layers/reference/attention.hpp:
 // a paged cache filled by kv_append with scattered blocks, decode over sequences up to 8k tokens
-// (16 splits) with GQA 4 and MQA, prefill of 1, 7 and 200 rows after past tokens. Suite 'gpu';
-// exits 77 with one line when no CUDA device is usable.
+// (16 splits) with GQA 4 and MQA, prefill (tensor cores) of 1, 7 and 200 rows after past tokens,
+// and at cache block sizes 1 and 256, head_dim 64, 128 threads. Suite 'gpu'; exits 77 with one
+// line when no CUDA device is usable.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -123,8 +124,16 @@ TEST_CASE("attn_decode + attn_decode_combine on the GPU") {
 }
 
 TEST_CASE("attn_prefill on the GPU") {
-  const Shape s{128, 32, 8, 16};
-  for (const auto& [m, past] : {std::pair<uint32_t, uint32_t>{1, 37}, {7, 300}, {200, 1000}}) {
+  struct Case {
+    Shape s;
+    uint32_t m, past, threads;
+  };
+  const Case cases[] = {{{128, 32, 8, 16}, 1, 37, 64},   {{128, 32, 8, 16}, 7, 300, 64},
+                        {{128, 32, 8, 16}, 200, 1000, 64}, {{128, 8, 2, 1}, 70, 33, 128},
+                        {{64, 16, 2, 256}, 300, 700, 128}};
+  for (const auto& [s, m, past, threads] : cases) {
+    CAPTURE(s.head_dim);
+    CAPTURE(s.block_size);
     CAPTURE(m);
     CAPTURE(past);
     std::mt19937_64 rng(m + past);
@@ -133,7 +142,7 @@ TEST_CASE("attn_prefill on the GPU") {
     DeviceBuffer dq(*g_cuda, q), dt(*g_cuda, cache.tables), out(*g_cuda, q.size() * 2);
     LaunchShape launch;
     launch.grid = {ceil_div(m, 64), s.kv_heads, 1};
-    launch.block = {64, 1, 1};
+    launch.block = {threads, 1, 1};
     g_cuda->launch(g_cuda->kernel("attn", "attn_prefill"), launch, dq.ptr(), cache.k_cache->ptr(), cache.v_cache->ptr(),
                    dt.ptr(), out.ptr(), m, past, s.q_heads, s.kv_heads, s.head_dim, s.block_size, cache.num_blocks,
                    scale_of(s));

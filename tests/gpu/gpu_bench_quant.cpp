@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The quantized families' rows of the GPU benchmark (see gpu_bench.cpp): per kernel and shape,
+// The quantized families' and the plain bf16 / f16 weights' rows of the GPU benchmark (see
+// gpu_bench.cpp): per kernel and shape,
 // time per launch, weight GB/s (codes, scales and zero points read per second), the ratio to the
 // device's copy bandwidth, and TFLOP/s. Weights rotate through copies larger than the L2 cache.
 #include "gpu_bench.hpp"
@@ -22,7 +23,7 @@ struct Family {
   const char* module;
   const char* prefix;
   const char* suffix;
-  unsigned bits;
+  unsigned bits;  // 16: plain bf16 / f16 values, no scales
   bool zeros;
   Act act;
 };
@@ -31,6 +32,7 @@ const Family kFamilies[] = {
     {"w4a16_zp", "w4a16_zp", "", 4, true, Act::bf16}, {"w8a16", "w8a16", "", 8, true, Act::bf16},
     {"fp8", "fp8", "", 8, false, Act::bf16},          {"w4a8", "w4a8", "", 4, true, Act::int8},
     {"w8a8", "w8a8", "", 8, true, Act::int8},         {"fp8", "fp8", "_a8", 8, false, Act::e4m3},
+    {"bf16", "bf16", "", 16, false, Act::bf16},       {"f16", "f16", "", 16, false, Act::bf16},
 };
 
 constexpr uint32_t kGroup = 128;
@@ -42,12 +44,14 @@ struct Weights {
   Weights(Backend& b, const Family& f, uint32_t n, uint32_t k, uint32_t experts, std::mt19937& rng) {
     const size_t cells = static_cast<size_t>(experts) * n * (k / kGroup);
     code_bytes = static_cast<size_t>(experts) * n * k * f.bits / 8;
-    scale_bytes = cells * 4;
+    scale_bytes = f.bits == 16 ? 0 : cells * 4;
     zero_bytes = f.zeros ? cells : 0;
     std::vector<uint8_t> codes(code_bytes);
-    for (auto& c : codes) {
+    for (size_t i = 0; i < codes.size(); ++i) {
+      uint8_t& c = codes[i];
       c = static_cast<uint8_t>(rng());
       if ((c & 0x7fu) == 0x7fu) c ^= 1u;  // no E4M3 NaN
+      if (f.bits == 16 && i % 2 == 1) c &= 0x3fu;  // bf16 / f16 high bytes: finite values below 4
     }
     const std::vector<float> scales(cells, 0.01f);
     const std::vector<uint8_t> zeros(zero_bytes, f.bits == 4 ? 8 : 128);
@@ -77,6 +81,11 @@ void launch(Backend& b, const Family& f, KernelHandle h, const LaunchShape& shap
             uint32_t experts) {
   const DevicePtr q = w.q[c]->ptr(), s = w.s[c]->ptr(), z = w.z[c]->ptr(), y = a.y.ptr();
   const DevicePtr in = f.act == Act::bf16 ? a.x.ptr() : a.xq.ptr();
+  if (f.bits == 16) {
+    if (offsets) b.launch(h, shape, in, q, offsets->ptr(), y, n, k, experts);
+    else b.launch(h, shape, in, q, y, m, n, k);
+    return;
+  }
   if (f.act == Act::bf16) {
     if (offsets && f.zeros) b.launch(h, shape, in, q, s, z, offsets->ptr(), y, n, k, kGroup, experts);
     if (offsets && !f.zeros) b.launch(h, shape, in, q, s, offsets->ptr(), y, n, k, experts);

@@ -2,11 +2,14 @@
 // Conformance of the CUDA quantized-weight kernels on a real GPU, through the real plugin,
 // against the double-precision definitions of tests/cuda/quant_reference.hpp (the checks the host
 // emulation passes): w4a16_zp, w8a16, fp8 (bf16 and, on sm_89+, E4M3 activations), w4a8, w8a8,
-// w4afp8 (sm_89+) at ragged and model-sized shapes, the activation quantizers bit for bit,
-// gather_k, and moe_align feeding fp8_grouped_gemv. Suite 'gpu'; exits 77 with one line when no CUDA device is usable.
+// w4afp8 (sm_89+), the plain bf16 / f16 weights at ragged and model-sized shapes, the activation
+// quantizers bit for bit, gather_k, and moe_align feeding fp8_grouped_gemv; and the layers'
+// conformance cases quant/bf16/* and quant/f16/* on the CUDA backend. Suite 'gpu'; exits 77 with
+// one line when no CUDA device is usable.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "conformance/conformance.hpp"
 #include "gpu_support.hpp"
 #include "quant_reference.hpp"
 
@@ -38,6 +41,7 @@ const Family kFamilies[] = {
     {"fp8", "fp8", "", QuantKind::fp8, Act::bf16},            {"w4a8", "w4a8", "", QuantKind::w4zp, Act::int8},
     {"w8a8", "w8a8", "", QuantKind::w8zp, Act::int8},         {"fp8", "fp8", "_a8", QuantKind::fp8, Act::e4m3},
     {"w4afp8", "w4afp8", "", QuantKind::w4zp, Act::e4m3},
+    {"bf16", "bf16", "", QuantKind::bf16, Act::bf16},         {"f16", "f16", "", QuantKind::f16, Act::bf16},
 };
 
 // The E4M3 tensor cores of some GPUs accumulate with fewer than f32's bits within an mma.
@@ -58,8 +62,13 @@ void launch(const Family& f, KernelHandle kernel, const Inputs& in, DevicePtr y,
   shape.grid = {gemv ? ceil_div(w.n, 64) : ceil_div(w.n, 128), grouped ? w.count : (gemv ? 1 : ceil_div(m, 64)), 1};
   shape.block = {128, 1, 1};
   const uint32_t n = w.n, k = w.k, g = w.group, e = w.count;
-  const bool zp = f.kind != QuantKind::fp8;
+  const bool zp = f.kind == QuantKind::w4zp || f.kind == QuantKind::w8zp;
   const DevicePtr a = f.act == Act::bf16 ? in.x.ptr() : in.xq.ptr();
+  if (ref::plain16(f.kind)) {  // (x, weight, [offsets,] y, ...): no scales, no group
+    if (grouped) g_cuda->launch(kernel, shape, a, in.q.ptr(), in.offsets.ptr(), y, n, k, e);
+    else g_cuda->launch(kernel, shape, a, in.q.ptr(), y, m, n, k);
+    return;
+  }
   if (f.act == Act::bf16) {
     if (grouped && zp) g_cuda->launch(kernel, shape, a, in.q.ptr(), in.s.ptr(), in.z.ptr(), in.offsets.ptr(), y, n, k, g, e);
     if (grouped && !zp) g_cuda->launch(kernel, shape, a, in.q.ptr(), in.s.ptr(), in.offsets.ptr(), y, n, k, e);
@@ -265,6 +274,18 @@ TEST_CASE("moe_align on the GPU, then fp8_grouped_gemv over the experts it activ
   }
   CHECK_MESSAGE(c.ok(), c.report());
   CHECK(c.checked == static_cast<size_t>(t) * n);
+}
+
+TEST_CASE("the conformance cases quant/bf16/* and quant/f16/* pass on the CUDA backend") {
+  size_t ran = 0;
+  for (const conformance::Case& c : conformance::quant_layer_cases()) {
+    if (!c.name.starts_with("quant/bf16/") && !c.name.starts_with("quant/f16/")) continue;
+    const conformance::CaseResult r = conformance::run_case(*g_cuda, c);
+    CAPTURE(c.name);
+    CHECK_MESSAGE(r.outcome == conformance::Outcome::passed, r.detail);
+    ++ran;
+  }
+  CHECK(ran >= 12);
 }
 
 int main(int argc, char** argv) {

@@ -413,6 +413,26 @@ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2
   std::memcpy(d, result, sizeof(result));
 }
 
+void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) fail("ldmatrix: a row address not 16-byte aligned");
+  unsigned result[4] = {};
+  warp_collective(&row, sizeof(row), result, sizeof(result), [](const unsigned char* in, unsigned char* out) {
+    // Lane l gave row l % 8 of matrix l / 8; with .trans lane l receives, per matrix q, the
+    // elements (2(l%4), l/4) and (2(l%4) + 1, l/4), the first in the low half (PTX ISA, ldmatrix).
+    const uint16_t* rows[32];
+    for (unsigned lane = 0; lane < 32; ++lane) std::memcpy(&rows[lane], in + lane * kSlotBytes, sizeof(rows[lane]));
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      unsigned regs[4];
+      for (unsigned q = 0; q < 4; ++q) {
+        const unsigned first = 8 * q + 2 * (lane % 4);
+        regs[q] = rows[first][lane / 4] | static_cast<unsigned>(rows[first + 1][lane / 4]) << 16;
+      }
+      std::memcpy(out + lane * kSlotBytes, regs, sizeof(regs));
+    }
+  });
+  std::memcpy(r, result, sizeof(result));
+}
+
 void mbarrier_init(unsigned long long* bar, unsigned count) {
   Barrier b;
   b.expected = count;

@@ -156,6 +156,8 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
   return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
 }
 
+inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
+
 inline float __half2float(__half h) {
   const uint32_t sign = (h.bits & 0x8000u) << 16;
   const uint32_t exponent = (h.bits >> 10) & 0x1fu;

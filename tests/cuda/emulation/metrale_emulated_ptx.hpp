@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The PTX primitives of kernel_src/metrale_ptx.cuh, emulated from the PTX ISA's definitions:
-// cp.async groups (per thread, landing no later than the wait), mma.sync m16n8k16 (bf16) and
+// cp.async groups (per thread, landing no later than the wait), ldmatrix .trans, mma.sync m16n8k16 (bf16) and
 // m16n8k32 (s8·u8, e4m3) with the documented fragment layouts, dp4a, the f32 -> E4M3 conversion,
 // and mbarrier phases with transaction counts fed by bulk copies. The emulated device has FP8
 // (sm_89+), so the kernels' FP8 paths are compiled and tested.
@@ -14,6 +14,7 @@ void cp_async(void* dst, const void* src, bool valid);
 void cp_async_commit();
 void cp_async_wait(int pending);
 void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+void ldmatrix_x4_trans(unsigned (&r)[4], const void* row);
 void mma_s8u8_16832(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
 void mma_e4m3_16832(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
 int dp4a_su(unsigned a, unsigned b, int c);
@@ -38,6 +39,7 @@ inline void cp_async_wait() {
 inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   emu::mma_bf16_16816(d, a, b);
 }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) { emu::ldmatrix_x4_trans(r, row); }
 inline void mma_s8u8_16832(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   emu::mma_s8u8_16832(d, a, b);
 }

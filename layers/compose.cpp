@@ -240,7 +240,7 @@ OpenedBlock open_block(Backend& backend, const LayerRequest& request) {
   const uint64_t before = backend.audit().last_sequence();
   if (whole) {
     const FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, out.activations};
-    out.decoder = DecoderLayer::build(backend, src.config, weights, options);
+    out.decoder = DecoderLayer::build(backend, src.config, weights, options, 0);  // its own one-layer cache
   } else {
     out.attention = std::make_unique<AttentionLayer>(
         AttentionLayer::build(backend, src.config.attention, weights.attention, 0, out.activations));

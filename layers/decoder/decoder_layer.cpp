@@ -45,7 +45,8 @@ void launch_rms_norm(Backend& backend, KernelHandle rms_norm, DevicePtr x, Devic
 }
 
 std::unique_ptr<DecoderLayer> DecoderLayer::build(Backend& backend, const DecoderConfig& config,
-                                                  const DecoderLayerWeights& weights, const FfnBuildOptions& options) {
+                                                  const DecoderLayerWeights& weights, const FfnBuildOptions& options,
+                                                  std::optional<uint32_t> cache_layer) {
   const uint32_t hidden = config.attention.hidden_size;
   if (weights.input_norm.size() != hidden || weights.post_norm.size() != hidden) {
     throw Error(Status::invalid_argument, "decoder layer " + std::to_string(weights.layer) + ": norm weights of " +
@@ -53,7 +54,8 @@ std::unique_ptr<DecoderLayer> DecoderLayer::build(Backend& backend, const Decode
                                               std::to_string(weights.post_norm.size()) + " values, expected " +
                                               std::to_string(hidden));
   }
-  AttentionLayer attention = AttentionLayer::build(backend, config.attention, weights.attention, weights.layer, options.activations);
+  AttentionLayer attention = AttentionLayer::build(backend, config.attention, weights.attention,
+                                                   cache_layer.value_or(weights.layer), options.activations);
   const DecoderNormKernels norms = resolve_decoder_norms(backend);
   FfnComponent ffn = FfnComponent::build(backend, weights.ffn_config, weights.ffn, options);
   std::unique_ptr<DecoderLayer> d(new DecoderLayer(std::move(attention), std::move(ffn)));

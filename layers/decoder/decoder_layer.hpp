@@ -19,6 +19,7 @@
 #include <metrale/backend.hpp>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace metrale::layers {
@@ -33,9 +34,12 @@ DecoderNormKernels resolve_decoder_norms(Backend& backend);
 class DecoderLayer final : public Layer {
  public:
   // Builds the attention and the FFN (`options` as FfnComponent::build takes them; the same
-  // activation tier for the attention's projections) and uploads the norm weights.
+  // activation tier for the attention's projections) and uploads the norm weights. The layer's
+  // K and V live in the cache's pools of layer `cache_layer` (default: the layer's own number; a
+  // layer run alone, `metrale run --block decoder`, uses a one-layer cache: 0).
   static std::unique_ptr<DecoderLayer> build(Backend& backend, const DecoderConfig& config, const DecoderLayerWeights& weights,
-                                             const FfnBuildOptions& options = {});
+                                             const FfnBuildOptions& options = {},
+                                             std::optional<uint32_t> cache_layer = std::nullopt);
 
   DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) override;
   // The same into caller memory (bf16 [m, hidden]; may not alias x).

@@ -186,86 +186,56 @@ CaseResult run_add(Backend& b, const Case& c, CaseResult r) {
   return checked(std::move(r), got, reference_rms_norm_residual(x, residual, w, m, h, kEps).residual_out, &guard);
 }
 
-// The rotary cases' tokens: positions from the first token to past the original context (YaRN's
-// and Llama 3.1's range).
-std::vector<int32_t> rope_positions(uint32_t t) {
+// rope, and qk_norm_rope: Qwen3's q/k norm fused before it, on head rows of very different
+// scales with weights around 1.
+CaseResult run_rotary(Backend& b, const Case& c, CaseResult r) {
+  const bool norm = c.kernel == "qk_norm_rope";
+  const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
+  const RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
+  if (rope.inv_freq.size() != head_dim / 2) throw Error(Status::internal, "conformance " + c.name + ": head_dim differs");
+  // Positions from the first token to past the original context (YaRN's and Llama 3.1's range).
   std::vector<int32_t> positions(t);
   constexpr int32_t kPositions[] = {0, 1, 2, 17, 511, 4095, 8191, 8192, 32767, 40959, 131071};
   for (uint32_t i = 0; i < t; ++i) positions[i] = kPositions[i % std::size(kPositions)] + static_cast<int32_t>(i / 11);
-  return positions;
-}
-
-RopeParameters case_rope(const Case& c) {
-  RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
-  if (rope.inv_freq.size() != c.n / 2) throw Error(Status::internal, "conformance " + c.name + ": head_dim differs");
-  return rope;
-}
-
-// q or k on the device, one guard row of canaries after it.
-DeviceBuffer guarded_heads(Backend& b, const std::vector<uint16_t>& x, uint32_t head_dim) {
-  std::vector<uint16_t> guarded = x;
-  guarded.resize(x.size() + head_dim, kCanary);
-  DeviceBuffer out(b, guarded.size() * 2);
-  out.upload(std::span<const uint16_t>(guarded));
-  return out;
-}
-
-// q and k, rotated in place, against their references: q's failure first, then k's.
-CaseResult checked_q_and_k(CaseResult r, const DeviceBuffer& dq, const DeviceBuffer& dk, size_t q_count, size_t k_count,
-                           uint32_t head_dim, const ReferenceOutput& q_ref, const ReferenceOutput& k_ref) {
-  std::vector<uint16_t> got_q = dq.download<uint16_t>(q_count + head_dim), got_k = dk.download<uint16_t>(k_count + head_dim);
-  std::vector<uint16_t> guard = split_guard(got_q, q_count);
-  const std::vector<uint16_t> more = split_guard(got_k, k_count);
+  const auto heads = [&](uint32_t rows, uint64_t stream) {
+    return norm ? scaled_rows(rows, head_dim, stream) : synthetic_activations(rows, head_dim, stream);
+  };
+  const std::vector<uint16_t> q = heads(t * q_heads, stream_of(c)), k = heads(t * kv_heads, stream_of(c) + 1);
+  const std::vector<uint16_t> q_weight = norm_weight(head_dim, stream_of(c) + 2), k_weight = norm_weight(head_dim, stream_of(c) + 3);
+  DeviceBuffer dq(b, q.size() * 2 + head_dim * 2), dk(b, k.size() * 2 + head_dim * 2), dp(b, t * 4),
+      df(b, rope.inv_freq.size() * 4), dqw(b, head_dim * 2), dkw(b, head_dim * 2);
+  std::vector<uint16_t> q_guarded = q, k_guarded = k;
+  q_guarded.resize(q.size() + head_dim, kCanary);
+  k_guarded.resize(k.size() + head_dim, kCanary);
+  dq.upload(std::span<const uint16_t>(q_guarded));
+  dk.upload(std::span<const uint16_t>(k_guarded));
+  dp.upload(std::span<const int32_t>(positions));
+  df.upload(std::span<const float>(rope.inv_freq));
+  dqw.upload(std::span<const uint16_t>(q_weight));
+  dkw.upload(std::span<const uint16_t>(k_weight));
+  if (norm)
+    b.launch(b.kernel("rope", "qk_norm_rope", kQkNormRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dqw.ptr(), dkw.ptr(),
+             dp.ptr(), df.ptr(), t, q_heads, kv_heads, head_dim, kEps, rope.attention_scaling);
+  else
+    b.launch(b.kernel("rope", "rope", kRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dp.ptr(), df.ptr(), t, q_heads, kv_heads,
+             head_dim, rope.attention_scaling);
+  b.synchronize();
+  const auto reference = [&](const std::vector<uint16_t>& x, const std::vector<uint16_t>& weight, uint32_t count) {
+    return norm ? reference_qk_norm_rope(x, weight, positions, rope.inv_freq, t, count, head_dim, kEps, rope.attention_scaling)
+                : reference_rope(x, positions, rope.inv_freq, t, count, head_dim, rope.attention_scaling);
+  };
+  std::vector<uint16_t> got_q = dq.download<uint16_t>(q_guarded.size()), got_k = dk.download<uint16_t>(k_guarded.size());
+  std::vector<uint16_t> guard = split_guard(got_q, q.size());
+  const std::vector<uint16_t> more = split_guard(got_k, k.size());
   guard.insert(guard.end(), more.begin(), more.end());
-  CaseResult q_result = checked(r, got_q, q_ref, &guard);
+  CaseResult q_result = checked(r, got_q, reference(q, q_weight, q_heads), &guard);
   if (q_result.outcome != Outcome::passed) {
     q_result.detail = "q: " + q_result.detail;
     return q_result;
   }
-  CaseResult out = checked(std::move(r), got_k, k_ref);
+  CaseResult out = checked(std::move(r), got_k, reference(k, k_weight, kv_heads));
   out.detail = "q and k; k: " + out.detail;
   return out;
-}
-
-CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
-  const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
-  const RopeParameters rope = case_rope(c);
-  const std::vector<int32_t> positions = rope_positions(t);
-  const std::vector<uint16_t> q = synthetic_activations(t * q_heads, head_dim, stream_of(c));
-  const std::vector<uint16_t> k = synthetic_activations(t * kv_heads, head_dim, stream_of(c) + 1);
-  DeviceBuffer dq = guarded_heads(b, q, head_dim), dk = guarded_heads(b, k, head_dim), dp(b, t * 4),
-               df(b, rope.inv_freq.size() * 4);
-  dp.upload(std::span<const int32_t>(positions));
-  df.upload(std::span<const float>(rope.inv_freq));
-  b.launch(b.kernel("rope", "rope", kRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dp.ptr(), df.ptr(), t, q_heads, kv_heads,
-           head_dim, rope.attention_scaling);
-  b.synchronize();
-  return checked_q_and_k(std::move(r), dq, dk, q.size(), k.size(), head_dim,
-                         reference_rope(q, positions, rope.inv_freq, t, q_heads, head_dim, rope.attention_scaling),
-                         reference_rope(k, positions, rope.inv_freq, t, kv_heads, head_dim, rope.attention_scaling));
-}
-
-// Qwen3's q/k norm and rope in one launch: head rows of very different scales, weights around 1.
-CaseResult run_qk_norm_rope(Backend& b, const Case& c, CaseResult r) {
-  const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
-  const RopeParameters rope = case_rope(c);
-  const std::vector<int32_t> positions = rope_positions(t);
-  const std::vector<uint16_t> q = scaled_rows(t * q_heads, head_dim, stream_of(c));
-  const std::vector<uint16_t> k = scaled_rows(t * kv_heads, head_dim, stream_of(c) + 1);
-  const std::vector<uint16_t> q_weight = norm_weight(head_dim, stream_of(c) + 2), k_weight = norm_weight(head_dim, stream_of(c) + 3);
-  DeviceBuffer dq = guarded_heads(b, q, head_dim), dk = guarded_heads(b, k, head_dim), dqw(b, head_dim * 2),
-               dkw(b, head_dim * 2), dp(b, t * 4), df(b, rope.inv_freq.size() * 4);
-  dqw.upload(std::span<const uint16_t>(q_weight));
-  dkw.upload(std::span<const uint16_t>(k_weight));
-  dp.upload(std::span<const int32_t>(positions));
-  df.upload(std::span<const float>(rope.inv_freq));
-  b.launch(b.kernel("rope", "qk_norm_rope", kQkNormRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dqw.ptr(), dkw.ptr(),
-           dp.ptr(), df.ptr(), t, q_heads, kv_heads, head_dim, kEps, rope.attention_scaling);
-  b.synchronize();
-  return checked_q_and_k(
-      std::move(r), dq, dk, q.size(), k.size(), head_dim,
-      reference_qk_norm_rope(q, q_weight, positions, rope.inv_freq, t, q_heads, head_dim, kEps, rope.attention_scaling),
-      reference_qk_norm_rope(k, k_weight, positions, rope.inv_freq, t, kv_heads, head_dim, kEps, rope.attention_scaling));
 }
 
 CaseResult run_embedding(Backend& b, const Case& c, CaseResult r) {
@@ -357,8 +327,7 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   if (c.kernel == "rms_norm") return run_rms_norm(backend, c, std::move(r));
   if (c.kernel == "rms_norm_residual") return run_rms_norm_residual(backend, c, std::move(r));
   if (c.kernel == "add") return run_add(backend, c, std::move(r));
-  if (c.kernel == "rope") return run_rope(backend, c, std::move(r));
-  if (c.kernel == "qk_norm_rope") return run_qk_norm_rope(backend, c, std::move(r));
+  if (c.kernel == "rope" || c.kernel == "qk_norm_rope") return run_rotary(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);
 }

@@ -125,7 +125,8 @@ const KernelSpec kSpecs[] = {
      baseline::rms_norm_residual, -1, "(m, 1)"},
     {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
     {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rotary<false>, baseline::rope, -1, "(t, 1)"},
-    {"rope", "qk_norm_rope", METRALE_CPU_PARAMS(QkNormRope), check_rotary<true>, baseline::qk_norm_rope, -1, "(t, 1)"},
+    {"rope", "qk_norm_rope", METRALE_CPU_PARAMS(QkNormRope), check_rotary<true>, baseline::qk_norm_rope,
+     static_cast<int>(Simd::qk_norm_rope), "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
     {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
 };

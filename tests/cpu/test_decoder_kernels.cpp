@@ -108,7 +108,9 @@ TEST_CASE("rope/qk_norm_rope: the bits of rms_norm on q's and k's head rows, the
     uint32_t t, q_heads, kv_heads, head_dim;
   };
   // Many rows at head_dim 128: a sum of squares one ulp off changes some bf16 output only rarely.
-  for (const auto [t, q_heads, kv_heads, head_dim] : {Shape{32, 32, 8, 128}, {5, 6, 2, 64}, {3, 4, 4, 80}, {2, 3, 1, 2}}) {
+  // 200 and 2: partial vectors of 16 in the sums and in the pairs.
+  for (const auto [t, q_heads, kv_heads, head_dim] :
+       {Shape{32, 32, 8, 128}, {5, 6, 2, 64}, {3, 4, 4, 80}, {2, 3, 2, 200}, {2, 3, 1, 2}}) {
     CAPTURE(head_dim);
     const uint32_t q_rows = t * q_heads, k_rows = t * kv_heads;
     std::vector<int32_t> positions(t);

@@ -43,6 +43,40 @@ std::vector<double> widen(std::span<const uint16_t> x) {
   return out;
 }
 
+// rope of [t][heads][head_dim] values, each known within `input_bound` of the kernel's: the
+// rotation carries that uncertainty through cos and sin into the output's bound.
+ReferenceOutput rotated(std::span<const double> x, std::span<const double> input_bound, std::span<const int32_t> positions,
+                        std::span<const float> inv_freq, uint32_t t, uint32_t heads, uint32_t head_dim, float scaling) {
+  const uint32_t half = head_dim / 2;
+  ReferenceOutput out = sized(t * heads, head_dim);
+  for (uint32_t r = 0; r < t; ++r) {
+    for (uint32_t i = 0; i < half; ++i) {
+      // The angle is the contract's f32 product (the double product of two floats is exact).
+      const double angle = static_cast<float>(double{inv_freq[i]} * static_cast<float>(positions[r]));
+      const double c = bf16(std::cos(angle) * scaling), s = bf16(std::sin(angle) * scaling);
+      for (uint32_t hd = 0; hd < heads; ++hd) {
+        const size_t base = (size_t{r} * heads + hd) * head_dim;
+        const double a = x[base + i], b = x[base + i + half];
+        const double da = input_bound[base + i], db = input_bound[base + i + half];
+        const double terms[2][2] = {{a * c, -b * s}, {b * c, a * s}};
+        for (uint32_t side = 0; side < 2; ++side) {
+          const size_t at = base + i + side * half;
+          const double p = bf16(terms[side][0]), q = bf16(terms[side][1]);
+          out.value[at] = p + q;
+          // cos and sin may round the other way in f32; so may each product; the inputs may be
+          // off by their bounds.
+          const double x_c = side == 0 ? a : b, x_s = side == 0 ? b : a;
+          const double d_c = side == 0 ? da : db, d_s = side == 0 ? db : da;
+          out.bound[at] = (std::fabs(x_c) + d_c) * bf16_ulp(c) + (std::fabs(x_s) + d_s) * bf16_ulp(s) +
+                          std::fabs(c) * d_c + std::fabs(s) * d_s + bf16_ulp(p) + bf16_ulp(q) +
+                          2 * bf16_ulp(out.value[at]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 ReferenceOutput reference_rms_norm(std::span<const uint16_t> x, std::span<const uint16_t> weight, uint32_t m,
@@ -79,30 +113,21 @@ ReferenceOutput reference_bias_add(std::span<const uint16_t> x, std::span<const 
 ReferenceOutput reference_rope(std::span<const uint16_t> x, std::span<const int32_t> positions,
                                std::span<const float> inv_freq, uint32_t t, uint32_t heads, uint32_t head_dim,
                                float scaling) {
-  const uint32_t half = head_dim / 2;
-  ReferenceOutput out = sized(t * heads, head_dim);
-  for (uint32_t r = 0; r < t; ++r) {
-    for (uint32_t i = 0; i < half; ++i) {
-      // The angle is the contract's f32 product (the double product of two floats is exact).
-      const double angle = static_cast<float>(double{inv_freq[i]} * static_cast<float>(positions[r]));
-      const double c = bf16(std::cos(angle) * scaling), s = bf16(std::sin(angle) * scaling);
-      for (uint32_t hd = 0; hd < heads; ++hd) {
-        const size_t base = (size_t{r} * heads + hd) * head_dim;
-        const double a = bf16_to_f32(x[base + i]), b = bf16_to_f32(x[base + i + half]);
-        const double terms[2][2] = {{a * c, -b * s}, {b * c, a * s}};
-        for (uint32_t side = 0; side < 2; ++side) {
-          const size_t at = base + i + side * half;
-          const double p = bf16(terms[side][0]), q = bf16(terms[side][1]);
-          out.value[at] = p + q;
-          // cos and sin may round the other way in f32; so may each product.
-          const double x_c = side == 0 ? a : b, x_s = side == 0 ? b : a;
-          out.bound[at] = std::fabs(x_c) * bf16_ulp(c) + std::fabs(x_s) * bf16_ulp(s) + bf16_ulp(p) + bf16_ulp(q) +
-                          2 * bf16_ulp(out.value[at]);
-        }
-      }
-    }
+  const std::vector<double> zero(x.size(), 0.0);
+  return rotated(widen(x), zero, positions, inv_freq, t, heads, head_dim, scaling);
+}
+
+ReferenceOutput reference_qk_norm_rope(std::span<const uint16_t> x, std::span<const uint16_t> weight,
+                                      std::span<const int32_t> positions, std::span<const float> inv_freq, uint32_t t,
+                                      uint32_t heads, uint32_t head_dim, double eps, float scaling) {
+  const ReferenceOutput normalised = reference_rms_norm(x, weight, t * heads, head_dim, eps);
+  // rope reads the normalised rows as the bf16 values rms_norm stores.
+  std::vector<double> rows(normalised.value.size()), bounds(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = bf16(normalised.value[i]);
+    bounds[i] = normalised.bound[i] + bf16_ulp(rows[i]) / 2;
   }
-  return out;
+  return rotated(rows, bounds, positions, inv_freq, t, heads, head_dim, scaling);
 }
 
 }  // namespace metrale::layers

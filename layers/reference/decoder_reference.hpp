@@ -32,4 +32,11 @@ ReferenceOutput reference_rope(std::span<const uint16_t> x, std::span<const int3
                                std::span<const float> inv_freq, uint32_t t, uint32_t heads, uint32_t head_dim,
                                float scaling);
 
+// qk_norm_rope on one [t][heads][head_dim] tensor (q or k) with its norm weight [head_dim]:
+// rms_norm of every head row, rounded to bf16, then rope; the norm's bound carried through the
+// rotation. The result as [t * heads][head_dim].
+ReferenceOutput reference_qk_norm_rope(std::span<const uint16_t> x, std::span<const uint16_t> weight,
+                                      std::span<const int32_t> positions, std::span<const float> inv_freq, uint32_t t,
+                                      uint32_t heads, uint32_t head_dim, double eps, float scaling);
+
 }  // namespace metrale::layers

@@ -66,20 +66,31 @@ metrale_status check_bias_add(const KernelArgs& a, const MemoryView& mem, BlockR
   return kOk;
 }
 
-metrale_status check_rope(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
-  const uint32_t t = arg_u32(a, 4), q_heads = arg_u32(a, 5), kv_heads = arg_u32(a, 6), head_dim = arg_u32(a, 7);
+// rope (q, k, positions, inv_freq, t, q_heads, kv_heads, head_dim, scaling) and qk_norm_rope
+// (q, k, q_weight, k_weight, positions, inv_freq, t, q_heads, kv_heads, head_dim, eps, scaling).
+// Every block rotates its token's rows of q and k in place, so q and k must not overlap.
+template <bool kNorm>
+metrale_status check_rotary(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  constexpr unsigned kPositions = kNorm ? 4 : 2, kT = kPositions + 2, kScaling = kNorm ? 11 : 8;
+  const uint32_t t = arg_u32(a, kT), q_heads = arg_u32(a, kT + 1), kv_heads = arg_u32(a, kT + 2),
+                 head_dim = arg_u32(a, kT + 3);
   if (!at_least_one({{"t", t}, {"q_heads", q_heads}, {"kv_heads", kv_heads}}, error) ||
-      !finite_ok(arg_f32(a, 8), "scaling", false, error))
+      (kNorm && !finite_ok(arg_f32(a, 10), "eps", true, error)) || !finite_ok(arg_f32(a, kScaling), "scaling", false, error) ||
+      !rotary_head_dim_ok(head_dim, error))
     return kInvalid;
-  if (head_dim == 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim) {
-    error = "head_dim must be even, 2.." + std::to_string(kMaxHeadDim) + " (got head_dim=" + std::to_string(head_dim) + ")";
+  const uint64_t q_bytes = product({t, q_heads, head_dim, 2}), k_bytes = product({t, kv_heads, head_dim, 2});
+  if (!buffer(a, mem, 0, "q", q_bytes, "t*q_heads*head_dim bf16", error) ||
+      !buffer(a, mem, 1, "k", k_bytes, "t*kv_heads*head_dim bf16", error) ||
+      (kNorm && (!buffer(a, mem, 2, "q_weight", product({head_dim, 2}), "head_dim bf16", error) ||
+                 !buffer(a, mem, 3, "k_weight", product({head_dim, 2}), "head_dim bf16", error))) ||
+      !buffer(a, mem, kPositions, "positions", product({t, 4}), "t i32", error) ||
+      !buffer(a, mem, kPositions + 1, "inv_freq", product({head_dim / 2, 4}), "head_dim/2 f32", error))
+    return kInvalid;
+  if (!disjoint(a.v[0], q_bytes, a.v[1], k_bytes)) {
+    error = "q (" + hex(a.v[0]) + ", " + std::to_string(q_bytes) + " bytes) and k (" + hex(a.v[1]) + ", " +
+            std::to_string(k_bytes) + " bytes) overlap; both are rotated in place";
     return kInvalid;
   }
-  if (!buffer(a, mem, 0, "q", product({t, q_heads, head_dim, 2}), "t*q_heads*head_dim bf16", error) ||
-      !buffer(a, mem, 1, "k", product({t, kv_heads, head_dim, 2}), "t*kv_heads*head_dim bf16", error) ||
-      !buffer(a, mem, 2, "positions", product({t, 4}), "t i32", error) ||
-      !buffer(a, mem, 3, "inv_freq", product({head_dim / 2, 4}), "head_dim/2 f32", error))
-    return kInvalid;
   needed = {t, 1};
   return kOk;
 }
@@ -114,6 +125,9 @@ constexpr const char* kBiasAddNames[] = {"x", "bias", "out", "m", "n"};
 constexpr metrale_param_type kBiasAddTypes[] = {P, P, P, U, U};
 constexpr const char* kRopeNames[] = {"q", "k", "positions", "inv_freq", "t", "q_heads", "kv_heads", "head_dim", "scaling"};
 constexpr metrale_param_type kRopeTypes[] = {P, P, P, P, U, U, U, U, F};
+constexpr const char* kQkNormRopeNames[] = {"q", "k", "q_weight", "k_weight", "positions", "inv_freq",
+                                            "t", "q_heads", "kv_heads", "head_dim", "eps", "scaling"};
+constexpr metrale_param_type kQkNormRopeTypes[] = {P, P, P, P, P, P, U, U, U, U, F, F};
 constexpr const char* kEmbeddingNames[] = {"table", "ids", "out", "t", "h", "vocab"};
 constexpr metrale_param_type kEmbeddingTypes[] = {P, P, P, U, U, U};
 
@@ -125,7 +139,9 @@ const KernelSpec kSpecs[] = {
      baseline::rms_norm_residual, -1, "(m, 1)"},
     {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
     {"norm", "bias_add", METRALE_CPU_PARAMS(BiasAdd), check_bias_add, baseline::bias_add, -1, "(m, 1)"},
-    {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rope, baseline::rope, -1, "(t, 1)"},
+    {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rotary<false>, baseline::rope, -1, "(t, 1)"},
+    {"rope", "qk_norm_rope", METRALE_CPU_PARAMS(QkNormRope), check_rotary<true>, baseline::qk_norm_rope,
+     static_cast<int>(Simd::qk_norm_rope), "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
     {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
 };

@@ -42,7 +42,7 @@ inline constexpr uint32_t kRouterExperts = 64; // router_gemm block width
 inline constexpr uint32_t kRepackRows = 64;    // w4a16_repack: N64 of one matrix per block
 inline constexpr uint32_t kAttnPartition = 512; // attn_decode: context tokens per split
 inline constexpr uint32_t kAttnPrefillRows = 64; // attn_prefill: query rows per block
-inline constexpr uint32_t kMaxHeadDim = 1024;  // rope: cos/sin of one token fit the scratch
+inline constexpr uint32_t kMaxHeadDim = 1024;  // rope, qk_norm_rope: cos/sin of one token fit the scratch
 
 // The kernels a SIMD tier may replace (KernelSpec::simd_slot); a null body runs the baseline's.
 enum class Simd : uint8_t {
@@ -69,6 +69,7 @@ enum class Simd : uint8_t {
   w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
   quantize_int8, quantize_int8_bf16, quantize_fp8, quantize_fp8_bf16, quantize_fp8_group128, quantize_fp8_group128_bf16,
   attn_decode,
+  qk_norm_rope,
   count
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }
@@ -154,6 +155,7 @@ void rms_norm_residual(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void bias_add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void qk_norm_rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)

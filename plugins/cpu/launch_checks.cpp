@@ -85,6 +85,14 @@ bool m_ok(uint32_t m, uint32_t max_m, const char* hint, std::string& error) {
   return true;
 }
 
+bool rotary_head_dim_ok(uint32_t head_dim, std::string& error) {
+  if (head_dim == 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim) {
+    error = "head_dim must be even, 2.." + std::to_string(kMaxHeadDim) + " (got head_dim=" + std::to_string(head_dim) + ")";
+    return false;
+  }
+  return true;
+}
+
 bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other) {
   return first >= other + bytes_other || other >= first + bytes;
 }

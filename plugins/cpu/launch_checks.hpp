@@ -47,6 +47,9 @@ bool k_ok(uint32_t k, std::string& error);
 bool group_ok(uint32_t group, std::string& error);
 // m is at least 1 and at most `max_m` (0: unbounded); `hint` ends the message.
 bool m_ok(uint32_t m, uint32_t max_m, const char* hint, std::string& error);
+// A rotary head_dim (rope, qk_norm_rope): even, 2..kMaxHeadDim (one token's cos/sin fill the
+// scratch).
+bool rotary_head_dim_ok(uint32_t head_dim, std::string& error);
 
 // [first, first + bytes) and [other, other + bytes_other) share no byte.
 bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other);

@@ -18,6 +18,7 @@
 
 #include "act_avx512.hpp"
 #include "attn_avx512.hpp"
+#include "decoder_avx512.hpp"
 #include "avx512_panel_ops.hpp"
 #include "panel_kernels.hpp"
 #include "quant_avx512.hpp"
@@ -151,6 +152,7 @@ SimdBodies bodies() {
   ActAvx512::set(b);
   QuantAvx512::set(b);
   AttnAvx512::set(b);
+  DecoderAvx512::set(b);
   return b;
 }
 

@@ -10,6 +10,7 @@
 
 #include "act_avx512.hpp"
 #include "attn_avx512.hpp"
+#include "decoder_avx512.hpp"
 #include "bf16_isa.hpp"
 #include "quant_avx512.hpp"
 
@@ -25,6 +26,7 @@ SimdBodies bodies() {
   ActAvx512::set(b);
   QuantAvx512::set(b);
   AttnAvx512::set(b);
+  DecoderAvx512::set(b);
   return b;
 }
 

@@ -126,6 +126,68 @@ TEST_CASE("rope/rope: rotate_half pairs, f32 angles, bf16 cos/sin times the scal
   }
 }
 
+TEST_CASE("rope/qk_norm_rope: the bits of rms_norm on q's and k's head rows, then rope, on every tier") {
+  constexpr float scaling = 1.25f;
+  struct Shape {
+    uint32_t t, q_heads, kv_heads, head_dim;
+  };
+  // Many rows at head_dim 128: a sum of squares one ulp off changes some bf16 output only rarely.
+  // 200 and 2: partial vectors of 16 in the sums and in the pairs.
+  for (const auto [t, q_heads, kv_heads, head_dim] :
+       {Shape{32, 32, 8, 128}, {5, 6, 2, 64}, {3, 4, 4, 80}, {2, 3, 2, 200}, {2, 3, 1, 2}}) {
+    CAPTURE(head_dim);
+    const uint32_t q_rows = t * q_heads, k_rows = t * kv_heads;
+    std::vector<int32_t> positions(t);
+    for (uint32_t i = 0; i < t; ++i) positions[i] = static_cast<int32_t>((i * 40961u) % 131072u);
+    const auto q_weight = mirror::norm_weights(head_dim, 23), k_weight = mirror::norm_weights(head_dim, 24);
+    const auto inv_freq = mirror::inv_freq(head_dim, 1e6);
+    // Rows whose sums of squares round: the fused kernel must sum in rms_norm's order.
+    const auto q = mirror::scaled_rows(q_rows, head_dim, 21), k = mirror::scaled_rows(k_rows, head_dim, 22);
+    // Rows of eighths: the mirror of the contracts is exact.
+    const auto exact_q = mirror::eighths(size_t{q_rows} * head_dim, 25), exact_k = mirror::eighths(size_t{k_rows} * head_dim, 26);
+    const auto mirror_q = mirror::rope(mirror::rms_norm(exact_q, q_weight, q_rows, head_dim, kEps), positions, inv_freq,
+                                       q_heads, head_dim, scaling);
+    const auto mirror_k = mirror::rope(mirror::rms_norm(exact_k, k_weight, k_rows, head_dim, kEps), positions, inv_freq,
+                                       kv_heads, head_dim, scaling);
+    for (const std::string& tier : supported_tiers()) {
+      CAPTURE(tier);
+      Backend& b = tier_backend(tier);
+      const uint64_t dqw = b.upload(q_weight), dkw = b.upload(k_weight), dp = b.upload(positions), df = b.upload(inv_freq);
+      // Launches qk_norm_rope (fused) or rms_norm, rms_norm, rope on copies of q and k.
+      const auto run = [&](const std::vector<uint16_t>& q_in, const std::vector<uint16_t>& k_in, bool fused) {
+        const uint64_t dq = b.upload(q_in), dk = b.upload(k_in);
+        if (fused) {
+          Args args;
+          args.ptr(dq).ptr(dk).ptr(dqw).ptr(dkw).ptr(dp).ptr(df).u32(t).u32(q_heads).u32(kv_heads).u32(head_dim).f32(kEps).f32(
+              scaling);
+          require_ok(b, b.launch(b.kernel("rope", "qk_norm_rope"), {t, 1}, args));
+        } else {
+          Args norm_q, norm_k, rotate;
+          norm_q.ptr(dq).ptr(dqw).ptr(dq).u32(q_rows).u32(head_dim).f32(kEps);
+          norm_k.ptr(dk).ptr(dkw).ptr(dk).u32(k_rows).u32(head_dim).f32(kEps);
+          rotate.ptr(dq).ptr(dk).ptr(dp).ptr(df).u32(t).u32(q_heads).u32(kv_heads).u32(head_dim).f32(scaling);
+          require_ok(b, b.launch(b.kernel("norm", "rms_norm"), {q_rows, 1}, norm_q));
+          require_ok(b, b.launch(b.kernel("norm", "rms_norm"), {k_rows, 1}, norm_k));
+          require_ok(b, b.launch(b.kernel("rope", "rope"), {t, 1}, rotate));
+        }
+        std::pair out{b.download<uint16_t>(dq, q_in.size()), b.download<uint16_t>(dk, k_in.size())};
+        b.free(dq);
+        b.free(dk);
+        return out;
+      };
+      const auto [fused_q, fused_k] = run(q, k, true);
+      const auto [composed_q, composed_k] = run(q, k, false);
+      CHECK(fused_q != q);
+      CHECK(fused_q == composed_q);
+      CHECK(fused_k == composed_k);
+      const auto [exact_fused_q, exact_fused_k] = run(exact_q, exact_k, true);
+      CHECK(exact_fused_q == mirror_q);
+      CHECK(exact_fused_k == mirror_k);
+      for (uint64_t a : {dqw, dkw, dp, df}) b.free(a);
+    }
+  }
+}
+
 TEST_CASE("embed/embedding copies rows and refuses an id outside the table, naming it") {
   constexpr uint32_t t = 4, h = 48, vocab = 10;
   const auto table = mirror::eighths(size_t{vocab} * h, 12);
@@ -174,6 +236,28 @@ TEST_CASE("the decoder kernels' launch checks name the argument and what was exp
   odd.ptr(big).ptr(big).ptr(big).ptr(big).u32(1).u32(1).u32(1).u32(63).f32(1.0f);
   CHECK(b.launch(b.kernel("rope", "rope"), {1, 1}, odd) == METRALE_STATUS_INVALID_ARGUMENT);
   CHECK(b.last_error() == "launch rope/rope: head_dim must be even, 2..1024 (got head_dim=63)");
+  // qk_norm_rope: (q, k, q_weight, k_weight, positions, inv_freq, t, q_heads, kv_heads, head_dim, eps, scaling);
+  // the weights, positions and frequencies zeros.
+  const uint64_t aux = b.upload(std::vector<uint16_t>(2048, 0));
+  const auto fused = [&](uint64_t q, uint64_t k, uint64_t q_weight, uint32_t head_dim, float eps) {
+    Args args;
+    args.ptr(q).ptr(k).ptr(q_weight).ptr(aux).ptr(aux).ptr(aux).u32(2).u32(4).u32(2).u32(head_dim).f32(eps).f32(1.0f);
+    return b.launch(b.kernel("rope", "qk_norm_rope"), {2, 1}, args);
+  };
+  const uint64_t q = big, k = big + 4096;  // q: 2 tokens · 4 heads · 128 bf16 = 2048 bytes
+  CHECK(fused(q, k, aux, 128, kEps) == METRALE_STATUS_OK);
+  CHECK(fused(q, k, aux, 63, kEps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error() == "launch rope/qk_norm_rope: head_dim must be even, 2..1024 (got head_dim=63)");
+  CHECK(fused(q, k, aux, 1026, kEps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error() == "launch rope/qk_norm_rope: head_dim must be even, 2..1024 (got head_dim=1026)");
+  CHECK(fused(q, k, aux, 128, -1.0f) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("eps must be a finite non-negative f32") != std::string::npos);
+  CHECK(fused(q, k, small, 128, kEps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("argument 'q_weight'") != std::string::npos);
+  CHECK(b.last_error().find("256 bytes (head_dim bf16)") != std::string::npos);
+  CHECK(fused(q, q + 2046, aux, 128, kEps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("overlap; both are rotated in place") != std::string::npos);
+  b.free(aux);
   b.free(small);
   b.free(big);
 }

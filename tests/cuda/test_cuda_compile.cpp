@@ -124,7 +124,7 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3, w4afp8 and the F
         }
       }
     }
-    CHECK(kernels == (std::string(target) == "sm_80" ? 61u : 64u));
+    CHECK(kernels == (std::string(target) == "sm_80" ? 62u : 65u));
     CHECK(gated == (std::string(target) == "sm_80" ? 9u : 0u));
     CHECK(compile.progress.events.size() == 36);
     CHECK(compile.progress.events.front() == "start w4a16");

@@ -52,7 +52,7 @@ TEST_CASE("catalog: the manifest's modules, and bad fields named by JSON pointer
   REQUIRE(v3 != nullptr);
   CHECK(v3->min_target == Target{90, '\0'});
   CHECK(v3->params.size() == 7);
-  CHECK(catalog.descriptors().size() == 64);
+  CHECK(catalog.descriptors().size() == 65);
   const CatalogKernel* a8 = catalog.find("fp8")->find("fp8_gemm_a8");
   REQUIRE(a8 != nullptr);
   CHECK(a8->min_target == Target{89, '\0'});

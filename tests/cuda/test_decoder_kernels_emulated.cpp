@@ -100,6 +100,65 @@ TEST_CASE("rope: rotate_half in bf16 on q and k, cos/sin of f32 angles times the
                        doctest::Contains("__trap"), std::runtime_error);
 }
 
+TEST_CASE("qk_norm_rope: the bits of rms_norm (a block of at least head_dim) on q's and k's head rows, then rope") {
+  constexpr float scaling = 1.125f;
+  struct Shape {
+    uint32_t t, q_heads, kv_heads, head_dim, norm_block;  // norm_block: rms_norm's, at least head_dim
+  };
+  // 48 heads of 128: two passes over the squares; head_dim 80 pads its squares to 128 and its
+  // rms_norm block (96) is no power of two; 1024: four rows a pass.
+  for (const auto [t, q_heads, kv_heads, head_dim, norm_block] :
+       {Shape{2, 40, 8, 128, 128}, {3, 4, 2, 80, 96}, {2, 3, 1, 2, 32}, {1, 6, 2, 1024, 1024}}) {
+    CAPTURE(head_dim);
+    const uint32_t q_rows = t * q_heads, k_rows = t * kv_heads;
+    const auto inv_freq = mirror::inv_freq(head_dim, 1e6);
+    std::vector<int32_t> positions(t);
+    for (uint32_t i = 0; i < t; ++i) positions[i] = static_cast<int32_t>(i * 40961u % 131072u);
+    const auto q_weight = mirror::norm_weights(head_dim, 9), k_weight = mirror::norm_weights(head_dim, 10);
+    const auto fused = [&](std::vector<uint16_t> gq, std::vector<uint16_t> gk, unsigned block) {
+      emu::launch({t, 1, 1}, {block, 1, 1}, [&] {
+        qk_norm_rope(bf(gq), bf(gk), bf(q_weight), bf(k_weight), positions.data(), inv_freq.data(), t, q_heads, kv_heads,
+                     head_dim, kEps, scaling);
+      });
+      return std::pair{gq, gk};
+    };
+    // Rows whose sums of squares round: the same bits need the same order of the same operations.
+    std::vector<uint16_t> q = mirror::scaled_rows(q_rows, head_dim, 11), k = mirror::scaled_rows(k_rows, head_dim, 12);
+    std::vector<uint16_t> composed_q = q, composed_k = k;
+    emu::launch({q_rows, 1, 1}, {norm_block, 1, 1},
+                [&] { rms_norm(bf(composed_q), bf(q_weight), bf(composed_q), q_rows, head_dim, kEps); });
+    emu::launch({k_rows, 1, 1}, {norm_block, 1, 1},
+                [&] { rms_norm(bf(composed_k), bf(k_weight), bf(composed_k), k_rows, head_dim, kEps); });
+    emu::launch({t, 1, 1}, {128, 1, 1}, [&] {
+      rope(bf(composed_q), bf(composed_k), positions.data(), inv_freq.data(), t, q_heads, kv_heads, head_dim, scaling);
+    });
+    // Rows of eighths: the mirror of the contracts is exact.
+    const auto exact_q = mirror::eighths(size_t{q_rows} * head_dim, 13), exact_k = mirror::eighths(size_t{k_rows} * head_dim, 14);
+    const auto want_q = mirror::rope(mirror::rms_norm(exact_q, q_weight, q_rows, head_dim, kEps), positions, inv_freq,
+                                     q_heads, head_dim, scaling);
+    const auto want_k = mirror::rope(mirror::rms_norm(exact_k, k_weight, k_rows, head_dim, kEps), positions, inv_freq,
+                                     kv_heads, head_dim, scaling);
+    for (const unsigned block : {256u, 80u, 32u}) {
+      CAPTURE(block);
+      const auto [got_q, got_k] = fused(q, k, block);
+      CHECK(got_q == composed_q);
+      CHECK(got_k == composed_k);
+      const auto [exact_got_q, exact_got_k] = fused(exact_q, exact_k, block);
+      CHECK(exact_got_q == want_q);
+      CHECK(exact_got_k == want_k);
+    }
+  }
+  std::vector<uint16_t> q = mirror::eighths(4 * 63, 15), k = q, w = mirror::norm_weights(63, 16);
+  const std::vector<int32_t> positions{0, 1};
+  const std::vector<float> inv_freq(32, 1.0f);
+  CHECK_THROWS_WITH_AS(emu::launch({2, 1, 1}, {64, 1, 1},
+                                   [&] {
+                                     qk_norm_rope(bf(q), bf(k), bf(w), bf(w), positions.data(), inv_freq.data(), 2, 2, 2, 63,
+                                                  kEps, 1.f);
+                                   }),
+                       doctest::Contains("__trap"), std::runtime_error);
+}
+
 TEST_CASE("embedding: rows copied by id; an id outside the table traps with nothing written") {
   constexpr uint32_t t = 5, h = 300, vocab = 7;
   const auto table = mirror::eighths(size_t{vocab} * h, 8);

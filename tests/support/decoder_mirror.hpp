@@ -50,6 +50,18 @@ inline std::vector<uint16_t> spread(size_t count, uint64_t stream) {
   return out;
 }
 
+// Rows of bf16 values in (-1, 1) that are no multiples of 1/8, row r scaled by 2^(3·(r % 7) − 9):
+// their sums of squares round in f32, so only the same operations in the same order give the
+// same bits (for checks of one kernel against others, not against this mirror).
+inline std::vector<uint16_t> scaled_rows(size_t rows, size_t h, uint64_t stream) {
+  std::mt19937_64 rng(stream);
+  std::uniform_real_distribution<float> pick(-1.0f, 1.0f);
+  std::vector<uint16_t> out(rows * h);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < h; ++j) out[r * h + j] = to_bf16(std::ldexp(pick(rng), static_cast<int>(r % 7) * 3 - 9));
+  return out;
+}
+
 // Norm weights in [0.25, 1.75).
 inline std::vector<uint16_t> norm_weights(size_t count, uint64_t stream) {
   std::mt19937_64 rng(stream);
@@ -85,6 +97,13 @@ inline std::vector<uint16_t> add(const std::vector<uint16_t>& x, const std::vect
 inline std::vector<uint16_t> bias_add(const std::vector<uint16_t>& x, const std::vector<uint16_t>& bias) {
   std::vector<uint16_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(bf16_value(x[i]) + bf16_value(bias[i % bias.size()]));
+  return out;
+}
+
+// The default rotary frequencies 1 / theta^(2i / head_dim), i < head_dim / 2.
+inline std::vector<float> inv_freq(uint32_t head_dim, double theta) {
+  std::vector<float> out(head_dim / 2);
+  for (uint32_t i = 0; i < head_dim / 2; ++i) out[i] = static_cast<float>(std::pow(theta, -2.0 * i / head_dim));
   return out;
 }
 

@@ -17,6 +17,7 @@
 //   norm/..., rope/..., embed/... the decoder's small kernels launched directly (decoder_cases.cpp):
 //                                 rms_norm (also as Qwen3's q/k norm), rms_norm_residual, add,
 //                                 bias_add (in place too), rope on real configs' frequencies,
+//                                 qk_norm_rope (the two fused),
 //                                 embedding and its refusal of an id
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or

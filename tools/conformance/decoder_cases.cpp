@@ -26,6 +26,7 @@ constexpr std::array<metrale_param_type, 6> kRmsNormSig{P, P, P, U, U, F};
 constexpr std::array<metrale_param_type, 8> kRmsNormResidualSig{P, P, P, P, P, U, U, F};
 constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};  // add and bias_add
 constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
+constexpr std::array<metrale_param_type, 12> kQkNormRopeSig{P, P, P, P, P, P, U, U, U, U, F, F};
 constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
 constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
 constexpr float kEps = 1e-6f;
@@ -203,7 +204,10 @@ CaseResult run_bias_add(Backend& b, const Case& c, CaseResult r) {
   return checked(std::move(r), got, reference_bias_add(x, bias, m, n), &guard);
 }
 
-CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
+// rope, and qk_norm_rope: Qwen3's q/k norm fused before it, on head rows of very different
+// scales with weights around 1.
+CaseResult run_rotary(Backend& b, const Case& c, CaseResult r) {
+  const bool norm = c.kernel == "qk_norm_rope";
   const uint32_t t = c.m, head_dim = c.n, q_heads = c.k, kv_heads = c.kv_heads;
   const RopeParameters rope = rope_parameters(parse_rope_config(rope_config(c.variant), "conformance rope " + c.variant));
   if (rope.inv_freq.size() != head_dim / 2) throw Error(Status::internal, "conformance " + c.name + ": head_dim differs");
@@ -211,10 +215,13 @@ CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
   std::vector<int32_t> positions(t);
   constexpr int32_t kPositions[] = {0, 1, 2, 17, 511, 4095, 8191, 8192, 32767, 40959, 131071};
   for (uint32_t i = 0; i < t; ++i) positions[i] = kPositions[i % std::size(kPositions)] + static_cast<int32_t>(i / 11);
-  const std::vector<uint16_t> q = synthetic_activations(t * q_heads, head_dim, stream_of(c));
-  const std::vector<uint16_t> k = synthetic_activations(t * kv_heads, head_dim, stream_of(c) + 1);
+  const auto heads = [&](uint32_t rows, uint64_t stream) {
+    return norm ? scaled_rows(rows, head_dim, stream) : synthetic_activations(rows, head_dim, stream);
+  };
+  const std::vector<uint16_t> q = heads(t * q_heads, stream_of(c)), k = heads(t * kv_heads, stream_of(c) + 1);
+  const std::vector<uint16_t> q_weight = norm_weight(head_dim, stream_of(c) + 2), k_weight = norm_weight(head_dim, stream_of(c) + 3);
   DeviceBuffer dq(b, q.size() * 2 + head_dim * 2), dk(b, k.size() * 2 + head_dim * 2), dp(b, t * 4),
-      df(b, rope.inv_freq.size() * 4);
+      df(b, rope.inv_freq.size() * 4), dqw(b, head_dim * 2), dkw(b, head_dim * 2);
   std::vector<uint16_t> q_guarded = q, k_guarded = k;
   q_guarded.resize(q.size() + head_dim, kCanary);
   k_guarded.resize(k.size() + head_dim, kCanary);
@@ -222,21 +229,29 @@ CaseResult run_rope(Backend& b, const Case& c, CaseResult r) {
   dk.upload(std::span<const uint16_t>(k_guarded));
   dp.upload(std::span<const int32_t>(positions));
   df.upload(std::span<const float>(rope.inv_freq));
-  b.launch(b.kernel("rope", "rope", kRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dp.ptr(), df.ptr(), t, q_heads, kv_heads,
-           head_dim, rope.attention_scaling);
+  dqw.upload(std::span<const uint16_t>(q_weight));
+  dkw.upload(std::span<const uint16_t>(k_weight));
+  if (norm)
+    b.launch(b.kernel("rope", "qk_norm_rope", kQkNormRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dqw.ptr(), dkw.ptr(),
+             dp.ptr(), df.ptr(), t, q_heads, kv_heads, head_dim, kEps, rope.attention_scaling);
+  else
+    b.launch(b.kernel("rope", "rope", kRopeSig), rows_grid(t), dq.ptr(), dk.ptr(), dp.ptr(), df.ptr(), t, q_heads, kv_heads,
+             head_dim, rope.attention_scaling);
   b.synchronize();
+  const auto reference = [&](const std::vector<uint16_t>& x, const std::vector<uint16_t>& weight, uint32_t count) {
+    return norm ? reference_qk_norm_rope(x, weight, positions, rope.inv_freq, t, count, head_dim, kEps, rope.attention_scaling)
+                : reference_rope(x, positions, rope.inv_freq, t, count, head_dim, rope.attention_scaling);
+  };
   std::vector<uint16_t> got_q = dq.download<uint16_t>(q_guarded.size()), got_k = dk.download<uint16_t>(k_guarded.size());
   std::vector<uint16_t> guard = split_guard(got_q, q.size());
   const std::vector<uint16_t> more = split_guard(got_k, k.size());
   guard.insert(guard.end(), more.begin(), more.end());
-  CaseResult q_result = checked(r, got_q, reference_rope(q, positions, rope.inv_freq, t, q_heads, head_dim, rope.attention_scaling),
-                                &guard);
+  CaseResult q_result = checked(r, got_q, reference(q, q_weight, q_heads), &guard);
   if (q_result.outcome != Outcome::passed) {
     q_result.detail = "q: " + q_result.detail;
     return q_result;
   }
-  CaseResult out = checked(std::move(r), got_k, reference_rope(k, positions, rope.inv_freq, t, kv_heads, head_dim,
-                                                               rope.attention_scaling));
+  CaseResult out = checked(std::move(r), got_k, reference(k, k_weight, kv_heads));
   out.detail = "q and k; k: " + out.detail;
   return out;
 }
@@ -316,6 +331,12 @@ std::vector<Case> decoder_cases() {
   out.push_back(decoder_case("rope/rope/qwen3_yarn_t22_q8_kv2_d128", "rope", "rope", 22, 128, 8, 2, "qwen3_yarn"));
   out.push_back(decoder_case("rope/rope/llama3_t11_q32_kv8_d128", "rope", "rope", 11, 128, 32, 8, "llama3"));
   out.push_back(decoder_case("rope/rope/default_t3_q4_kv4_d64", "rope", "rope", 3, 64, 4, 4, "small"));
+  // Qwen3's q/k norm fused with its rotary embedding: Qwen3-30B-A3B's heads (32 q / 4 kv), YaRN,
+  // and a small head_dim.
+  out.push_back(decoder_case("rope/qk_norm_rope/qwen3_t11_q32_kv4_d128", "rope", "qk_norm_rope", 11, 128, 32, 4, "qwen3"));
+  out.push_back(
+      decoder_case("rope/qk_norm_rope/qwen3_yarn_t22_q8_kv2_d128", "rope", "qk_norm_rope", 22, 128, 8, 2, "qwen3_yarn"));
+  out.push_back(decoder_case("rope/qk_norm_rope/default_t3_q4_kv4_d64", "rope", "qk_norm_rope", 3, 64, 4, 4, "small"));
   // Embedding: repeated ids, the first and last rows of the table; an id past the table.
   out.push_back(decoder_case("embed/embedding/t13_h256_v1000", "embed", "embedding", 13, 256, 1000));
   out.push_back(decoder_case("embed/embedding/t1_h4096_v151936", "embed", "embedding", 1, 4096, 151936));
@@ -329,7 +350,7 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   if (c.kernel == "rms_norm_residual") return run_rms_norm_residual(backend, c, std::move(r));
   if (c.kernel == "add") return run_add(backend, c, std::move(r));
   if (c.kernel == "bias_add") return run_bias_add(backend, c, std::move(r));
-  if (c.kernel == "rope") return run_rope(backend, c, std::move(r));
+  if (c.kernel == "rope" || c.kernel == "qk_norm_rope") return run_rotary(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);
 }

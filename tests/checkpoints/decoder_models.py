@@ -7,7 +7,7 @@ bf16 or quantized by formats.py's quantizer for the tool, which also decides wha
 (embed_tokens, lm_head, norms and routers always do).
 
 The weights are random but shaped so the tests can judge a decoder by its outputs:
-- activations stay O(1): embeddings of unit RMS, every sublayer adding about as much again;
+- activations stay O(1): embeddings of RMS 2, every sublayer adding about 1.5 to it;
 - attention matters: scores of standard deviation about 2 (q/k norm weights, or q/k projection
   scales), Qwen2's q/k/v biases as large as the projections;
 - greedy decoding is decisive: lm_head row pi(t) is the embedding of token t (a random permutation
@@ -32,7 +32,8 @@ from safetensors_np import Tensor, save, tensor
 HIDDEN = models.HIDDEN
 LAYERS = 2
 HEADS, KV_HEADS = 4, 2
-ROUTING_STRENGTH = 8.0  # each routing direction's coefficient in an embedding of norm ~16
+EMBED_RMS = 2.0  # the embedding's share of the residual stream: the current token stays its largest part
+ROUTING_STRENGTH = 12.0  # a routing direction's coefficient beside a token's own part of norm 16 (x EMBED_RMS)
 
 
 @dataclass
@@ -147,17 +148,17 @@ def _routing_directions(m: DecoderModel) -> np.ndarray:
 def _float_tensors(m: DecoderModel, config: Dict) -> Dict[str, np.ndarray]:
     """Embedding, norms, lm_head, biases and routers as float64 values (stored in the model dtype)."""
     rng = lambda what: build.rng_for(m.name, what)  # noqa: E731
-    embed = rng("embed").standard_normal((m.vocab, HIDDEN))
+    own = EMBED_RMS * rng("embed").standard_normal((m.vocab, HIDDEN))  # each token's own part
+    embed = own.copy()
     if m.moe:  # two routing directions per token, drawn per token
         directions = _routing_directions(m)
         pick = np.argsort(rng("route-pick").random((m.vocab, models.EXPERTS)), axis=1)[:, :models.TOP_K]
-        for t in range(m.vocab):
-            embed[t] += ROUTING_STRENGTH * directions[pick[t]].sum(axis=0)
+        embed += EMBED_RMS * ROUTING_STRENGTH * directions[pick].sum(axis=1)
     out = {"model.embed_tokens.weight": embed, "model.norm.weight": rng("norm").uniform(0.8, 1.2, HIDDEN)}
     if not m.tied:
         successor = rng("successor").permutation(m.vocab)  # lm_head row successor[t] favours after t
-        lm_head = 0.3 * rng("lm_head").standard_normal((m.vocab, HIDDEN))
-        lm_head[successor] += embed
+        lm_head = 0.3 * EMBED_RMS * rng("lm_head").standard_normal((m.vocab, HIDDEN))
+        lm_head[successor] += own  # not the routing part, which tokens share
         out["lm_head.weight"] = lm_head / np.sqrt(HIDDEN)
     qk_norm = m.arch in ("qwen3", "qwen3_moe")
     for layer in range(LAYERS):

@@ -22,7 +22,7 @@ expected.py's FFN) within its budget (docs/layers.md, "The decoder's budget"). C
         lies within the budget is reported as a near-tie, not failed.
 One line per case; exit 1 naming every failed case; 77 when the CPU backend is not loaded.
 
-  run_decoder_tests.py --metrale PATH [--model NAME ...]
+  run_decoder_tests.py --metrale PATH [--model NAME ...] [--keep DIR]
   run_decoder_tests.py --self-test [--model NAME ...]   the budget accepts an f32 implementation
                        (F32Implementation) and rejects every perturbation (no metrale)
   run_decoder_tests.py --list
@@ -180,24 +180,35 @@ def judge_generation(ref: dx.Reference, what: str, prompt_ids: List[List[int]], 
 
 # ---- metrale -------------------------------------------------------------------------------------
 
+def case_file(tmp: str, case: str, what: str) -> str:
+    return os.path.join(tmp, f"{case.replace(' ', '-')}.{what}.safetensors")
+
+
+def run(cmd: List[str]) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"metrale exit {proc.returncode}: {proc.stderr.strip()[-600:]} (command: {' '.join(cmd)})")
+    return proc
+
+
 def run_block(args, ckpt: str, c: BlockCase, tmp: str):
-    x_path, y_path = os.path.join(tmp, "x.safetensors"), os.path.join(tmp, "y.safetensors")
+    case = f"{c.kind}-{c.name}-layer{c.layer}"
+    x_path, y_path = case_file(tmp, case, "x"), case_file(tmp, case, "y")
     stored = Tensor("BF16", bf16_bits(c.x)) if c.x_dtype == "BF16" else tensor("F32", c.x)
     save(x_path, {"x": stored, **c.extra})
     cmd = [args.metrale, "run", "--weights", ckpt, "--layer", str(c.layer), "--block", c.kind, "--input", x_path,
            "--output", y_path, "--quiet", "--json", "--repeat", "1", "--warmup", "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"metrale exit {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    run(cmd)
     y = load(y_path)["y"]
     if y.dtype != "BF16" or list(y.data.shape) != list(c.x.shape):
         raise RuntimeError(f"y is {y.dtype} {list(y.data.shape)}, expected BF16 {list(c.x.shape)}")
     return bf16_value(y.data)
 
 
-def run_generate(args, ckpt: str, prompt_ids: List[List[int]], new_tokens: int, prompt_logits: bool, tmp: str):
+def run_generate(args, ckpt: str, what: str, prompt_ids: List[List[int]], new_tokens: int, prompt_logits: bool,
+                 tmp: str):
     """(ids [B][N], step logits [B][N, V], prompt logits [B][L_b, V] or None) from metrale."""
-    out_path = os.path.join(tmp, "out.safetensors")
+    out_path = case_file(tmp, what, "out")
     cmd = [args.metrale, "generate", "--weights", ckpt, "--max-new-tokens", str(new_tokens), "--output", out_path,
            "--json", "--quiet"]
     if len(prompt_ids) == 1:
@@ -207,14 +218,12 @@ def run_generate(args, ckpt: str, prompt_ids: List[List[int]], new_tokens: int, 
         ids = np.zeros((len(prompt_ids), longest), dtype=np.int64)
         for b, p in enumerate(prompt_ids):
             ids[b, :len(p)] = p
-        batch_path = os.path.join(tmp, "batch.safetensors")
+        batch_path = case_file(tmp, what, "batch")
         save(batch_path, {"ids": tensor("I32", ids), "lengths": tensor("I64", [len(p) for p in prompt_ids])})
         cmd += ["--batch-file", batch_path]
     if prompt_logits:
         cmd.append("--prompt-logits")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"metrale exit {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    proc = run(cmd)
     out = load(out_path)
     batch = len(prompt_ids)
     ids = out["ids"].data.astype(np.int64)
@@ -254,7 +263,7 @@ def check_model(args, model: decoder_models.DecoderModel, tmp: str) -> List[Outc
         new_tokens = 1 if what == "logits" else NEW_TOKENS
         label = f"{model.name} {what} prompt {'/'.join(str(len(p)) for p in ps)} + {new_tokens}"
         try:
-            ids, steps, prompt = run_generate(args, ckpt, ps, new_tokens, what != "greedy", tmp)
+            ids, steps, prompt = run_generate(args, ckpt, what, ps, new_tokens, what != "greedy", tmp)
             o = judge_generation(ref, label, ps, ids, steps, prompt)
         except (RuntimeError, KeyError, ValueError, OSError, json.JSONDecodeError) as e:
             o = Outcome(label, False, str(e))
@@ -322,6 +331,8 @@ def main() -> int:
     parser.add_argument("--self-test", action="store_true", help="check the budget against an f32 "
                         "implementation and the perturbations (no metrale)")
     parser.add_argument("--list", action="store_true", help="list the models")
+    parser.add_argument("--keep", metavar="DIR", help="write the checkpoints and every case's files under DIR/MODEL "
+                        "and keep them (a failure names the command that ran)")
     args = parser.parse_args()
     chosen = [m for m in decoder_models.all_models() if not args.model or m.name in args.model]
     if args.model and len(chosen) != len(args.model):
@@ -338,7 +349,8 @@ def main() -> int:
     failed = []
     total = 0
     for m in chosen:
-        tmp = tempfile.mkdtemp(prefix="metrale-decoder-")
+        tmp = os.path.join(args.keep, m.name) if args.keep else tempfile.mkdtemp(prefix="metrale-decoder-")
+        os.makedirs(tmp, exist_ok=True)
         try:
             if args.self_test:
                 failed += self_test_model(m, tmp)
@@ -349,7 +361,8 @@ def main() -> int:
                 if not o.passed:
                     failed.append(o.case)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
     if args.self_test:
         print("\n".join(failed) if failed else f"self-test: {len(chosen)} models, the budget accepts the f32 "
               "implementation and rejects every perturbation")

@@ -45,6 +45,7 @@ class DecoderModel:
     vocab: int = 512
     intermediate: int = 384
     tied: bool = False
+    successor_ffn: bool = False  # the last layer's FFN maps each token to its successor (tied embeddings)
     extra: Dict = field(default_factory=dict)  # more config.json keys
 
     @property
@@ -67,7 +68,7 @@ def all_models() -> List[DecoderModel]:
         out.append(_family("qwen3", fmt, suffix))
         out.append(_family("qwen3_moe", fmt, suffix))
     for suffix, fmt in (("bf16", dict(method="none")), ("awq", dict(method="awq"))):
-        out.append(_family("qwen2", fmt, suffix, tied=True))
+        out.append(_family("qwen2", fmt, suffix, tied=True, successor_ffn=True, intermediate=512))
     for suffix, fmt in (("bf16", dict(method="none")), ("ct-int4", dict(method="ct-int4"))):
         out.append(_family("llama", fmt, suffix, head_dim=128, vocab=500, intermediate=512))
     return out
@@ -139,6 +140,23 @@ def linear_weight(m: DecoderModel, module: str, n: int, k: int, qk_norm: bool) -
     return rng.standard_normal((n, k)) * (_gain(module, qk_norm) / np.sqrt(k))
 
 
+def successor_ffn(m: DecoderModel, embed: np.ndarray) -> Dict[str, np.ndarray]:
+    """With tied embeddings lm_head cannot favour a successor, so the last layer's dense FFN does:
+    a key-value memory with one intermediate unit per token, gate and up rows along the token's
+    embedding, the down column adding its successor's embedding and taking back its own, so that
+    greedy decoding walks a permutation instead of repeating the last token."""
+    p = f"model.layers.{LAYERS - 1}.mlp."
+    unit = embed / np.linalg.norm(embed, axis=1, keepdims=True)
+    successor = build.rng_for(m.name, "successor").permutation(m.vocab)
+    # An input row of unit RMS along token t reads sqrt(H) * cos on its unit; silu(g) * u is ~ (0.6 sqrt(H))^2.
+    response = (0.6 * np.sqrt(HIDDEN)) ** 2
+    down = np.zeros((HIDDEN, m.intermediate))
+    down[:, :m.vocab] = 1.5 * (embed[successor] - embed).T / response
+    keys = np.zeros((m.intermediate, HIDDEN))
+    keys[:m.vocab] = unit
+    return {p + "gate_proj": keys, p + "up_proj": keys.copy(), p + "down_proj": down}
+
+
 def _routing_directions(m: DecoderModel) -> np.ndarray:
     """[experts, H] orthonormal rows."""
     q, _ = np.linalg.qr(build.rng_for(m.name, "routing").standard_normal((HIDDEN, models.EXPERTS)))
@@ -201,12 +219,14 @@ def write_model(directory: str, m: DecoderModel) -> Dict:
         with open(os.path.join(directory, name), "w") as f:
             json.dump(doc, f, indent=2)
     dtype = formats.float_dtype(m.fmt)
-    tensors = {name: _store_float(v, dtype) for name, v in _float_tensors(m, config).items()}
+    floats = _float_tensors(m, config)
+    tensors = {name: _store_float(v, dtype) for name, v in floats.items()}
+    memory = successor_ffn(m, floats["model.embed_tokens.weight"]) if m.successor_ffn else {}
     quantize = formats.quantizer(m.fmt)
     qk_norm = m.arch in ("qwen3", "qwen3_moe")
     for layer in range(LAYERS):
         for module, (n, k) in {**attention_modules(m, layer), **ffn_modules(config, layer)}.items():
-            w = linear_weight(m, module, n, k, qk_norm)
+            w = memory[module] if module in memory else linear_weight(m, module, n, k, qk_norm)
             if formats.left_unquantized(m.fmt, m.arch, module):
                 parts = {"weight": _store_float(w, dtype)}
             else:

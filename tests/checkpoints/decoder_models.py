@@ -11,8 +11,9 @@ The weights are random but shaped so the tests can judge a decoder by its output
 - attention matters: scores of standard deviation about 2 (q/k norm weights, or q/k projection
   scales), Qwen2's q/k/v biases as large as the projections;
 - greedy decoding is decisive: lm_head row pi(t) is the embedding of token t (a random permutation
-  pi; the identity when tied), so the next token's logit stands several RMS above the rest while
-  the layers still move every logit;
+  pi), so the next token's logit stands several RMS above the rest while the layers still move
+  every logit; with tied embeddings the last layer's FFN adds pi(t)'s embedding instead
+  (successor_ffn);
 - MoE routing is decisive: each token's embedding carries two of eight orthonormal routing
   directions, and router row e is direction e, so the top 2 experts stand well clear of the third.
 """

@@ -17,8 +17,8 @@ expected.py's FFN) within its budget (docs/layers.md, "The decoder's budget"). C
         through --block attention;
   logits: the prompt logits of a 12-token prompt (--prompt-logits --max-new-tokens 1);
   greedy: 32 tokens after a 6-token prompt, and after a batch of 3 prompts (4, 11, 7 tokens;
-        --batch-file with lengths): each id must be the reference's argmax for the same prefix
-        (teacher forcing), each step's logits within budget; a step whose reference top-2 margin
+        --batch-file with lengths; --block-size 4): each id must be the reference's argmax for the
+        same prefix (teacher forcing), each step's logits within budget; a step whose reference top-2 margin
         lies within the budget is reported as a near-tie, not failed.
 One line per case; exit 1 naming every failed case; 77 when the CPU backend is not loaded.
 
@@ -56,6 +56,7 @@ NEW_TOKENS = 32
 LOGITS_PROMPT = 12
 GREEDY_PROMPT = 6
 BATCH_PROMPTS = (4, 11, 7)
+BATCH_BLOCK_SIZE = 4  # KV blocks of 4 tokens: each sequence spans several, interleaved with the others'
 DECODE_PROMPTS = (5, 9, 2)
 DECODE_STEPS = 3
 PERTURBED_TOKENS = 8  # a perturbation shows within a few steps; the self-test's greedy runs stop there
@@ -220,7 +221,7 @@ def run_generate(args, ckpt: str, what: str, prompt_ids: List[List[int]], new_to
             ids[b, :len(p)] = p
         batch_path = case_file(tmp, what, "batch")
         save(batch_path, {"ids": tensor("I32", ids), "lengths": tensor("I64", [len(p) for p in prompt_ids])})
-        cmd += ["--batch-file", batch_path]
+        cmd += ["--batch-file", batch_path, "--block-size", str(BATCH_BLOCK_SIZE)]
     if prompt_logits:
         cmd.append("--prompt-logits")
     proc = run(cmd)
@@ -262,6 +263,8 @@ def check_model(args, model: decoder_models.DecoderModel, tmp: str) -> List[Outc
     for what, ps in prompts(model).items():
         new_tokens = 1 if what == "logits" else NEW_TOKENS
         label = f"{model.name} {what} prompt {'/'.join(str(len(p)) for p in ps)} + {new_tokens}"
+        if len(ps) > 1:
+            label += f" (--block-size {BATCH_BLOCK_SIZE})"
         try:
             ids, steps, prompt = run_generate(args, ckpt, what, ps, new_tokens, what != "greedy", tmp)
             o = judge_generation(ref, label, ps, ids, steps, prompt)

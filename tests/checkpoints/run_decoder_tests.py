@@ -15,7 +15,8 @@ expected.py's FFN) within its budget (docs/layers.md, "The decoder's budget"). C
   block decode: --block decoder, three sequences prefilled in steps of 5, 9 and 2 rows, then three
         batched decode steps of one row each (sequence / step / positions tensors); the same rows
         through --block attention;
-  logits: the prompt logits of a 12-token prompt (--prompt-logits --max-new-tokens 1);
+  logits: the prompt logits of a 12-token prompt (--prompt-logits --max-new-tokens 1), and again
+        in chunks of 5 (--prefill-chunk 5) when the binary has that option;
   greedy: 32 tokens after a 6-token prompt, and after a batch of 3 prompts (4, 11, 7 tokens;
         --batch-file with lengths; --block-size 4): each id must be the reference's argmax for the
         same prefix (teacher forcing), each step's logits within budget; a step whose reference top-2 margin
@@ -57,6 +58,7 @@ LOGITS_PROMPT = 12
 GREEDY_PROMPT = 6
 BATCH_PROMPTS = (4, 11, 7)
 BATCH_BLOCK_SIZE = 4  # KV blocks of 4 tokens: each sequence spans several, interleaved with the others'
+PREFILL_CHUNK = 5
 DECODE_PROMPTS = (5, 9, 2)
 DECODE_STEPS = 3
 PERTURBED_TOKENS = 8  # a perturbation shows within a few steps; the self-test's greedy runs stop there
@@ -118,11 +120,34 @@ def block_cases(model: decoder_models.DecoderModel, ref: dx.Reference) -> List[B
     return out
 
 
-def prompts(model: decoder_models.DecoderModel) -> Dict[str, List[List[int]]]:
+@dataclass
+class GenerationCase:
+    name: str
+    prompts: List[List[int]]
+    new_tokens: int
+    prompt_logits: bool
+    flags: List[str]  # more generate options
+
+    @property
+    def label(self) -> str:
+        text = f"{self.name} prompt {'/'.join(str(len(p)) for p in self.prompts)} + {self.new_tokens}"
+        return text + (f" ({' '.join(self.flags)})" if self.flags else "")
+
+
+def generation_cases(model: decoder_models.DecoderModel, prefill_chunk: bool = False) -> List[GenerationCase]:
+    """prefill_chunk: the binary has --prefill-chunk; the logits case then also runs its prompt in
+    chunks of 5 (each chunk's attention after the cache of the earlier ones)."""
     rng = lambda what: build.rng_for(model.name, what)  # noqa: E731
-    return {"logits": [rng("logits").integers(0, model.vocab, LOGITS_PROMPT).tolist()],
-            "greedy": [rng("greedy").integers(0, model.vocab, GREEDY_PROMPT).tolist()],
-            "greedy-batch": [rng(f"batch/{b}").integers(0, model.vocab, n).tolist() for b, n in enumerate(BATCH_PROMPTS)]}
+    logits = [rng("logits").integers(0, model.vocab, LOGITS_PROMPT).tolist()]
+    out = [GenerationCase("logits", logits, 1, True, []),
+           GenerationCase("greedy", [rng("greedy").integers(0, model.vocab, GREEDY_PROMPT).tolist()], NEW_TOKENS,
+                          False, []),
+           GenerationCase("greedy-batch", [rng(f"batch/{b}").integers(0, model.vocab, n).tolist()
+                                           for b, n in enumerate(BATCH_PROMPTS)], NEW_TOKENS, True,
+                          ["--block-size", str(BATCH_BLOCK_SIZE)])]
+    if prefill_chunk:
+        out.append(GenerationCase("logits-chunked", logits, 1, True, ["--prefill-chunk", str(PREFILL_CHUNK)]))
+    return out
 
 
 # ---- judging an implementation's outputs ------------------------------------------------------------
@@ -206,40 +231,39 @@ def run_block(args, ckpt: str, c: BlockCase, tmp: str):
     return bf16_value(y.data)
 
 
-def run_generate(args, ckpt: str, what: str, prompt_ids: List[List[int]], new_tokens: int, prompt_logits: bool,
-                 tmp: str):
+def run_generate(args, ckpt: str, g: GenerationCase, tmp: str):
     """(ids [B][N], step logits [B][N, V], prompt logits [B][L_b, V] or None) from metrale."""
-    out_path = case_file(tmp, what, "out")
-    cmd = [args.metrale, "generate", "--weights", ckpt, "--max-new-tokens", str(new_tokens), "--output", out_path,
-           "--json", "--quiet"]
-    if len(prompt_ids) == 1:
-        cmd += ["--prompt-ids", ",".join(str(t) for t in prompt_ids[0])]
+    out_path = case_file(tmp, g.name, "out")
+    cmd = [args.metrale, "generate", "--weights", ckpt, "--max-new-tokens", str(g.new_tokens), "--output", out_path,
+           "--json", "--quiet"] + g.flags
+    if len(g.prompts) == 1:
+        cmd += ["--prompt-ids", ",".join(str(t) for t in g.prompts[0])]
     else:
-        longest = max(len(p) for p in prompt_ids)
-        ids = np.zeros((len(prompt_ids), longest), dtype=np.int64)
-        for b, p in enumerate(prompt_ids):
+        longest = max(len(p) for p in g.prompts)
+        ids = np.zeros((len(g.prompts), longest), dtype=np.int64)
+        for b, p in enumerate(g.prompts):
             ids[b, :len(p)] = p
-        batch_path = case_file(tmp, what, "batch")
-        save(batch_path, {"ids": tensor("I32", ids), "lengths": tensor("I64", [len(p) for p in prompt_ids])})
-        cmd += ["--batch-file", batch_path, "--block-size", str(BATCH_BLOCK_SIZE)]
-    if prompt_logits:
+        batch_path = case_file(tmp, g.name, "batch")
+        save(batch_path, {"ids": tensor("I32", ids), "lengths": tensor("I64", [len(p) for p in g.prompts])})
+        cmd += ["--batch-file", batch_path]
+    if g.prompt_logits:
         cmd.append("--prompt-logits")
     proc = run(cmd)
     out = load(out_path)
-    batch = len(prompt_ids)
+    batch = len(g.prompts)
     ids = out["ids"].data.astype(np.int64)
-    if list(ids.shape) != [batch, new_tokens]:
-        raise RuntimeError(f"ids is {list(ids.shape)}, expected [{batch}, {new_tokens}]")
+    if list(ids.shape) != [batch, g.new_tokens]:
+        raise RuntimeError(f"ids is {list(ids.shape)}, expected [{batch}, {g.new_tokens}]")
     logits = out["logits"].data.astype(np.float64)
     doc = json.loads(proc.stdout)
     generated = [s["generated"] for s in doc["sequences"]]
     if generated != ids.tolist():
         raise RuntimeError(f"--json generated {generated} but the file's ids are {ids.tolist()}")
     prompt = None
-    if prompt_logits:
+    if g.prompt_logits:
         pl = out["prompt_logits"].data.astype(np.float64)
         prompt = []
-        for b, p in enumerate(prompt_ids):
+        for b, p in enumerate(g.prompts):
             if np.any(pl[b, len(p):] != 0):
                 raise RuntimeError(f"prompt_logits of sequence {b} are not 0 past its length {len(p)}")
             prompt.append(pl[b, :len(p)])
@@ -262,14 +286,11 @@ def check_model(args, model: decoder_models.DecoderModel, tmp: str) -> List[Outc
             o = Outcome("", False, str(e))
         o.case = label
         outcomes.append(o)
-    for what, ps in prompts(model).items():
-        new_tokens = 1 if what == "logits" else NEW_TOKENS
-        label = f"{model.name} {what} prompt {'/'.join(str(len(p)) for p in ps)} + {new_tokens}"
-        if len(ps) > 1:
-            label += f" (--block-size {BATCH_BLOCK_SIZE})"
+    for g in generation_cases(model, args.prefill_chunk):
+        label = f"{model.name} {g.label}"
         try:
-            ids, steps, prompt = run_generate(args, ckpt, what, ps, new_tokens, what != "greedy", tmp)
-            o = judge_generation(ref, label, ps, ids, steps, prompt)
+            ids, steps, prompt = run_generate(args, ckpt, g, tmp)
+            o = judge_generation(ref, label, g.prompts, ids, steps, prompt)
         except (RuntimeError, KeyError, ValueError, OSError, json.JSONDecodeError) as e:
             o = Outcome(label, False, str(e))
         o.case = label
@@ -287,7 +308,6 @@ def self_test_model(model: decoder_models.DecoderModel, tmp: str) -> List[str]:
     ref = dx.Reference(ck)
     cases = block_cases(model, ref)
     ref.routing_gaps.clear()
-    ps = prompts(model)
     problems = []
     for variant in ["f32"] + [p for p in dx.PERTURBATIONS if dx.applies(p, ck.config)]:
         impl = dx.make(ck, variant)
@@ -296,10 +316,10 @@ def self_test_model(model: decoder_models.DecoderModel, tmp: str) -> List[str]:
             y, _ = dx.block(impl, c.layer, c.kind, c.x, c.positions, c.sequence, c.step)
             o = judge_block(ref, c, y)
             results.append((f"{c.kind} {c.name}", o))
-        for what, prompt_ids in ps.items():
-            n = 1 if what == "logits" else NEW_TOKENS if variant == "f32" else PERTURBED_TOKENS
-            ids, prompt_logits, step_logits = dx.decode(impl, prompt_ids, n)
-            results.append((what, judge_generation(ref, what, prompt_ids, ids, step_logits, prompt_logits)))
+        for g in generation_cases(model):
+            n = g.new_tokens if variant == "f32" else min(g.new_tokens, PERTURBED_TOKENS)
+            ids, prompt_logits, step_logits = dx.decode(impl, g.prompts, n)
+            results.append((g.name, judge_generation(ref, g.name, g.prompts, ids, step_logits, prompt_logits)))
         failed = [name for name, o in results if not o.passed]
         block_failed = [n for n in failed if n.startswith(("decoder", "attention"))]
         model_failed = [n for n in failed if not n.startswith(("decoder", "attention"))]
@@ -352,6 +372,8 @@ def main() -> int:
     if not args.self_test and not backend_loaded(args):
         print("the cpu backend is not loaded; skipping", file=sys.stderr)
         return 77
+    args.prefill_chunk = not args.self_test and "--prefill-chunk" in subprocess.run(
+        [args.metrale, "generate", "--help"], capture_output=True, text=True).stdout
     failed = []
     total = 0
     for m in chosen:

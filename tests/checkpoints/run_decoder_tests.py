@@ -196,8 +196,9 @@ def judge_generation(ref: dx.Reference, what: str, prompt_ids: List[List[int]], 
             if not v.passed:
                 failures.append(f"sequence {b} {label}: {v.describe()}")
     ties = ref.routing_near_ties()
+    gap = f", smallest routing gap {min(ref.routing_gaps):.3f} of sum |x r|" if ref.routing_gaps else ""
     ref.routing_gaps.clear()
-    text = (f"worst logits {worst:.3g} of budget, smallest top-2 margin {min(margins):.1f} x the budget"
+    text = (f"worst logits {worst:.3g} of budget, smallest top-2 margin {min(margins):.1f} x the budget{gap}"
             + (f", {near_ties} near-tie(s)" if near_ties else "") + (f", {ties} routing near-tie(s)" if ties else ""))
     if failures:
         text += "; " + "; ".join(failures[:4]) + (f"; ... {len(failures) - 4} more" if len(failures) > 4 else "")

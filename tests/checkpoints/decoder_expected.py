@@ -78,7 +78,7 @@ def applies(perturbation: str, config: Dict) -> bool:
 
 class Reference(decoder_reference.DecoderReference):
     """The rounded reference of a checkpoint (expected.Checkpoint), optionally perturbed.
-    Records the smallest top-k routing gap its MoE layers saw (near_tie_routing)."""
+    Records the top-k routing gap of every row its MoE layers route (routing_gaps)."""
 
     def __init__(self, ck: expected.Checkpoint, perturbation: Optional[str] = None):
         tensor = lambda n: decoders.float_values(ck.tensor(n))  # noqa: E731

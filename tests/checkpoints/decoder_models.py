@@ -152,7 +152,7 @@ def successor_ffn(m: DecoderModel, embed: np.ndarray) -> Dict[str, np.ndarray]:
     # An input row of unit RMS along token t reads sqrt(H) * cos on its unit; silu(g) * u is ~ (0.6 sqrt(H))^2.
     response = (0.6 * np.sqrt(HIDDEN)) ** 2
     down = np.zeros((HIDDEN, m.intermediate))
-    down[:, :m.vocab] = 1.5 * (embed[successor] - embed).T / response
+    down[:, :m.vocab] = 2.0 * (embed[successor] - embed).T / response
     keys = np.zeros((m.intermediate, HIDDEN))
     keys[:m.vocab] = unit
     return {p + "gate_proj": keys, p + "up_proj": keys.copy(), p + "down_proj": down}

@@ -23,14 +23,14 @@ void check_vector(const std::vector<uint16_t>& v, bool wanted, size_t size, cons
   }
 }
 
-std::vector<uint16_t> seeded_bf16(uint64_t seed, const std::string& name, size_t size, double center, double spread) {
+}  // namespace
+
+std::vector<uint16_t> synthetic_bf16_values(uint64_t seed, const std::string& name, size_t count, double center, double spread) {
   SplitMix64 rng(derive_seed(seed, name));
-  std::vector<uint16_t> out(size);
+  std::vector<uint16_t> out(count);
   for (auto& v : out) v = f64_to_bf16(center + rng.uniform(-spread, spread));
   return out;
 }
-
-}  // namespace
 
 size_t AttentionWeights::bytes() const noexcept {
   size_t b = q.bytes() + k.bytes() + v.bytes() + o.bytes();
@@ -94,14 +94,14 @@ AttentionWeights synthetic_attention_weights(const AttentionConfig& c, uint64_t 
   w.v = synthetic_quant("self_attn.v_proj", format, c.kv_width(), c.hidden_size, seed);
   w.o = synthetic_quant("self_attn.o_proj", format, c.hidden_size, c.q_width(), seed);
   if (c.qkv_bias) {
-    w.q_bias = seeded_bf16(seed, "q_bias", c.q_width(), 0.0, 0.1);
-    w.k_bias = seeded_bf16(seed, "k_bias", c.kv_width(), 0.0, 0.1);
-    w.v_bias = seeded_bf16(seed, "v_bias", c.kv_width(), 0.0, 0.1);
+    w.q_bias = synthetic_bf16_values(seed, "q_bias", c.q_width(), 0.0, 0.1);
+    w.k_bias = synthetic_bf16_values(seed, "k_bias", c.kv_width(), 0.0, 0.1);
+    w.v_bias = synthetic_bf16_values(seed, "v_bias", c.kv_width(), 0.0, 0.1);
   }
-  if (c.o_bias) w.o_bias = seeded_bf16(seed, "o_bias", c.hidden_size, 0.0, 0.1);
+  if (c.o_bias) w.o_bias = synthetic_bf16_values(seed, "o_bias", c.hidden_size, 0.0, 0.1);
   if (c.qk_norm) {
-    w.q_norm = seeded_bf16(seed, "q_norm", c.head_dim, 1.0, 0.2);
-    w.k_norm = seeded_bf16(seed, "k_norm", c.head_dim, 1.0, 0.2);
+    w.q_norm = synthetic_bf16_values(seed, "q_norm", c.head_dim, 1.0, 0.2);
+    w.k_norm = synthetic_bf16_values(seed, "k_norm", c.head_dim, 1.0, 0.2);
   }
   return w;
 }

@@ -37,6 +37,10 @@ struct AttentionWeights {
 AttentionWeights read_attention_weights(const TensorSource& src, const std::string& prefix, const AttentionConfig& config,
                                         const CheckpointQuant& quant);
 
+// `count` seeded bf16 values uniform in center ± spread, the stream named `name` (norm weights,
+// biases, embeddings of synthetic models).
+std::vector<uint16_t> synthetic_bf16_values(uint64_t seed, const std::string& name, size_t count, double center, double spread);
+
 // Seeded weights of `format` (biases and norm weights near 1 and 0 as trained models have them).
 AttentionWeights synthetic_attention_weights(const AttentionConfig& config, uint64_t seed, WeightFormat format);
 

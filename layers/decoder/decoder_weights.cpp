@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "decoder/decoder_weights.hpp"
 
-#include "core/numeric.hpp"
 #include "core/quant_synthetic.hpp"
 #include "core/rng.hpp"
 #include "io/config_json.hpp"
@@ -100,13 +99,6 @@ ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfi
 
 namespace {
 
-std::vector<uint16_t> seeded_bf16(uint64_t seed, const std::string& name, size_t size, double center, double spread) {
-  SplitMix64 rng(derive_seed(seed, name));
-  std::vector<uint16_t> out(size);
-  for (auto& v : out) v = f64_to_bf16(center + rng.uniform(-spread, spread));
-  return out;
-}
-
 nlohmann::json qwen3_shape(uint32_t hidden, uint32_t layers, uint32_t heads, uint32_t kv_heads, uint32_t intermediate,
                            uint32_t vocab, bool tie) {
   return {{"model_type", "qwen3"}, {"architectures", {"Qwen3ForCausalLM"}}, {"hidden_size", hidden},
@@ -137,8 +129,8 @@ std::optional<nlohmann::json> decoder_preset(std::string_view name) {
 ModelWeights synthetic_model_weights(const DecoderConfig& c, uint64_t seed, WeightFormat format) {
   const uint32_t hidden = c.attention.hidden_size;
   ModelWeights w;
-  w.embed = seeded_bf16(seed, "embed_tokens", size_t{c.vocab_size} * hidden, 0.0, 1.7);  // unit spread
-  w.final_norm = seeded_bf16(seed, "norm", hidden, 1.0, 0.2);
+  w.embed = synthetic_bf16_values(seed, "embed_tokens", size_t{c.vocab_size} * hidden, 0.0, 1.7);  // unit spread
+  w.final_norm = synthetic_bf16_values(seed, "norm", hidden, 1.0, 0.2);
   if (!c.tie_word_embeddings) w.lm_head = synthetic_quant("lm_head", WeightFormat::bf16, c.vocab_size, hidden, seed);
   SyntheticFormats formats;
   formats.weights = format;
@@ -149,8 +141,8 @@ ModelWeights synthetic_model_weights(const DecoderConfig& c, uint64_t seed, Weig
     d.ffn_config = c.ffn.for_layer(l);
     d.ffn = synthetic_ffn_weights(d.ffn_config, layer_seed, formats);
     d.attention = synthetic_attention_weights(c.attention, layer_seed, format);
-    d.input_norm = seeded_bf16(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
-    d.post_norm = seeded_bf16(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
+    d.input_norm = synthetic_bf16_values(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
+    d.post_norm = synthetic_bf16_values(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
     w.layers.push_back(std::move(d));
   }
   return w;

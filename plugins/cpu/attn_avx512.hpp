@@ -63,23 +63,23 @@ struct AttnAvx512 {
       }
       return stage;
     }
-    // Into L2 (locality 1): the L1's few fill buffers would cap the lines in flight. Always
-    // inlined: GCC 12 finds a function whose only effect is prefetching "pure" and drops the
-    // calls to it.
-    [[gnu::always_inline]] void prefetch(uint32_t t0, uint32_t end, uint32_t d) const {
-      if (t0 >= end) return;
-      const uint32_t count = min_u32(kChunk, end - t0);
-      if (kv.block_size >= kChunk) {
-        const auto* p = reinterpret_cast<const char*>(row(t0));
-        for (size_t at = 0; at < size_t{count} * d * 2; at += 64) __builtin_prefetch(p + at, 0, 1);
-        return;
-      }
-      for (uint32_t i = 0; i < count; ++i) {
-        const auto* p = reinterpret_cast<const char*>(row(t0 + i));
-        for (size_t at = 0; at < size_t{d} * 2; at += 64) __builtin_prefetch(p + at, 0, 1);
-      }
+    // The chunk of positions [t0, t0 + 16) where one cache block holds it contiguously (16 rows
+    // of `d`; the part below `end`), else null: the address the decode prefetches.
+    const char* chunk_address(uint32_t t0, uint32_t end) const {
+      return kv.block_size >= kChunk && t0 < end ? reinterpret_cast<const char*>(row(t0)) : nullptr;
     }
   };
+
+  // Part `part` of `parts` of a chunk (16 rows of D bf16) into L2 (locality 1: the L1's few fill
+  // buffers would cap the lines in flight), spread over the loop that reads the current chunk
+  // rather than in one burst. Always inlined: GCC 12 finds a function whose only effect is
+  // prefetching "pure" and drops the calls to it.
+  template <uint32_t D>
+  [[gnu::always_inline]] static void prefetch_part(const char* chunk, uint32_t part, uint32_t parts) {
+    if (chunk == nullptr) return;
+    constexpr uint32_t kBytes = kChunk * D * 2;
+    for (uint32_t at = part * kBytes / parts; at < (part + 1) * kBytes / parts; at += 64) __builtin_prefetch(chunk + at, 0, 1);
+  }
 
   // sum16's lane order: accumulator i must hold position kSumOrder[i] of the chunk for lane j of
   // the result to be position j (the order is its own inverse).
@@ -128,10 +128,11 @@ struct AttnAvx512 {
   // x HB heads at a time, so each K element is widened once and each register load feeds
   // several FMAs.
   template <uint32_t D, uint32_t HB>
-  static void chunk_partials(const float* q, const uint16_t* k, float* partial) {
+  static void chunk_partials(const float* q, const uint16_t* k, float* partial, const char* ahead) {
     constexpr uint32_t P = D / 32;  // 32-element pieces per row
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     for (uint32_t tb = 0; tb < kChunk; tb += 4) {
+      prefetch_part<D>(ahead, tb / 4, kChunk / 4);
       __m512 acc[4][HB];
       for (auto& row : acc)
         for (auto& a : row) a = _mm512_setzero_ps();
@@ -156,7 +157,7 @@ struct AttnAvx512 {
   // rows t < count (bf16), widened once per pass; the pieces in passes of PB so that HB x PB
   // pairs of accumulators stay in registers.
   template <uint32_t D, uint32_t HB>
-  static void chunk_values(float* acc, const float* probs, const uint16_t* v, uint32_t count) {
+  static void chunk_values(float* acc, const float* probs, const uint16_t* v, uint32_t count, const char* ahead) {
     constexpr uint32_t P = D / 32, PB = P < 8 / HB ? P : 8 / HB;
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     for (uint32_t p0 = 0; p0 < P; p0 += PB) {
@@ -164,6 +165,7 @@ struct AttnAvx512 {
       for (uint32_t h = 0; h < HB; ++h)
         for (uint32_t j = 0; j < 2 * PB; ++j) a[h][j] = _mm512_loadu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j);
       for (uint32_t t = 0; t < count; ++t) {
+        if (p0 == 0) prefetch_part<D>(ahead, t, kChunk);
         __m512 w[HB];
         for (uint32_t h = 0; h < HB; ++h) w[h] = _mm512_set1_ps(probs[size_t{h} * kAttnPartition + t]);
         for (uint32_t p = 0; p < PB; ++p) {
@@ -215,17 +217,19 @@ struct AttnAvx512 {
     split_rows<D>(c.q + (size_t{seq} * c.q_heads + first_head) * D, q, group);
     const __m512 scale = _mm512_set1_ps(c.scale);
 
+    for (uint32_t ch = 0; ch < kAhead && ch < chunks; ++ch)  // the first chunks at once
+      prefetch_part<D>(keys.chunk_address(begin + ch * kChunk, end), 0, 1);
     for (uint32_t ch = 0; ch < chunks; ++ch) {
       // The stream read ahead: this split's K chunks, then its V chunks.
       const uint32_t ahead = ch + kAhead;
-      if (ahead < chunks)
-        keys.prefetch(begin + ahead * kChunk, end, D);
-      else
-        values.prefetch(begin + (ahead - chunks) * kChunk, end, D);
+      const char* next = ahead < chunks ? keys.chunk_address(begin + ahead * kChunk, end)
+                                        : values.chunk_address(begin + (ahead - chunks) * kChunk, end);
       const uint16_t* k = keys.chunk(begin + ch * kChunk, end, stage, D);
       for (uint32_t g = 0; g < group; g += 4) {
         const uint32_t heads = min_u32(4, group - g);
-        with_heads(heads, [&](auto hb) { chunk_partials<D, decltype(hb)::value>(q + size_t{g} * D, k, partial); });
+        with_heads(heads, [&](auto hb) {
+          chunk_partials<D, decltype(hb)::value>(q + size_t{g} * D, k, partial, g == 0 ? next : nullptr);
+        });
         for (uint32_t h = 0; h < heads; ++h) {
           __m512 sums[16];
           for (uint32_t i = 0; i < 16; ++i) sums[i] = _mm512_load_ps(partial + (size_t{h} * kChunk + kSumOrder[i]) * 16);
@@ -251,12 +255,14 @@ struct AttnAvx512 {
       for (uint32_t j = 0; j < V; ++j) _mm512_storeu_ps(acc + size_t{g} * D + 16 * j, _mm512_setzero_ps());
     }
     for (uint32_t ch = 0; ch < chunks; ++ch) {
-      values.prefetch(begin + (ch + kAhead) * kChunk, end, D);
+      const char* next = values.chunk_address(begin + (ch + kAhead) * kChunk, end);
       const uint16_t* v = values.chunk(begin + ch * kChunk, end, stage, D);
       const uint32_t count = min_u32(kChunk, n - ch * kChunk);
       for (uint32_t g = 0; g < group; g += 4) {
         const float* p = scores + size_t{g} * kAttnPartition + ch * kChunk;
-        with_heads(group - g, [&](auto hb) { chunk_values<D, decltype(hb)::value>(acc + size_t{g} * D, p, v, count); });
+        with_heads(group - g, [&](auto hb) {
+          chunk_values<D, decltype(hb)::value>(acc + size_t{g} * D, p, v, count, g == 0 ? next : nullptr);
+        });
       }
     }
     for (uint32_t g = 0; g < group; ++g) {

@@ -115,21 +115,36 @@ void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char
 }
 
 // Block (bx, by): q head bx of sequence by, from the records of the splits its context reaches.
-void attn_decode_combine(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char*) {
+// Each split's weight e^(m - M) is taken once, not once per element (a 32k context has 64
+// splits: an exp per element and split cost as much as the decode itself).
+void attn_decode_combine(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
   const CombineCall c = combine_call(args);
   const uint32_t splits = DecodeCall::ceil_partitions(static_cast<uint32_t>(c.context_lens[by]));
   const size_t stride = partial_stride(c.head_dim);
   const float* records = c.partials + (size_t{by} * c.q_heads + bx) * c.partitions * stride;
+  // Scratch: the output [head_dim], then the weights of up to kPiece splits at a time (the
+  // contract bounds a context by 2^31 tokens here, not by the scratch).
+  constexpr uint32_t kPiece = 8192;
+  float* value = scratch_at<float>(scratch, 0);
+  float* weight = value + c.head_dim;
   float top = kNegInf;
   for (uint32_t p = 0; p < splits; ++p) top = records[p * stride] > top ? records[p * stride] : top;
   float sum = 0.0f;
-  for (uint32_t p = 0; p < splits; ++p) sum += records[p * stride + 1] * std::exp(records[p * stride] - top);
-  uint16_t* out = c.out + (size_t{by} * c.q_heads + bx) * c.head_dim;
-  for (uint32_t i = 0; i < c.head_dim; ++i) {
-    float value = 0.0f;
-    for (uint32_t p = 0; p < splits; ++p) value += records[p * stride + 2 + i] * std::exp(records[p * stride] - top);
-    out[i] = f32_to_bf16(value / sum);
+  for (uint32_t i = 0; i < c.head_dim; ++i) value[i] = 0.0f;
+  for (uint32_t first = 0; first < splits; first += kPiece) {
+    const uint32_t count = min_u32(kPiece, splits - first);
+    for (uint32_t p = 0; p < count; ++p) {
+      const float* record = records + size_t{first + p} * stride;
+      weight[p] = std::exp(record[0] - top);
+      sum += record[1] * weight[p];
+    }
+    for (uint32_t p = 0; p < count; ++p) {
+      const float* acc = records + size_t{first + p} * stride + 2;
+      for (uint32_t i = 0; i < c.head_dim; ++i) value[i] += acc[i] * weight[p];
+    }
   }
+  uint16_t* out = c.out + (size_t{by} * c.q_heads + bx) * c.head_dim;
+  for (uint32_t i = 0; i < c.head_dim; ++i) out[i] = f32_to_bf16(value[i] / sum);
 }
 
 // Block (bx, by): query rows [bx*64, bx*64 + 64) of the chunk for the q heads sharing kv head

@@ -203,7 +203,8 @@ const KernelSpec kSpecs[] = {
      "(ceil(max_blocks*block_size/512), seqs*kv_heads)"},
     {"attn", "attn_decode_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::attn_decode_combine, -1,
      "(q_heads, seqs)"},
-    {"attn", "attn_prefill", METRALE_CPU_PARAMS(Prefill), check_prefill, baseline::attn_prefill, -1,
+    {"attn", "attn_prefill", METRALE_CPU_PARAMS(Prefill), check_prefill, baseline::attn_prefill,
+     static_cast<int>(Simd::attn_prefill),
      "(ceil(m/64), kv_heads)"},
 };
 

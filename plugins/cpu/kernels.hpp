@@ -68,7 +68,7 @@ enum class Simd : uint8_t {
   w4a8_gemv, w4a8_gemm, w4a8_grouped_gemm, w4a8_repack,
   w8a8_gemv, w8a8_gemm, w8a8_grouped_gemm, w8a8_repack,
   quantize_int8, quantize_int8_bf16, quantize_fp8, quantize_fp8_bf16, quantize_fp8_group128, quantize_fp8_group128_bf16,
-  attn_decode,
+  attn_decode, attn_prefill,
   qk_norm_rope,
   count
 };

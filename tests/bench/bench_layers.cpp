@@ -7,7 +7,10 @@
 // of the dot peak of its activations and of the roofline; the scaling in m and in threads; the
 // launch overhead of a one-block kernel through the runtime against the plugin's raw entry point
 // and the cost of a warm try_kernel hit; and the worst figure per performance target
-// (docs/perf.md; bench_targets.hpp). All ratios of the same run. Not a test: numbers, not
+// (docs/perf.md; bench_targets.hpp); the attention kernels (attn-decode: cache bytes per second
+// against the read bandwidth at each context of --attn-contexts, for each count of --attn-seqs;
+// attn-prefill: causal FLOP per second against the bf16 dot peak at each m of --attn-m).
+// All ratios of the same run. Not a test: numbers, not
 // verdicts. Progress on stderr; --json puts one JSON document on stdout.
 #include "bench_machine.hpp"
 #include "bench_report.hpp"
@@ -90,6 +93,7 @@ struct Options {
   std::vector<std::string> variants = variant_names();
   std::vector<uint32_t> m_list{1, 2, 4, 8, 16, 64, 256, 512};
   std::vector<unsigned> threads;
+  AttentionRequest attention;
   uint32_t repeat = 3;
   uint32_t launches = 2000;
   size_t bandwidth_mb = 1024;
@@ -107,8 +111,21 @@ void add_options(CLI::App& app, Options& o) {
                  "group-128 int4, the latter with a K permutation) and ct-act-order (symmetric, with a K "
                  "permutation, as compressed-tensors' act-order loads; m = 1 and m >= 64), w8a16, fp8 and "
                  "fp8-block (FP8 weights, E4M3 activations scaled per 128 columns; m = 1), w4a8 and w8a8 "
-                 "(int8 activations; m >= 64)")
+                 "(int8 activations; m >= 64), bf16; attn-decode and attn-prefill (the attention kernels, "
+                 "--attn-contexts, --attn-seqs, --attn-m)")
       ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--attn-contexts", o.attention.contexts, "attn-decode: tokens in each sequence's cache, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(uint32_t{1}, uint32_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--attn-seqs", o.attention.seqs, "attn-decode: sequences per decode step, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(uint32_t{1}, uint32_t{256}))
+      ->capture_default_str();
+  app.add_option("--attn-m", o.attention.prefill_m, "attn-prefill: query rows of the chunk (no past), comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(uint32_t{1}, uint32_t{1} << 20))
       ->capture_default_str();
   app.add_option("--m", o.m_list, "Rows (tokens) per pass to measure, comma-separated")
       ->delimiter(',')
@@ -149,6 +166,9 @@ Denominators denominators_at(const Report& rep, unsigned threads) {
 // Each thread count selects the backend afresh: METRALE_CPU_THREADS is read at discovery.
 void measure_runs(const Options& o, Report& rep, CacheEvictor& evictor) {
   RateRequest request{o.presets, select_variants(o.variants), o.m_list, o.repeat};
+  AttentionRequest attention = o.attention;
+  attention.rows = attention_rows(request.variants);
+  attention.repeat = o.repeat;
   for (unsigned requested : o.threads) {
     auto backend = backend_on_threads(requested, o.backend_name);
     Backend& b = *backend;
@@ -167,6 +187,7 @@ void measure_runs(const Options& o, Report& rep, CacheEvictor& evictor) {
                    run.threads, run.threads);
     run.d = denominators_at(rep, run.threads);
     run.rates = measure_rates(b, request, run.threads, run.d, evictor);
+    for (auto& r : measure_attention_rates(b, attention, run.threads, run.d, evictor)) run.rates.push_back(std::move(r));
     std::fprintf(stderr, "measuring launch overhead (%s)...\n", threads_label(run.threads).c_str());
     run.launch = measure_launch(b, o.launches);
     rep.runs.push_back(std::move(run));

@@ -30,7 +30,7 @@ json launch_json(const LaunchCost& l) {
 
 json rate_json(const Rate& r) {
   return json{{"preset", r.preset},       {"variant", r.variant},   {"path", r.path},
-              {"m", r.m},                 {"kernels", r.kernels},   {"median_s", r.median_s},
+              {"m", r.m},                 {"context", r.context},   {"kernels", r.kernels},   {"median_s", r.median_s},
               {"weight_bytes", r.weight_bytes}, {"weight_gb_per_s", r.gb_per_s}, {"gflop_per_s", r.gflop_per_s},
               {"fraction_of_read_bandwidth", r.of_bandwidth}, {"fraction_of_bf16_dot_peak", r.of_bf16_peak},
               {"fraction_of_int8_dot_peak", r.of_int8_peak}, {"threads", r.threads}, {"ffn", r.ffn},
@@ -48,7 +48,7 @@ json scaling_json(const Report& rep) {
                               {"from_m", s.from_m}, {"to_m", s.to_m}, {"time_ratio", s.time_ratio},
                               {"roofline_ratio", s.roofline_ratio}, {"cliff", s.cliff}});
   for (const auto& s : thread_scaling(rep.runs))
-    out["threads"].push_back({{"preset", s.preset}, {"variant", s.variant}, {"m", s.m},
+    out["threads"].push_back({{"preset", s.preset}, {"variant", s.variant}, {"m", s.m}, {"context", s.context},
                               {"base_threads", s.base_threads}, {"threads", s.threads}, {"speedup", s.speedup},
                               {"roofline_speedup", s.roofline_speedup}});
   return out;
@@ -60,11 +60,12 @@ void print_rows(const Report& rep, const ThreadRun& run) {
             << " GOP/s (the denominators below) ==\n";
   std::vector<std::vector<std::string>> table;
   for (const auto& r : run.rates)
-    table.push_back({r.preset, r.variant, r.path, std::to_string(r.m), f(r.median_s * 1e3, 2),
+    table.push_back({r.preset, r.variant, r.path, std::to_string(r.m), r.context ? std::to_string(r.context) : "-",
+                     f(r.median_s * 1e3, 2),
                      f(r.weight_bytes / 1e6, 1), f(r.gb_per_s, 2), f(r.gflop_per_s, 2), f(r.of_bandwidth, 3),
                      f(r.of_bf16_peak, 3), r.int8_dot ? f(r.of_int8_peak, 3) : "-", f(r.roofline_s * 1e3, 2), r.bound,
                      f(r.of_roofline, 3), r.kernels});
-  std::cout << render_table({"preset", "weights", "path", "m", "median ms", "weights MB", "GB/s", "GFLOP/s",
+  std::cout << render_table({"preset", "weights", "path", "m", "context", "median ms", "weights MB", "GB/s", "GFLOP/s",
                              "of read bw", "of bf16 peak", "of int8 peak", "roofline ms", "bound", "of roofline",
                              "kernels"},
                             table);
@@ -117,7 +118,7 @@ std::vector<MStep> m_scaling(const ThreadRun& run, const std::string& preset, co
   std::vector<MStep> out;
   const Rate* previous = nullptr;
   for (const auto& r : run.rates) {
-    if (r.preset != preset || r.variant != variant) continue;
+    if (r.preset != preset || r.variant != variant || r.context != 0) continue;  // attention rows: no m steps
     if (previous != nullptr) {
       MStep s{preset, variant, run.threads, previous->m, r.m, r.median_s / previous->median_s, 0, false};
       s.roofline_ratio = previous->roofline_s > 0 ? r.roofline_s / previous->roofline_s : 0;
@@ -136,8 +137,8 @@ std::vector<ThreadStep> thread_scaling(const std::vector<ThreadRun>& runs) {
   for (size_t i = 1; i < runs.size(); ++i)
     for (const auto& r : runs[i].rates)
       for (const auto& b : base.rates)
-        if (b.preset == r.preset && b.variant == r.variant && b.m == r.m)
-          out.push_back({r.preset, r.variant, r.m, base.threads, runs[i].threads, b.median_s / r.median_s,
+        if (b.preset == r.preset && b.variant == r.variant && b.m == r.m && b.context == r.context)
+          out.push_back({r.preset, r.variant, r.m, r.context, base.threads, runs[i].threads, b.median_s / r.median_s,
                          r.roofline_s > 0 ? b.roofline_s / r.roofline_s : 0});
   return out;
 }
@@ -187,12 +188,12 @@ void print_text(const Report& rep) {
   if (!by_threads.empty()) {
     std::vector<std::vector<std::string>> st;
     for (const auto& s : by_threads)
-      st.push_back({s.preset, s.variant, std::to_string(s.m),
+      st.push_back({s.preset, s.variant, std::to_string(s.m), s.context ? std::to_string(s.context) : "-",
                     std::to_string(s.base_threads) + " -> " + std::to_string(s.threads), f(s.speedup, 2),
                     f(s.roofline_speedup, 2)});
     const std::string base = "t(" + std::to_string(rep.runs.front().threads) + ")/t(N)";
     std::cout << "\nscaling in threads (N: the thread count after the arrow):\n"
-              << render_table({"preset", "weights", "m", "threads", base, "roofline " + base}, st);
+              << render_table({"preset", "weights", "m", "context", "threads", base, "roofline " + base}, st);
   }
   std::vector<std::vector<std::string>> tt;
   for (const auto& t : rep.targets) tt.push_back(target_cells(t));

@@ -29,6 +29,7 @@ std::vector<MStep> m_scaling(const ThreadRun& run, const std::string& preset, co
 struct ThreadStep {
   std::string preset, variant;
   uint32_t m = 0;
+  uint32_t context = 0;  // attention rows (Rate::context)
   unsigned base_threads = 0, threads = 0;
   double speedup = 0;           // t(base) / t(threads)
   double roofline_speedup = 0;  // t_min(base) / t_min(threads)

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "bench_rows.hpp"
 
+#include "attention/kv_cache.hpp"
 #include "ffn/ffn.hpp"
 #include "reference/reference.hpp"
 
 #include <metrale/status.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -28,6 +30,14 @@ Variant variant(std::string name, WeightFormat format, ActivationQuant act, Vari
   v.activations = act;
   v.paths = paths;
   v.moe = moe;
+  return v;
+}
+
+Variant attention_variant(std::string name, AttentionRows rows) {
+  Variant v;
+  v.name = std::move(name);
+  v.dense = false;  // no FFN preset covers it
+  v.attention = rows;
   return v;
 }
 
@@ -114,6 +124,8 @@ const std::vector<Variant>& all_variants() {
       variant("w8a8", F::w8_zp, A::int8, P::prefill, false),
       // Unquantized checkpoints' weights: the bytes a bf16 model reads, decode and prefill.
       variant("bf16", F::bf16, A::bf16, P::decode_and_prefill, true),
+      attention_variant("attn-decode", AttentionRows::decode),
+      attention_variant("attn-prefill", AttentionRows::prefill),
   };
   return variants;
 }
@@ -186,6 +198,169 @@ std::vector<Rate> measure_rates(Backend& b, const RateRequest& request, unsigned
         r.gflop_per_s = r.flops / r.median_s / 1e9;
         set_ratios(r, d);
         rates.push_back(r);
+      }
+    }
+  }
+  return rates;
+}
+
+std::string AttentionShape::name() const {
+  return "attn-" + std::to_string(q_heads) + "q" + std::to_string(kv_heads) + "kv-d" + std::to_string(head_dim) +
+         "-b" + std::to_string(block_size);
+}
+
+std::vector<AttentionRows> attention_rows(const std::vector<Variant>& variants) {
+  std::vector<AttentionRows> out;
+  for (const auto& v : variants)
+    if (v.attention != AttentionRows::none) out.push_back(v.attention);
+  return out;
+}
+
+double prefill_flops(const AttentionShape& s, uint32_t m) {
+  const double pairs = double(m) * (double(m) + 1) / 2;  // row i attends to positions 0..i
+  return 4.0 * s.head_dim * s.q_heads * pairs;
+}
+
+double decode_cache_bytes(const AttentionShape& s, uint32_t seqs, uint32_t context) {
+  return 2.0 * seqs * context * s.kv_heads * s.head_dim * 2;  // K and V, bf16
+}
+
+namespace {
+
+// A KvCache holding `seqs` sequences of `context` tokens, its pools filled with one random bf16
+// pattern (the values do not change the time).
+struct FilledCache {
+  KvCache cache;
+  std::vector<uint32_t> ids;
+
+  FilledCache(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t context)
+      : cache(b, {s.kv_heads, s.head_dim, s.block_size, seqs * ((context + s.block_size - 1) / s.block_size)}) {
+    for (uint32_t i = 0; i < seqs; ++i) {
+      ids.push_back(cache.add_sequence());
+      cache.append(ids.back(), context);
+    }
+    const size_t pool = size_t{cache.shape().num_blocks} * s.kv_heads * s.block_size * s.head_dim * 2;
+    const auto pattern = synthetic_activations(256, 4096, 7);  // 2 MiB
+    const size_t piece = pattern.size() * 2;
+    for (const DevicePtr p : {cache.k_cache(), cache.v_cache()})
+      for (size_t at = 0; at < pool; at += piece) b.copy_to_device(p.offset(at), pattern.data(), std::min(piece, pool - at));
+  }
+};
+
+template <class T>
+DeviceBuffer upload(Backend& b, const std::vector<T>& values) {
+  DeviceBuffer buffer(b, values.size() * sizeof(T));
+  buffer.upload(std::span<const T>(values));
+  return buffer;
+}
+
+// The median of `repeat` passes of `pass`, caches evicted before each, after a warm-up.
+template <class F>
+double time_attention(Backend& b, uint32_t repeat, unsigned threads, CacheEvictor& evictor, const F& pass) {
+  pass();
+  b.synchronize();
+  std::vector<double> times;
+  for (uint32_t i = 0; i < repeat; ++i) {
+    evictor.evict();
+    const double start = clock_now();
+    pass();
+    b.synchronize();
+    times.push_back(seconds_since(start, threads));
+  }
+  return median(times);
+}
+
+Rate attention_rate(const AttentionShape& s, const char* variant, const char* path, uint32_t m, uint32_t context,
+                    unsigned threads, const char* kernels) {
+  Rate r;
+  r.preset = s.name();
+  r.variant = variant;
+  r.ffn = "attention";
+  r.path = path;
+  r.m = m;
+  r.context = context;
+  r.threads = threads;
+  r.kernels = kernels;
+  return r;
+}
+
+void finish(Rate& r, double seconds, double bytes, double flops, const Denominators& d) {
+  r.median_s = seconds;
+  r.weight_bytes = bytes;
+  r.flops = flops;
+  r.gb_per_s = bytes / seconds / 1e9;
+  r.gflop_per_s = flops / seconds / 1e9;
+  set_ratios(r, d);
+}
+
+Rate decode_rate(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t context, uint32_t repeat,
+                 unsigned threads, const Denominators& d, CacheEvictor& evictor) {
+  FilledCache filled(b, s, seqs, context);
+  const KvCache::DecodeTables tables = filled.cache.decode_tables(filled.ids);
+  const uint32_t partitions = (tables.max_blocks * s.block_size + 511) / 512;  // attn_decode's 512-token splits
+  const DeviceBuffer q = upload(b, synthetic_activations(seqs * s.q_heads, s.head_dim, 3));
+  const DeviceBuffer block_tables = upload(b, tables.block_tables), context_lens = upload(b, tables.context_lens);
+  const DeviceBuffer partials(b, size_t{seqs} * s.q_heads * partitions * (s.head_dim + 2) * 4);
+  const DeviceBuffer out(b, size_t{seqs} * s.q_heads * s.head_dim * 2);
+  const KernelHandle decode = b.kernel("attn", "attn_decode"), combine = b.kernel("attn", "attn_decode_combine");
+  LaunchShape split_grid, head_grid;
+  split_grid.block = head_grid.block = {128, 1, 1};
+  split_grid.grid = {partitions, seqs * s.kv_heads, 1};
+  head_grid.grid = {s.q_heads, seqs, 1};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const uint32_t num_blocks = filled.cache.shape().num_blocks;
+  const double seconds = time_attention(b, repeat, threads, evictor, [&] {
+    b.launch(decode, split_grid, q.ptr(), filled.cache.k_cache(), filled.cache.v_cache(), block_tables.ptr(),
+             context_lens.ptr(), partials.ptr(), seqs, s.q_heads, s.kv_heads, s.head_dim, s.block_size,
+             tables.max_blocks, num_blocks, scale);
+    b.launch(combine, head_grid, partials.ptr(), context_lens.ptr(), out.ptr(), seqs, s.q_heads, s.head_dim,
+             partitions);
+  });
+  Rate r = attention_rate(s, "attn-decode", "decode", seqs, context, threads, "attn_decode, attn_decode_combine");
+  finish(r, seconds, decode_cache_bytes(s, seqs, context), 4.0 * s.head_dim * s.q_heads * seqs * context, d);
+  return r;
+}
+
+Rate prefill_rate(Backend& b, const AttentionShape& s, uint32_t m, uint32_t repeat, unsigned threads,
+                  const Denominators& d, CacheEvictor& evictor) {
+  FilledCache filled(b, s, 1, m);
+  const auto table = filled.cache.block_table(filled.ids[0]);
+  const DeviceBuffer q = upload(b, synthetic_activations(m * s.q_heads, s.head_dim, 5));
+  const DeviceBuffer block_table = upload(b, std::vector<int32_t>(table.begin(), table.end()));
+  const DeviceBuffer out(b, size_t{m} * s.q_heads * s.head_dim * 2);
+  const KernelHandle prefill = b.kernel("attn", "attn_prefill");
+  LaunchShape grid;
+  grid.block = {128, 1, 1};
+  grid.grid = {(m + 63) / 64, s.kv_heads, 1};  // 64 query rows per block
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const uint32_t past = 0, num_blocks = filled.cache.shape().num_blocks;
+  const double seconds = time_attention(b, repeat, threads, evictor, [&] {
+    b.launch(prefill, grid, q.ptr(), filled.cache.k_cache(), filled.cache.v_cache(), block_table.ptr(), out.ptr(), m,
+             past, s.q_heads, s.kv_heads, s.head_dim, s.block_size, num_blocks, scale);
+  });
+  Rate r = attention_rate(s, "attn-prefill", "prefill", m, m, threads, "attn_prefill");
+  finish(r, seconds, decode_cache_bytes(s, 1, m), prefill_flops(s, m), d);
+  return r;
+}
+
+}  // namespace
+
+std::vector<Rate> measure_attention_rates(Backend& b, const AttentionRequest& request, unsigned threads,
+                                          const Denominators& d, CacheEvictor& evictor) {
+  std::vector<Rate> rates;
+  const std::string on = threads_label(threads), shape = request.shape.name();
+  for (const AttentionRows rows : request.rows) {
+    if (rows == AttentionRows::decode) {
+      for (uint32_t seqs : request.seqs)
+        for (uint32_t context : request.contexts) {
+          std::fprintf(stderr, "%s attn-decode (%s): %u sequence(s) of %u tokens...\n", shape.c_str(), on.c_str(),
+                       seqs, context);
+          rates.push_back(decode_rate(b, request.shape, seqs, context, request.repeat, threads, d, evictor));
+        }
+    } else if (rows == AttentionRows::prefill) {
+      for (uint32_t m : request.prefill_m) {
+        std::fprintf(stderr, "%s attn-prefill (%s): m = %u...\n", shape.c_str(), on.c_str(), m);
+        rates.push_back(prefill_rate(b, request.shape, m, request.repeat, threads, d, evictor));
       }
     }
   }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The rows metrale-bench-layers measures: each preset's FFN, per weight tier (a variant: the
-// synthetic weights' format and the activations' tier) at each m the variant covers, timed on one
-// backend, with its figures against the denominators of that backend's thread count.
+// synthetic weights' format and the activations' tier) at each m the variant covers, and the
+// attention kernels (the variants attn-decode and attn-prefill), timed on one backend, with their
+// figures against the denominators of that backend's thread count.
 #pragma once
 
 #include "bench_machine.hpp"
@@ -18,6 +19,9 @@ namespace metrale::bench {
 // Which m of --m a variant is measured at.
 enum class VariantPaths { all, decode_and_prefill, decode, prefill };
 
+// The attention variants' rows (measure_attention_rates), not an FFN's.
+enum class AttentionRows { none, decode, prefill };
+
 // One weight tier of the rows: synthetic weights in `formats`, activations entering the
 // projections as `activations`.
 struct Variant {
@@ -28,6 +32,7 @@ struct Variant {
   VariantPaths paths = VariantPaths::all;
   bool dense = true;  // measured on dense presets
   bool moe = false;   // measured on MoE presets
+  AttentionRows attention = AttentionRows::none;  // an attention row set: no preset, no weights
   bool covers(uint32_t m, bool moe_preset) const;
 };
 
@@ -42,12 +47,13 @@ struct Rate {
   std::string variant;  // Variant::name
   std::string ffn;      // dense / moe
   std::string path;     // decode / batched / prefill
-  uint32_t m = 0;
+  uint32_t m = 0;         // FFN: rows per pass; attention decode: sequences; prefill: chunk rows
+  uint32_t context = 0;   // attention rows: tokens in each sequence's cache (0: an FFN row)
   unsigned threads = 0;  // the backend's compute units (CPU: threads of its pool)
   bool int8_dot = false; // int8 activations: the FLOP rate is held to the int8 dot peak
   std::string kernels;
   double median_s = 0;
-  double weight_bytes = 0;
+  double weight_bytes = 0;  // attention rows: the K and V cache bytes the pass reads
   double flops = 0;
   double gb_per_s = 0;
   double gflop_per_s = 0;
@@ -99,5 +105,31 @@ struct RateRequest {
 };
 std::vector<Rate> measure_rates(Backend& b, const RateRequest& request, unsigned threads, const Denominators& d,
                                 CacheEvictor& evictor);
+
+// The attention rows: the attn kernels launched through the runtime on Qwen3-8B's attention
+// (32 q heads, 8 kv heads, head_dim 128) over a paged cache of 16-token blocks (a KvCache, its
+// pools filled with random bf16), caches evicted before each pass. Decode (attn_decode +
+// attn_decode_combine, one query per sequence) at each context for each number of sequences,
+// in cache bytes read per second against the read bandwidth; prefill (attn_prefill of m rows
+// after no past) in causal FLOP per second (4 * head_dim * q_heads per query-position pair)
+// against the bf16 dot peak.
+struct AttentionShape {
+  uint32_t q_heads = 32, kv_heads = 8, head_dim = 128, block_size = 16;
+  std::string name() const;  // the rows' preset column: "attn-32q8kv-d128-b16"
+};
+struct AttentionRequest {
+  AttentionShape shape;
+  std::vector<AttentionRows> rows;                                // from the selected variants
+  std::vector<uint32_t> contexts{512, 4096, 8192, 16384, 32768};  // decode: tokens per sequence
+  std::vector<uint32_t> seqs{1, 4};                               // decode: sequences per step
+  std::vector<uint32_t> prefill_m{512, 4096};                     // prefill: rows, past 0
+  uint32_t repeat = 3;
+};
+// The attention row sets among `variants`, in order.
+std::vector<AttentionRows> attention_rows(const std::vector<Variant>& variants);
+double prefill_flops(const AttentionShape& s, uint32_t m);
+double decode_cache_bytes(const AttentionShape& s, uint32_t seqs, uint32_t context);
+std::vector<Rate> measure_attention_rates(Backend& b, const AttentionRequest& request, unsigned threads,
+                                          const Denominators& d, CacheEvictor& evictor);
 
 }  // namespace metrale::bench

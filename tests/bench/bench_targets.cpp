@@ -37,6 +37,7 @@ TargetRow ratio_target(const ThreadRun& run, int id, const std::string& label, s
       t.worst_preset = r.preset;
       t.worst_variant = r.variant;
       t.worst_m = r.m;
+      t.worst_context = r.context;
       t.roofline_allows = r.roofline_s > 0 ? ceiling(r) : 0;
     }
   }
@@ -107,6 +108,12 @@ std::vector<TargetRow> targets_of(const ThreadRun& run) {
       [](const Rate& r) { return r.m >= 64 && in(r, {"w4a8", "w8a8"}); },
       [&](const Rate& r) { const Rate* w = w4a16_row(run, r); return w ? w->median_s / r.median_s : 0.0; },
       [&](const Rate& r) { const Rate* w = w4a16_row(run, r); return w ? w->median_s / r.roofline_s : 0.0; }));
+  out.push_back(ratio_target(run, 11, "attention decode, contexts >= 4k, of read bw", "fraction_of_read_bandwidth",
+                             0.80, [](const Rate& r) { return r.context >= 4096 && in(r, {"attn-decode"}); }, of_bw,
+                             bw_ceiling));
+  out.push_back(ratio_target(run, 12, "attention prefill m >= 4096, of bf16 dot peak", "fraction_of_bf16_dot_peak",
+                             0.50, [&](const Rate& r) { return bf16 && r.m >= 4096 && in(r, {"attn-prefill"}); },
+                             of_bf16, bf16_ceiling));
   return out;
 }
 
@@ -118,6 +125,7 @@ nlohmann::json target_json(const TargetRow& t) {
     j["worst_preset"] = t.worst ? nlohmann::json(t.worst_preset) : nullptr;
     j["worst_variant"] = t.worst ? nlohmann::json(t.worst_variant) : nullptr;
     j["worst_m"] = t.worst ? nlohmann::json(t.worst_m) : nullptr;
+    j["worst_context"] = t.worst && t.worst_context ? nlohmann::json(t.worst_context) : nullptr;
     j["roofline_allows"] = t.roofline_allows ? nlohmann::json(*t.roofline_allows) : nullptr;
   }
   return j;
@@ -133,7 +141,10 @@ std::vector<std::string> target_cells(const TargetRow& t) {
   const bool ratio = t.ratio();
   return {t.label, std::to_string(t.rows), t.worst ? f(*t.worst, digits) : "n/a",
           t.comparison + " " + (ratio ? f(t.goal, 2) : f(t.goal, 0)),
-          !ratio ? "-" : t.worst ? t.worst_preset + " " + t.worst_variant + " m=" + std::to_string(t.worst_m) : "no row measured",
+          !ratio    ? "-"
+          : t.worst ? t.worst_preset + " " + t.worst_variant + " m=" + std::to_string(t.worst_m) +
+                          (t.worst_context ? " context=" + std::to_string(t.worst_context) : "")
+                    : "no row measured",
           ratio && t.roofline_allows ? f(*t.roofline_allows, 3) : "-"};
 }
 

@@ -27,6 +27,7 @@ struct TargetRow {
   std::string worst_preset;                // ratio targets: the row with the worst figure
   std::string worst_variant;
   uint32_t worst_m = 0;
+  uint32_t worst_context = 0;              // attention rows (Rate::context)
   std::optional<double> roofline_allows;   // the figure that row would have at its roofline
   bool ratio() const noexcept { return comparison == ">="; }
 };

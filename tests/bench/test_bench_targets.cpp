@@ -48,7 +48,7 @@ const TargetRow& target(const std::vector<TargetRow>& all, int id) {
 
 TEST_CASE("each weight tier covers its paths") {
   const auto v = select_variants(variant_names());
-  REQUIRE(v.size() == 10);
+  REQUIRE(v.size() == 12);
   const auto& zp = v[1];
   CHECK(zp.name == "w4-zp");
   CHECK_FALSE(zp.formats.symmetric);
@@ -74,9 +74,64 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK(v[9].formats.weights == metrale::layers::WeightFormat::bf16);
   CHECK(v[9].covers(1, true));
   CHECK(v[9].covers(64, false));
+  // The attention row sets: no FFN preset covers them; attention_rows picks them out in order.
+  CHECK(v[10].name == "attn-decode");
+  CHECK(v[11].name == "attn-prefill");
+  for (uint32_t m : {1u, 64u}) {
+    CHECK_FALSE(v[10].covers(m, false));
+    CHECK_FALSE(v[11].covers(m, true));
+  }
+  CHECK(attention_rows(v) == std::vector<AttentionRows>{AttentionRows::decode, AttentionRows::prefill});
+  CHECK(attention_rows(select_variants({"w4a16", "attn-prefill"})) == std::vector<AttentionRows>{AttentionRows::prefill});
+  CHECK(attention_rows(select_variants({"w4a16"})).empty());
   CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
-                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, fp8-block, w4a8, w8a8, bf16)",
+                       "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, "
+                       "fp8-block, w4a8, w8a8, bf16, attn-decode, attn-prefill)",
                        metrale::Error);
+}
+
+TEST_CASE("attention rows count the cache bytes a decode reads and the causal FLOPs of a prefill") {
+  const AttentionShape s;  // 32 q heads, 8 kv heads, head_dim 128, blocks of 16
+  CHECK(s.name() == "attn-32q8kv-d128-b16");
+  // K and V: 2 pools x 8 kv heads x 128 x 2 bytes = 4 KiB per token and sequence.
+  CHECK(decode_cache_bytes(s, 1, 4096) == doctest::Approx(4096.0 * 4096));
+  CHECK(decode_cache_bytes(s, 4, 512) == doctest::Approx(4.0 * 512 * 4096));
+  // Row i of a chunk without past attends to i + 1 positions: 4 m (m + 1) / 2 * 128 * 32.
+  CHECK(prefill_flops(s, 1) == doctest::Approx(4.0 * 128 * 32));
+  CHECK(prefill_flops(s, 4096) == doctest::Approx(4.0 * 128 * 32 * 4096 * 4097 / 2));
+}
+
+TEST_CASE("the attention targets take decode rows from 4k contexts and prefill rows from m = 4096") {
+  const Denominators d{10, 100, 400};
+  ThreadRun run;
+  run.threads = 2;
+  run.d = d;
+  const auto attention = [&](const char* variant, uint32_t m, uint32_t context, double seconds) {
+    Rate r = row(variant, "attention", m, seconds, d);
+    r.preset = "attn-32q8kv-d128-b16";
+    r.context = context;
+    return r;
+  };
+  run.rates = {attention("attn-decode", 1, 512, 1.0),   // 0.1 of the bandwidth, under 4k: not held
+               attention("attn-decode", 1, 4096, 0.125), attention("attn-decode", 4, 32768, 0.2),
+               attention("attn-prefill", 512, 512, 0.5), attention("attn-prefill", 4096, 4096, 100.0),
+               row("w4a16", "dense", 1, 0.125, d)};
+  run.rates[4].flops = 4e12;  // 40 GFLOP/s of the 100 peak
+  run.rates[4].gflop_per_s = run.rates[4].flops / run.rates[4].median_s / 1e9;
+  set_ratios(run.rates[4], d);
+  const auto t = targets_of(run);
+  CHECK(target(t, 11).rows == 2);
+  CHECK(*target(t, 11).worst == doctest::Approx(0.5));
+  CHECK(target(t, 11).worst_context == 32768);
+  CHECK(target(t, 11).goal == doctest::Approx(0.8));
+  CHECK(target_cells(target(t, 11))[4] == "attn-32q8kv-d128-b16 attn-decode m=4 context=32768");
+  CHECK(target(t, 12).rows == 1);
+  CHECK(*target(t, 12).worst == doctest::Approx(0.4));
+  CHECK(target(t, 12).goal == doctest::Approx(0.5));
+  CHECK(target_json(target(t, 12))["worst_context"] == 4096);
+  // The FFN targets take no attention row.
+  CHECK(target(t, 1).rows == 1);
+  CHECK(target(t, 3).rows == 0);
 }
 
 TEST_CASE("int8-activation rows are held to the int8 dot peak") {

@@ -3,8 +3,8 @@
 // outside the pool; attn_decode + attn_decode_combine and attn_prefill agree with the double
 // reference (layers/reference/attention.hpp) over a paged cache whose blocks are scattered
 // through the pool: several sequences of different lengths (1, not multiples of block_size,
-// long enough for several 512-token splits), GQA ratios 1, 4, 8 and MQA, head_dim 64 and 128,
-// prefill chunks of 1, 7, 64 and 130 rows after past tokens.
+// long enough for several 512-token splits), GQA ratios 1, 3, 4, 5, 6, 8 and MQA, head_dim 64
+// and 128, block sizes 1 to 256, prefill chunks of 1 to 200 rows after past tokens.
 #include "support.hpp"
 
 #include "reference/attention.hpp"
@@ -203,6 +203,11 @@ TEST_CASE("attn_decode + attn_decode_combine match the reference on every tier")
       {{64, 16, 2, 32}, {2049, 31, 1}},                // ratio 8, 5 splits
       {{64, 8, 1, 8}, {700, 64}},                      // MQA
       {{128, 4, 1, 256}, {257, 1024, 3}},              // MQA with the largest blocks
+      // GQA ratios that are not a multiple of the AVX-512 bodies' 4 heads per pass, and blocks
+      // smaller than their 16-position chunks (rows copied one by one):
+      {{128, 24, 4, 1}, {70, 517}},                    // ratio 6, one token per block
+      {{64, 12, 4, 4}, {33, 1025, 16}},                // ratio 3, blocks of 4
+      {{128, 10, 2, 16}, {1, 600, 47}},                // ratio 5
   };
   for (const Case& c : cases) {
     for (const std::string& tier : supported_tiers()) {
@@ -231,6 +236,12 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens, on e
       {{64, 16, 2, 32}, 64, 100},  // ratio 8, one full row tile
       {{64, 8, 1, 8}, 130, 5},     // MQA, three row tiles, the last partial
       {{128, 8, 8, 16}, 64, 0},    // ratio 1, no past
+      // Several 32-position tiles and 16-row groups, chunks that end inside a tile, blocks of 1
+      // and 256, GQA ratios 3, 5 and 6:
+      {{128, 32, 8, 16}, 200, 0},
+      {{128, 24, 4, 1}, 40, 3},
+      {{64, 12, 4, 256}, 100, 200},
+      {{128, 10, 2, 16}, 33, 511},
   };
   for (const Case& c : cases) {
     for (const std::string& tier : supported_tiers()) {

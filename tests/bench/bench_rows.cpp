@@ -41,6 +41,14 @@ Variant attention_variant(std::string name, AttentionRows rows) {
   return v;
 }
 
+Variant model_variant() {
+  Variant v;
+  v.name = "model";
+  v.dense = false;  // no FFN preset covers it
+  v.whole_model = true;
+  return v;
+}
+
 double pass_flops(const ModelConfig& c, uint32_t m) {
   const double M = m, H = c.hidden_size;
   if (c.ffn_kind() == FfnKind::dense) return 2 * M * 3 * H * c.intermediate_size;
@@ -126,6 +134,7 @@ const std::vector<Variant>& all_variants() {
       variant("bf16", F::bf16, A::bf16, P::decode_and_prefill, true),
       attention_variant("attn-decode", AttentionRows::decode),
       attention_variant("attn-prefill", AttentionRows::prefill),
+      model_variant(),
   };
   return variants;
 }

@@ -33,6 +33,7 @@ struct Variant {
   bool dense = true;  // measured on dense presets
   bool moe = false;   // measured on MoE presets
   AttentionRows attention = AttentionRows::none;  // an attention row set: no preset, no weights
+  bool whole_model = false;  // the `model` variant: a decoder preset end to end (measure_model_rates)
   bool covers(uint32_t m, bool moe_preset) const;
 };
 
@@ -131,5 +132,21 @@ double prefill_flops(const AttentionShape& s, uint32_t m);
 double decode_cache_bytes(const AttentionShape& s, uint32_t seqs, uint32_t context);
 std::vector<Rate> measure_attention_rates(Backend& b, const AttentionRequest& request, unsigned threads,
                                           const Denominators& d, CacheEvictor& evictor);
+
+// The whole-model rows (variant `model`, bench_model.cpp): a decoder preset (qwen3-0.6b by
+// default: Qwen3-0.6B's shapes, 1.2 GB of bf16 weights) on synthetic bf16 weights, run by
+// generate_greedy as `metrale generate` runs it. Prefill of each prompt length: tokens per second
+// (the rows' kernels column), FLOP per second against the bf16 dot peak (2 per weight per token
+// and the causal attention). Decode of each count of sequences after such prompts: tokens per
+// second, and the bytes one step reads (every weight once, each sequence's KV cache at the
+// middle of the decode) per second against the read bandwidth.
+struct ModelRowsRequest {
+  bool enabled = false;                  // `model` among the selected variants
+  std::string preset = "qwen3-0.6b";
+  std::vector<uint32_t> prompts{512};
+  std::vector<uint32_t> seqs{1, 8};
+  uint32_t new_tokens = 17;
+};
+std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& request, unsigned threads, const Denominators& d);
 
 }  // namespace metrale::bench

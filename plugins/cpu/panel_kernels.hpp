@@ -185,6 +185,8 @@ struct PanelKernels {
     const uint8_t* codes[NP];
     const uint8_t* scales[NP];
     const uint8_t* zeros[NP];
+    const uint8_t* codes_end[NP];
+    ptrdiff_t beyond[NP];
     uint32_t width, units;
     size_t unit_bytes;
     uint32_t valid[kVecs];
@@ -200,6 +202,8 @@ struct PanelKernels {
 #pragma GCC unroll 8
       for (uint32_t p = 0; p < NP; ++p) {
         codes[p] = panels[p].codes + static_cast<size_t>(g0) * units * unit_bytes;
+        codes_end[p] = panels[p].codes_end;
+        beyond[p] = panels[p].beyond;
         scales[p] = kF.scale_bytes ? panels[p].scales + static_cast<size_t>(g0) * width * kF.scale_bytes : nullptr;
         zeros[p] = kF.zeros ? panels[p].zeros + static_cast<size_t>(g0) * width : nullptr;
       }
@@ -314,7 +318,8 @@ struct PanelKernels {
           const uint8_t* u = st.codes[p] + (static_cast<size_t>(g) * st.units + j) * st.unit_bytes;
           // Panels stream side by side; help the prefetcher see each stream early: 2 KiB ahead
           // into L2 (measured on Zen 4: +12% on one thread against 512 B ahead into L1).
-          __builtin_prefetch(u + 32 * st.unit_bytes, 0, 2);
+          const uint8_t* ahead = u + 32 * st.unit_bytes;
+          __builtin_prefetch(ahead < st.codes_end[p] ? ahead : ahead + st.beyond[p], 0, 2);
 #pragma GCC unroll 4
           for (uint32_t h = 0; h < kVecs; ++h)
             unit[p * kVecs + h] = kTail ? I::load_codes_tail(u + h * kLanes * 4, st.valid[h])
@@ -371,7 +376,8 @@ struct PanelKernels {
   // columns, or null) times columns [n0, n0 + nt) (n0 a multiple of 16, nt <= kBlockCols) of one
   // panel-layout matrix, into y (row stride n).
   static void block(const In* x, const float* xscale, uint32_t mt, const Weights& w, uint32_t n, uint32_t k,
-                    uint32_t group_arg, uint32_t n0, uint32_t nt, uint16_t* y, unsigned char* scratch) {
+                    uint32_t group_arg, uint32_t n0, uint32_t nt, uint16_t* y, unsigned char* scratch, bool chain = false,
+                    const uint8_t* after_matrix = nullptr) {
     float* tot = scratch_at<float>(scratch, kOffTot);
     float* corr = scratch_at<float>(scratch, kOffCorr);
     Act* xbuf = scratch_at<Act>(scratch, kOffX);
@@ -385,6 +391,15 @@ struct PanelKernels {
       // A block's panels are short streams (a MoE expert tile: a few KiB each): start them all
       // at once rather than wait for the hardware prefetcher to notice each in turn.
       for (uint32_t line = 0; line < kStartLines; ++line) __builtin_prefetch(panels[p].codes + line * 64, 0, 3);
+    }
+    // A chained decode block (one micro-kernel call per chunk): past their ends, its streams
+    // prefetch the panels that follow it in its matrix, or at the matrix's end those at
+    // `after_matrix` (the next expert with rows), so the caller's next block does not start
+    // cold (a grouped decode step, Intel Xeon EMR class: 5-13% per step, docs/perf.md).
+    const uint8_t* next = n0 + nt < n ? panels[count - 1].codes_end : after_matrix;
+    if (chain && next && mt <= kMaxRows && count <= I::panels(mt) && nt == count * kPanel) {
+      const size_t panel_bytes = size_t{kPanel} * k * kF.code_bits / 8;
+      for (uint32_t p = 0; p < count; ++p) panels[p].beyond = next + p * panel_bytes - panels[p].codes_end;
     }
     const uint32_t groups = k / group, chunk_groups = kChunkK / group, units = group / kUnitK;
     const uint32_t row_blocks = (mt + kMaxRows - 1) / kMaxRows;
@@ -457,12 +472,12 @@ struct PanelKernels {
   // tile-height chunks; the tile's panels stay cached between chunks, so tokens routed to one
   // expert share one pass over memory.
   static void expert_rows(const GroupedQCall& g, uint32_t e, uint32_t first, uint32_t last, uint32_t n0,
-                          uint32_t cols, unsigned char* scratch) {
+                          uint32_t cols, unsigned char* scratch, const uint8_t* after = nullptr) {
     const Weights w = matrix_at(kF, g.w, e, g.n, g.k, g.group);
     for (uint32_t r = first; r < last; r += kTileM)
       block(static_cast<const In*>(g.x) + static_cast<size_t>(r) * g.k, g.xscale ? g.xscale + r * act_row_scales(kF, g.k) : nullptr,
             min_u32(kTileM, last - r), w, g.n, g.k, g.group, n0, min_u32(cols, g.n - n0),
-            g.y + static_cast<size_t>(r) * g.n, scratch);
+            g.y + static_cast<size_t>(r) * g.n, scratch, last - first <= kGemvMaxRows, after);
   }
 
   // Grouped GEMM: expert `by`'s rows over its 128-column tile. An expert with a few rows (a
@@ -476,7 +491,12 @@ struct PanelKernels {
     if (n0 >= g.n || by >= g.experts) return;
     const auto first = static_cast<uint32_t>(g.offsets[by]), last = static_cast<uint32_t>(g.offsets[by + 1]);
     if (last - first <= kGemvMaxRows) {
-      for (uint32_t c = n0; c < n0 + kTileN && c < g.n; c += kGemvRows) expert_rows(g, by, first, last, c, kGemvRows, scratch);
+      const uint8_t* after = nullptr;
+      if (n0 + kTileN >= g.n)
+        for (uint32_t e = by + 1; e < g.experts && !after; ++e)
+          if (g.offsets[e + 1] > g.offsets[e]) after = matrix_at(kF, g.w, e, g.n, g.k, g.group).codes;
+      for (uint32_t c = n0; c < n0 + kTileN && c < g.n; c += kGemvRows)
+        expert_rows(g, by, first, last, c, kGemvRows, scratch, after);
       return;
     }
     expert_rows(g, by, first, last, n0, kTileN, scratch);
@@ -488,8 +508,11 @@ struct PanelKernels {
     const uint32_t n0 = bx * kGemvRows;
     if (n0 >= a.g.n || a.active[0] < 0 || by >= static_cast<uint32_t>(a.active[0])) return;
     const auto e = static_cast<uint32_t>(a.active[1 + by]);
+    const uint8_t* after = n0 + kGemvRows < a.g.n || by + 1 >= static_cast<uint32_t>(a.active[0])
+                               ? nullptr
+                               : matrix_at(kF, a.g.w, static_cast<uint32_t>(a.active[2 + by]), a.g.n, a.g.k, a.g.group).codes;
     expert_rows(a.g, e, static_cast<uint32_t>(a.g.offsets[e]), static_cast<uint32_t>(a.g.offsets[e + 1]), n0,
-                kGemvRows, scratch);
+                kGemvRows, scratch, after);
   }
 
   // The family's kernels in a tier's table.

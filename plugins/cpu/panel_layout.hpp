@@ -39,13 +39,19 @@ struct PanelRef {
   const uint8_t* scales;  // group g at scales + g * width * scale_bytes
   const uint8_t* zeros;   // group g at zeros + g * width; null without zero points
   uint32_t width;
+  // Where the codes end, and what a prefetch that runs past the end adds to its address (0: it
+  // reads on into the next panel in memory; see PanelKernels::block).
+  const uint8_t* codes_end;
+  ptrdiff_t beyond;
 };
 inline PanelRef panel_ref(const FamilyTraits& f, const Weights& w, uint32_t n, uint32_t k, uint32_t group,
                           uint32_t panel) {
   const size_t row = size_t{panel} * kPanel;
   const size_t groups = k / group;
-  return {w.codes + row * (size_t{k} * f.code_bits / 8), w.scales ? w.scales + row * groups * f.scale_bytes : nullptr,
-          w.zeros ? w.zeros + row * groups : nullptr, min_u32(kPanel, n - static_cast<uint32_t>(row))};
+  const uint32_t width = min_u32(kPanel, n - static_cast<uint32_t>(row));
+  const uint8_t* codes = w.codes + row * (size_t{k} * f.code_bits / 8);
+  return {codes, w.scales ? w.scales + row * groups * f.scale_bytes : nullptr, w.zeros ? w.zeros + row * groups : nullptr,
+          width, codes + size_t{width} * k * f.code_bits / 8, 0};
 }
 
 // Canonical word of codes k = 8kb .. 8kb + 7 -> panel lane: even codes in the low 16 bits, odd

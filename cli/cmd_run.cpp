@@ -403,6 +403,42 @@ BlockSchedule read_schedule(const std::string& path, uint32_t m) {
   return s;
 }
 
+// The schedule's steps as batches through the block, over a cache that holds every sequence's
+// rows; y in the rows' order. Returns the batches run.
+uint32_t run_schedule(Backend& b, OpenedBlock& opened, const BlockSchedule& s, const std::vector<uint16_t>& x,
+                      std::vector<uint16_t>& y) {
+  const auto m = static_cast<uint32_t>(s.positions.size());
+  std::vector<uint64_t> lengths(s.sequences, 0);
+  for (uint32_t r = 0; r < m; ++r) ++lengths[s.sequence[r]];
+  constexpr uint32_t kBlockSize = 16;
+  uint64_t blocks = 0;
+  for (uint64_t l : lengths) blocks += (l + kBlockSize - 1) / kBlockSize;
+  KvCache cache(b, KvCacheShape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
+                                static_cast<uint32_t>(blocks), 1});
+  for (uint32_t i = 0; i < s.sequences; ++i) cache.add_sequence();
+  const size_t row = opened.config.attention.hidden_size;
+  DeviceBuffer dx;
+  uint32_t batches = 0;
+  for (uint32_t first = 0; first < m; ++batches) {
+    uint32_t end = first;
+    while (end < m && s.step[end] == s.step[first]) ++end;
+    std::vector<SequenceRows> runs;
+    for (uint32_t r = first; r < end; ++r) {
+      if (!runs.empty() && runs.back().sequence == s.sequence[r]) ++runs.back().rows;
+      else runs.push_back(SequenceRows{s.sequence[r], 1});
+    }
+    const uint32_t rows = end - first;
+    KvBatch kv(b, cache, runs, std::span(s.positions).subspan(first, rows));
+    dx.ensure(b, rows * row * 2);
+    dx.upload(std::span<const uint16_t>(x).subspan(first * row, rows * row));
+    const DevicePtr out = opened.block().forward(LayerBatch{dx.ptr(), rows, &kv});
+    b.copy_to_host(y.data() + first * row, out, rows * row * 2);
+    b.synchronize();
+    first = end;
+  }
+  return batches;
+}
+
 void run_block(CliContext& ctx, const RunOptions& o) {
   if (o.check) {
     throw Error(Status::invalid_argument, "--check compares the FFN with the double-precision reference; for --block " + o.block +
@@ -419,39 +455,9 @@ void run_block(CliContext& ctx, const RunOptions& o) {
   std::string input_source;
   const std::vector<uint16_t> x = obtain_input(o, opened.config.ffn, m, input_source);
   const BlockSchedule s = read_schedule(o.input, m);
-  // A cache that holds every sequence's rows.
-  std::vector<uint64_t> lengths(s.sequences, 0);
-  for (uint32_t r = 0; r < m; ++r) ++lengths[s.sequence[r]];
-  constexpr uint32_t kBlockSize = 16;
-  uint64_t blocks = 0;
-  for (uint64_t l : lengths) blocks += (l + kBlockSize - 1) / kBlockSize;
-  KvCacheShape shape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
-                     static_cast<uint32_t>(blocks), 1};
-  KvCache cache(b, shape);
-  for (uint32_t i = 0; i < s.sequences; ++i) cache.add_sequence();
   std::vector<uint16_t> y(x.size());
-  const size_t row = size_t{hidden};
-  DeviceBuffer dx, dy;
   const auto start = std::chrono::steady_clock::now();
-  uint32_t batches = 0;
-  for (uint32_t first = 0; first < m;) {
-    uint32_t end = first;
-    while (end < m && s.step[end] == s.step[first]) ++end;
-    std::vector<SequenceRows> runs;
-    for (uint32_t r = first; r < end; ++r) {
-      if (!runs.empty() && runs.back().sequence == s.sequence[r]) ++runs.back().rows;
-      else runs.push_back(SequenceRows{s.sequence[r], 1});
-    }
-    const uint32_t rows = end - first;
-    KvBatch kv(b, cache, runs, std::span(s.positions).subspan(first, rows));
-    dx.ensure(b, rows * row * 2);
-    dx.upload(std::span<const uint16_t>(x).subspan(first * row, rows * row));
-    const DevicePtr out = opened.block().forward(LayerBatch{dx.ptr(), rows, &kv});
-    b.copy_to_host(y.data() + first * row, out, rows * row * 2);
-    b.synchronize();
-    ++batches;
-    first = end;
-  }
+  const uint32_t batches = run_schedule(b, opened, s, x, y);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!o.output.empty()) {
     write_activations(o.output, "y", y, m, hidden,

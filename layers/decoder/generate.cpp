@@ -47,6 +47,61 @@ int32_t argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());  // the first of equal maxima
 }
 
+// Decode steps after the prefill: one row per sequence per step, `next` the ids to feed.
+void decode(Backend& backend, DecoderModel& model, KvCache& cache, const std::vector<uint32_t>& seqs, std::vector<int32_t>& next,
+            const GenerateOptions& o, GenerateResult& r) {
+  const size_t B = seqs.size();
+  const uint32_t vocab = model.config().vocab_size;
+  std::vector<SequenceRows> runs;
+  for (uint32_t s : seqs) runs.push_back(SequenceRows{s, 1});
+  std::vector<uint32_t> all_rows(B);
+  for (uint32_t i = 0; i < B; ++i) all_rows[i] = i;
+  DeviceBuffer ids(backend, B * 4);
+  for (uint32_t step = 1; step < o.max_new_tokens; ++step) {
+    std::vector<int32_t> positions(B);
+    for (size_t p = 0; p < B; ++p) positions[p] = static_cast<int32_t>(cache.length(seqs[p]));
+    KvBatch kv(backend, cache, runs, positions);
+    ids.upload(std::span<const int32_t>(next));
+    const DevicePtr hidden = model.forward(kv, ids.ptr());
+    const std::vector<float> l = to_f32(backend, model.logits(hidden, static_cast<uint32_t>(B), all_rows), B * size_t{vocab});
+    for (size_t p = 0; p < B; ++p) {
+      const std::span<const float> row(l.data() + p * vocab, vocab);
+      next[p] = argmax(row);
+      r.generated[p].push_back(next[p]);
+      r.logits[p].insert(r.logits[p].end(), row.begin(), row.end());
+    }
+    r.decode_tokens += B;
+    if (o.progress) o.progress("decode", static_cast<double>(step + 1) / o.max_new_tokens);
+  }
+}
+
+// The cache's shape: --kv-tokens, else every sequence's blocks as the cache will hand them out.
+// Error(out_of_memory) naming the sizes when the prompts and new tokens do not fit.
+KvCacheShape sized_cache(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o) {
+  uint64_t needed_blocks = 0, longest = 0, total = 0;
+  for (const auto& p : prompts) {
+    const uint64_t tokens = p.size() + o.max_new_tokens - 1;
+    needed_blocks += blocks_for(tokens, o.block_size);
+    longest = std::max<uint64_t>(longest, p.size());
+    total += tokens;
+  }
+  const KvCacheShape shape = model.cache_shape(o.kv_tokens ? o.kv_tokens : needed_blocks * o.block_size, o.block_size);
+  const uint64_t capacity = shape.capacity_tokens();
+  if (longest > capacity) {
+    throw Error(Status::out_of_memory, "generate: a prompt of " + std::to_string(longest) + " tokens is longer than the KV cache (" +
+                                           std::to_string(capacity) + " tokens: " + std::to_string(shape.num_blocks) +
+                                           " blocks of " + std::to_string(o.block_size) + ")");
+  }
+  if (needed_blocks > shape.num_blocks) {
+    throw Error(Status::out_of_memory, "generate: " + std::to_string(prompts.size()) + " prompt(s) and " +
+                                           std::to_string(o.max_new_tokens) + " new tokens each need " + std::to_string(total) +
+                                           " tokens in " + std::to_string(needed_blocks) + " blocks of " +
+                                           std::to_string(o.block_size) + ", but the KV cache holds " + std::to_string(capacity) +
+                                           " tokens (" + std::to_string(shape.num_blocks) + " blocks)");
+  }
+  return shape;
+}
+
 }  // namespace
 
 GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
@@ -56,28 +111,7 @@ GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std:
   if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "generate: max_new_tokens must be at least 1");
   if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "generate: prefill_chunk must be at least 1");
   GenerateResult r;
-  // Every sequence's blocks, counted as the cache will hand them out.
-  uint64_t needed_blocks = 0, longest = 0, total = 0;
-  for (const auto& p : prompts) {
-    const uint64_t tokens = p.size() + std::max<uint32_t>(o.max_new_tokens, 1) - 1;
-    needed_blocks += blocks_for(tokens, o.block_size);
-    longest = std::max<uint64_t>(longest, p.size());
-    total += tokens;
-  }
-  r.cache = model.cache_shape(o.kv_tokens ? o.kv_tokens : needed_blocks * o.block_size, o.block_size);
-  const uint64_t capacity = r.cache.capacity_tokens();
-  if (longest > capacity) {
-    throw Error(Status::out_of_memory, "generate: a prompt of " + std::to_string(longest) + " tokens is longer than the KV cache (" +
-                                           std::to_string(capacity) + " tokens: " + std::to_string(r.cache.num_blocks) +
-                                           " blocks of " + std::to_string(o.block_size) + ")");
-  }
-  if (needed_blocks > r.cache.num_blocks) {
-    throw Error(Status::out_of_memory, "generate: " + std::to_string(prompts.size()) + " prompt(s) and " +
-                                           std::to_string(o.max_new_tokens) + " new tokens each need " + std::to_string(total) +
-                                           " tokens in " + std::to_string(needed_blocks) + " blocks of " +
-                                           std::to_string(o.block_size) + ", but the KV cache holds " + std::to_string(capacity) +
-                                           " tokens (" + std::to_string(r.cache.num_blocks) + " blocks)");
-  }
+  r.cache = sized_cache(model, prompts, o);
   KvCache cache(backend, r.cache);
   const size_t B = prompts.size();
   r.generated.assign(B, {});
@@ -126,29 +160,8 @@ GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std:
   backend.synchronize();
   r.prefill_seconds = seconds_since(prefill_start);
 
-  // Decode: one row per sequence per step.
   const auto decode_start = Clock::now();
-  std::vector<SequenceRows> runs;
-  for (uint32_t s : seqs) runs.push_back(SequenceRows{s, 1});
-  std::vector<uint32_t> all_rows(B);
-  for (uint32_t i = 0; i < B; ++i) all_rows[i] = i;
-  for (uint32_t step = 1; step < o.max_new_tokens; ++step) {
-    std::vector<int32_t> positions(B);
-    for (size_t p = 0; p < B; ++p) positions[p] = static_cast<int32_t>(cache.length(seqs[p]));
-    KvBatch kv(backend, cache, runs, positions);
-    ids.ensure(backend, B * 4);
-    ids.upload(std::span<const int32_t>(next));
-    const DevicePtr hidden = model.forward(kv, ids.ptr());
-    const std::vector<float> l = to_f32(backend, model.logits(hidden, static_cast<uint32_t>(B), all_rows), B * size_t{vocab});
-    for (size_t p = 0; p < B; ++p) {
-      const std::span<const float> row(l.data() + p * vocab, vocab);
-      next[p] = argmax(row);
-      r.generated[p].push_back(next[p]);
-      r.logits[p].insert(r.logits[p].end(), row.begin(), row.end());
-    }
-    r.decode_tokens += B;
-    if (o.progress) o.progress("decode", static_cast<double>(step + 1) / o.max_new_tokens);
-  }
+  decode(backend, model, cache, seqs, next, o, r);
   r.decode_seconds = seconds_since(decode_start);
   return r;
 }

@@ -107,9 +107,56 @@ struct AttnAvx512Bf16 {
     }
   }
 
+  // The block's query rows of q head `head` as bf16 pairs, column-major per group of 16 rows
+  // (rows past the chunk zero).
+  template <uint32_t D>
+  static void load_query_pairs(const PrefillCall& c, uint32_t head, uint32_t first, uint32_t rows, uint32_t* qt) {
+    constexpr uint32_t P = D / 2, kGroups = kAttnPrefillRows / kRowGroup;
+    for (uint32_t r = 0; r < kGroups * kRowGroup; ++r) {
+      uint32_t* column = qt + size_t{r / kRowGroup} * P * 16 + r % kRowGroup;
+      if (r < rows) {
+        const uint16_t* row = c.q + (size_t{first + r} * c.q_heads + head) * D;
+        for (uint32_t i = 0; i < P; ++i) std::memcpy(column + size_t{i} * 16, row + 2 * i, 4);
+      } else {
+        for (uint32_t i = 0; i < P; ++i) column[size_t{i} * 16] = 0;
+      }
+    }
+  }
+
+  // The tile's V rows interleaved by position pairs, the operand layout of vdpbf16ps.
+  template <uint32_t D>
+  static void pair_values(const uint16_t* const* vc, uint32_t pairs, uint32_t* vt) {
+    constexpr uint32_t V = D / 16, R = D / 32;
+    for (uint32_t tp = 0; tp < pairs; ++tp) {
+      const uint16_t* even = vc[tp / 8] + size_t{2 * (tp % 8)} * D;
+      for (uint32_t r = 0; r < R; ++r) {
+        const __m512i x = AttnAvx512::load(even + 32 * r), y = AttnAvx512::load(even + D + 32 * r);
+        _mm512_store_si512(vt + (size_t{tp} * V + 2 * r) * 16, _mm512_unpacklo_epi16(x, y));
+        _mm512_store_si512(vt + (size_t{tp} * V + 2 * r + 1) * 16, _mm512_unpackhi_epi16(x, y));
+      }
+    }
+  }
+
+  // Each row's accumulators over its sum, rounded once to bf16 into the output.
+  template <uint32_t D>
+  static void store_rows(const PrefillCall& c, const float* o, const float* sum, uint32_t head, uint32_t first,
+                         uint32_t rows) {
+    constexpr uint32_t R = D / 32;
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* acc = o + size_t{r} * D;
+      uint16_t* out = c.out + (size_t{first + r} * c.q_heads + head) * D;
+      const __m512 total = _mm512_set1_ps(sum[r]);
+      for (uint32_t k = 0; k < R; ++k) {
+        const __m512 lo = _mm512_load_ps(acc + 32 * k), hi = _mm512_load_ps(acc + 32 * k + 16);
+        ActAvx512::store_bf16(out + 32 * k, _mm512_div_ps(dims_first(lo, hi), total), 0xffff);
+        ActAvx512::store_bf16(out + 32 * k + 16, _mm512_div_ps(dims_second(lo, hi), total), 0xffff);
+      }
+    }
+  }
+
   template <uint32_t D>
   static void prefill(const PrefillCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
-    constexpr uint32_t P = D / 2, V = D / 16, R = D / 32;
+    constexpr uint32_t P = D / 2, V = D / 16;
     constexpr uint32_t kRows = kAttnPrefillRows, kGroups = kRows / kRowGroup;
     const uint32_t first = bx * kRows, rows = min_u32(c.m - first, kRows);
     const uint32_t groups = (rows + kRowGroup - 1) / kRowGroup;
@@ -133,15 +180,7 @@ struct AttnAvx512Bf16 {
 
     for (uint32_t g = 0; g < group; ++g) {
       const uint32_t head = by * group + g;
-      for (uint32_t r = 0; r < kGroups * kRowGroup; ++r) {
-        uint32_t* column = qt + size_t{r / kRowGroup} * P * 16 + r % kRowGroup;
-        if (r < rows) {
-          const uint16_t* row = c.q + (size_t{first + r} * c.q_heads + head) * D;
-          for (uint32_t i = 0; i < P; ++i) std::memcpy(column + size_t{i} * 16, row + 2 * i, 4);
-        } else {
-          for (uint32_t i = 0; i < P; ++i) column[size_t{i} * 16] = 0;
-        }
-      }
+      load_query_pairs<D>(c, head, first, rows, qt);
       for (size_t i = 0; i < size_t{kRows} * D; i += 16) _mm512_store_ps(o + i, _mm512_setzero_ps());
       for (uint32_t r = 0; r < kRows; ++r) top[r] = -__builtin_inff(), sum[r] = 0.0f;
 
@@ -154,14 +193,7 @@ struct AttnAvx512Bf16 {
           vc[j] = values.chunk(t0 + j * kChunk, end, vstage + j * kChunk * D, D);
         }
         const uint32_t pairs = chunks * kChunk / 2;
-        for (uint32_t tp = 0; tp < pairs; ++tp) {
-          const uint16_t* even = vc[tp / 8] + size_t{2 * (tp % 8)} * D;
-          for (uint32_t r = 0; r < R; ++r) {
-            const __m512i x = AttnAvx512::load(even + 32 * r), y = AttnAvx512::load(even + D + 32 * r);
-            _mm512_store_si512(vt + (size_t{tp} * V + 2 * r) * 16, _mm512_unpacklo_epi16(x, y));
-            _mm512_store_si512(vt + (size_t{tp} * V + 2 * r + 1) * 16, _mm512_unpackhi_epi16(x, y));
-          }
-        }
+        pair_values<D>(vc, pairs, vt);
         for (uint32_t rg = 0; rg < groups; ++rg) {
           const uint32_t low = c.past + first + rg * kRowGroup, high = min_u32(low + kRowGroup - 1, last);
           if (t0 > high) continue;  // the whole tile lies after every row of the group
@@ -192,16 +224,7 @@ struct AttnAvx512Bf16 {
           prefill_values<D>(o + size_t{rg} * kRowGroup * D, alpha, pp, vt, pairs);
         }
       }
-      for (uint32_t r = 0; r < rows; ++r) {
-        const float* acc = o + size_t{r} * D;
-        uint16_t* out = c.out + (size_t{first + r} * c.q_heads + head) * D;
-        const __m512 total = _mm512_set1_ps(sum[r]);
-        for (uint32_t k = 0; k < R; ++k) {
-          const __m512 lo = _mm512_load_ps(acc + 32 * k), hi = _mm512_load_ps(acc + 32 * k + 16);
-          ActAvx512::store_bf16(out + 32 * k, _mm512_div_ps(dims_first(lo, hi), total), 0xffff);
-          ActAvx512::store_bf16(out + 32 * k + 16, _mm512_div_ps(dims_second(lo, hi), total), 0xffff);
-        }
-      }
+      store_rows<D>(c, o, sum, head, first, rows);
     }
   }
 

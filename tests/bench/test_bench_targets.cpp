@@ -48,7 +48,10 @@ const TargetRow& target(const std::vector<TargetRow>& all, int id) {
 
 TEST_CASE("each weight tier covers its paths") {
   const auto v = select_variants(variant_names());
-  REQUIRE(v.size() == 12);
+  REQUIRE(v.size() == 13);
+  CHECK(v.back().name == "model");
+  CHECK(v.back().whole_model);
+  CHECK_FALSE(v.back().covers(1, false));  // no FFN preset row: measure_model_rates measures it
   const auto& zp = v[1];
   CHECK(zp.name == "w4-zp");
   CHECK_FALSE(zp.formats.symmetric);

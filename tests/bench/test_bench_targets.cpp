@@ -89,7 +89,7 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK(attention_rows(select_variants({"w4a16"})).empty());
   CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
                        "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, "
-                       "fp8-block, w4a8, w8a8, bf16, attn-decode, attn-prefill)",
+                       "fp8-block, w4a8, w8a8, bf16, attn-decode, attn-prefill, model)",
                        metrale::Error);
 }
 

@@ -17,13 +17,15 @@ using namespace metrale::layers;
 
 namespace {
 
-// Multiply-adds per token of the layers' projections and the logits (what a prefill row costs
-// before attention).
-double projection_params(const DecoderConfig& c) {
+// Multiply-adds per token of the layers' projections (dense FFN presets), before attention.
+double layer_params(const DecoderConfig& c) {
   const double h = c.attention.hidden_size, q = c.attention.q_width(), kv = c.attention.kv_width();
   const double ffn = 3.0 * h * c.ffn.intermediate_size;
-  return c.num_layers * (h * (q + 2 * kv) + q * h + ffn) + double(c.vocab_size) * h;
+  return c.num_layers * (h * (q + 2 * kv) + q * h + ffn);
 }
+
+// Multiply-adds of one row's logits.
+double logit_params(const DecoderConfig& c) { return double(c.vocab_size) * c.attention.hidden_size; }
 
 Rate model_rate(const std::string& preset, const char* path, uint32_t m, uint32_t context, unsigned threads) {
   Rate r;
@@ -55,7 +57,8 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
   OpenedModel opened = open_model(b, open);
   DecoderModel& model = *opened.model;
   const DecoderConfig& c = model.config();
-  const double weight_bytes = static_cast<double>(model.weight_bytes());
+  // The bytes a step streams: every weight but the embedding table, of which it gathers a row.
+  const double weight_bytes = static_cast<double>(model.weight_bytes()) - 2.0 * c.vocab_size * c.attention.hidden_size;
   const double kv_bytes_per_token = 2.0 * c.num_layers * c.attention.kv_width() * 2;  // K and V, bf16
   for (uint32_t prompt : request.prompts) {
     for (uint32_t seqs : request.seqs) {
@@ -72,7 +75,7 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
         Rate r = model_rate(request.preset, "prefill", prompt, prompt, threads);
         r.median_s = out.prefill_seconds;
         const double attention = 2.0 * c.num_layers * c.attention.q_width() * double(prompt) * (prompt + 1);  // QK and PV, causal
-        r.flops = 2.0 * projection_params(c) * prompt + attention;
+        r.flops = 2.0 * (layer_params(c) * prompt + logit_params(c)) + attention;  // logits of the last row only
         r.weight_bytes = weight_bytes;
         r.gb_per_s = r.weight_bytes / r.median_s / 1e9;
         r.gflop_per_s = r.flops / r.median_s / 1e9;
@@ -85,7 +88,7 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
       Rate r = model_rate(request.preset, "decode", seqs, prompt + request.new_tokens / 2, threads);
       r.median_s = out.decode_seconds / steps;  // one step: every sequence's next token
       r.weight_bytes = weight_bytes + kv_bytes_per_token * seqs * (prompt + request.new_tokens / 2.0);
-      r.flops = 2.0 * projection_params(c) * seqs;
+      r.flops = 2.0 * (layer_params(c) + logit_params(c)) * seqs;
       r.gb_per_s = r.weight_bytes / r.median_s / 1e9;
       r.gflop_per_s = r.flops / r.median_s / 1e9;
       r.kernels = tokens_per_second(seqs / r.median_s);

@@ -55,13 +55,17 @@ std::string layers_prefix(const TensorSource& src) {
                                                      "<root>layers.0.self_attn.*, as transformers names them)");
 }
 
-DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
+namespace {
+
+// Layer `layer` under `layers` ("model.layers."), found once per checkpoint.
+DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer,
+                               const std::string& layers) {
   if (layer >= config.num_layers) {
     throw Error(Status::invalid_argument, "layer " + std::to_string(layer) + ": " + config.source + " has num_hidden_layers = " +
                                               std::to_string(config.num_layers));
   }
   const TensorSource& src = *files.tensors;
-  const std::string prefix = layers_prefix(src) + std::to_string(layer) + ".";
+  const std::string prefix = layers + std::to_string(layer) + ".";
   const uint64_t hidden = config.attention.hidden_size;
   DecoderLayerWeights w;
   w.layer = layer;
@@ -74,10 +78,16 @@ DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const Decod
   return w;
 }
 
+}  // namespace
+
+DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
+  return read_layer(files, config, layer, layers_prefix(*files.tensors));
+}
+
 ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
                                 const std::function<void(uint32_t, uint32_t)>& progress) {
   const TensorSource& src = *files.tensors;
-  const std::string root = root_of(layers_prefix(src));
+  const std::string layers = layers_prefix(src), root = root_of(layers);
   const uint64_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
   ModelWeights w;
   w.quant = checkpoint_declaration(files);
@@ -91,7 +101,7 @@ ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfi
     w.lm_head = read_lm_head(src, w.quant, config.vocab_size, config.attention.hidden_size);
   }
   for (uint32_t l = 0; l < config.num_layers; ++l) {
-    w.layers.push_back(read_decoder_layer(files, config, l));
+    w.layers.push_back(read_layer(files, config, l, layers));
     if (progress) progress(l + 1, config.num_layers);
   }
   return w;

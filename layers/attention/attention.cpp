@@ -2,6 +2,7 @@
 #include "attention/attention.hpp"
 
 #include "core/launch_shape.hpp"
+#include "core/lookup_notes.hpp"
 #include "core/levers.hpp"
 
 #include <metrale/levers.hpp>
@@ -30,16 +31,7 @@ constexpr std::array<P, 13> kPrefillSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32
 // attn_prefill's rows per block (docs/kernels.md).
 constexpr uint32_t kPrefillRows = 64;
 
-Backend::LookupRequest need(std::span<const P> signature) {
-  return Backend::LookupRequest{.kind = LookupKind::require, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
-}
 
-DeviceBuffer upload_bf16(Backend& backend, const std::vector<uint16_t>& values) {
-  if (values.empty()) return {};
-  DeviceBuffer b(backend, values.size() * kBf16);
-  b.upload(std::span<const uint16_t>(values));
-  return b;
-}
 
 }  // namespace
 
@@ -62,12 +54,12 @@ AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig
   request.activations = activations;
   AttentionKernels k;
   // The attn module first: the kernels a backend is likeliest to lack, named first when it does.
-  k.kv_append = backend.lookup("attn", "kv_append", need(kAppendSig));
-  k.decode = backend.lookup("attn", "attn_decode", need(kDecodeSig));
-  k.decode_combine = backend.lookup("attn", "attn_decode_combine", need(kCombineSig));
-  k.prefill = backend.lookup("attn", "attn_prefill", need(kPrefillSig));
+  k.kv_append = backend.lookup("attn", "kv_append", plain_request(LookupKind::require, kAppendSig));
+  k.decode = backend.lookup("attn", "attn_decode", plain_request(LookupKind::require, kDecodeSig));
+  k.decode_combine = backend.lookup("attn", "attn_decode_combine", plain_request(LookupKind::require, kCombineSig));
+  k.prefill = backend.lookup("attn", "attn_prefill", plain_request(LookupKind::require, kPrefillSig));
   k.projections = resolve_projection_set(backend, request);
-  if (c.qkv_bias || c.o_bias) k.bias_add = backend.lookup("norm", "bias_add", need(kBiasAddSig));
+  if (c.qkv_bias || c.o_bias) k.bias_add = backend.lookup("norm", "bias_add", plain_request(LookupKind::require, kBiasAddSig));
   if (c.qk_norm) {
     const FusedQkNormRope want = fused_qk_norm_rope_request();
     if (want != FusedQkNormRope::off) {
@@ -80,9 +72,9 @@ AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig
       }
       k.qk_norm_rope = backend.lookup("rope", "qk_norm_rope", fused);
     }
-    if (!k.qk_norm_rope) k.rms_norm = backend.lookup("norm", "rms_norm", need(kRmsNormSig));
+    if (!k.qk_norm_rope) k.rms_norm = backend.lookup("norm", "rms_norm", plain_request(LookupKind::require, kRmsNormSig));
   }
-  if (!k.qk_norm_rope) k.rope = backend.lookup("rope", "rope", need(kRopeSig));
+  if (!k.qk_norm_rope) k.rope = backend.lookup("rope", "rope", plain_request(LookupKind::require, kRopeSig));
   return k;
 }
 
@@ -99,16 +91,15 @@ AttentionLayer AttentionLayer::build(Backend& backend, const AttentionConfig& co
   a.k_ = set.upload(backend, weights.k);
   a.v_ = set.upload(backend, weights.v);
   a.o_ = set.upload(backend, weights.o);
-  a.q_bias_ = upload_bf16(backend, weights.q_bias);
-  a.k_bias_ = upload_bf16(backend, weights.k_bias);
-  a.v_bias_ = upload_bf16(backend, weights.v_bias);
-  a.o_bias_ = upload_bf16(backend, weights.o_bias);
-  a.q_norm_ = upload_bf16(backend, weights.q_norm);
-  a.k_norm_ = upload_bf16(backend, weights.k_norm);
+  a.q_bias_ = device_copy(backend, weights.q_bias);
+  a.k_bias_ = device_copy(backend, weights.k_bias);
+  a.v_bias_ = device_copy(backend, weights.v_bias);
+  a.o_bias_ = device_copy(backend, weights.o_bias);
+  a.q_norm_ = device_copy(backend, weights.q_norm);
+  a.k_norm_ = device_copy(backend, weights.k_norm);
   const RopeParameters rope = rope_parameters(config.rope);
   a.rope_scaling_ = rope.attention_scaling;
-  a.inv_freq_ = DeviceBuffer(backend, rope.inv_freq.size() * sizeof(float));
-  a.inv_freq_.upload(std::span<const float>(rope.inv_freq));
+  a.inv_freq_ = device_copy(backend, rope.inv_freq);
   backend.synchronize();  // uploads may be asynchronous; the host weights may go once build returns
   return a;
 }

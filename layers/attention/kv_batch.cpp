@@ -14,12 +14,6 @@ namespace {
 // attn_decode's split (docs/kernels.md, "Module attn").
 constexpr uint32_t kDecodeSplitTokens = 512;
 
-template <class T>
-DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {
-  DeviceBuffer buffer(backend, std::max<size_t>(values.size(), 1) * sizeof(T));
-  if (!values.empty()) buffer.upload(std::span<const T>(values));
-  return buffer;
-}
 
 }  // namespace
 
@@ -93,10 +87,10 @@ KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows>
     lens = std::move(d.context_lens);
     for (size_t i = 0; i < runs_.size(); ++i) offsets[i] = i * max_blocks_;
   }
-  positions_ = upload(backend, std::vector<int32_t>(positions.begin(), positions.end()));
-  slots_ = upload(backend, slots);
-  tables_ = upload(backend, tables);
-  context_lens_ = upload(backend, lens);
+  positions_ = device_copy(backend, std::vector<int32_t>(positions.begin(), positions.end()));
+  slots_ = device_copy(backend, slots);
+  tables_ = device_copy(backend, tables);
+  context_lens_ = device_copy(backend, lens);
   for (size_t i = 0; i < runs_.size(); ++i) runs_[i].block_table = tables_.at(offsets[i] * sizeof(int32_t));
 }
 

@@ -49,4 +49,12 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// A new buffer on `backend` holding a copy of `values` (bytes() 0 for none).
+template <class T>
+DeviceBuffer device_copy(Backend& backend, const std::vector<T>& values) {
+  DeviceBuffer buffer(backend, values.size() * sizeof(T));
+  if (!values.empty()) buffer.upload(std::span<const T>(values));
+  return buffer;
+}
+
 }  // namespace metrale::layers

@@ -79,17 +79,14 @@ DeviceQuantMatrix DeviceQuantMatrix::upload(Backend& backend, const QuantMatrix&
     d.scales.upload(std::span<const float>(matrix.scales32));
   }
   if (weight_format_has_zeros(matrix.format)) {
-    d.zeros = DeviceBuffer(backend, matrix.zeros.size());
-    d.zeros.upload(std::span<const uint8_t>(matrix.zeros));
+    d.zeros = device_copy(backend, matrix.zeros);
   }
   if (!matrix.perm.empty()) {
     d.act_order = true;
-    d.perm = DeviceBuffer(backend, matrix.perm.size() * sizeof(int32_t));
-    d.perm.upload(std::span<const int32_t>(matrix.perm));
+    d.perm = device_copy(backend, matrix.perm);
   }
   if (!matrix.input_scales.empty()) {
-    d.input_scales = DeviceBuffer(backend, matrix.input_scales.size() * sizeof(float));
-    d.input_scales.upload(std::span<const float>(matrix.input_scales));
+    d.input_scales = device_copy(backend, matrix.input_scales);
   }
   if (!repack) return d;
   // Same byte sizes in and out (docs/kernels.md), and the two never alias: fresh buffers.

@@ -30,4 +30,9 @@ inline Backend::LookupRequest noted_request(const LookupNotes& notes, LookupKind
                                 .annotations = notes.annotations};
 }
 
+// A lookup request of `kind` for `expected` that no lever steered and nothing annotates.
+inline Backend::LookupRequest plain_request(LookupKind kind, std::span<const metrale_param_type> expected) {
+  return noted_request(LookupNotes{}, kind, expected);
+}
+
 }  // namespace metrale::layers

@@ -2,6 +2,7 @@
 #include "decoder/decoder_layer.hpp"
 
 #include "core/launch_shape.hpp"
+#include "core/lookup_notes.hpp"
 
 #include <metrale/status.hpp>
 
@@ -19,23 +20,15 @@ constexpr std::array<P, 6> kRmsNormSig{kPtr, kPtr, kPtr, kU32, kU32, kF32};
 constexpr std::array<P, 8> kRmsNormResidualSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kF32};
 constexpr std::array<P, 5> kAddSig{kPtr, kPtr, kPtr, kU32, kU32};
 
-Backend::LookupRequest request(LookupKind kind, std::span<const P> signature) {
-  return Backend::LookupRequest{.kind = kind, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
-}
 
-DeviceBuffer upload_bf16(Backend& backend, const std::vector<uint16_t>& values) {
-  DeviceBuffer b(backend, values.size() * kBf16);
-  b.upload(std::span<const uint16_t>(values));
-  return b;
-}
 
 }  // namespace
 
 DecoderNormKernels resolve_decoder_norms(Backend& backend) {
   DecoderNormKernels k;
-  k.rms_norm = backend.lookup("norm", "rms_norm", request(LookupKind::require, kRmsNormSig));
-  k.rms_norm_residual = backend.lookup("norm", "rms_norm_residual", request(LookupKind::try_lookup, kRmsNormResidualSig));
-  k.add = backend.lookup("norm", "add", request(LookupKind::require, kAddSig));
+  k.rms_norm = backend.lookup("norm", "rms_norm", plain_request(LookupKind::require, kRmsNormSig));
+  k.rms_norm_residual = backend.lookup("norm", "rms_norm_residual", plain_request(LookupKind::try_lookup, kRmsNormResidualSig));
+  k.add = backend.lookup("norm", "add", plain_request(LookupKind::require, kAddSig));
   return k;
 }
 
@@ -64,8 +57,8 @@ std::unique_ptr<DecoderLayer> DecoderLayer::build(Backend& backend, const Decode
   d->hidden_ = hidden;
   d->eps_ = config.rms_norm_eps;
   d->norms_ = norms;
-  d->input_norm_ = upload_bf16(backend, weights.input_norm);
-  d->post_norm_ = upload_bf16(backend, weights.post_norm);
+  d->input_norm_ = device_copy(backend, weights.input_norm);
+  d->post_norm_ = device_copy(backend, weights.post_norm);
   backend.synchronize();
   return d;
 }

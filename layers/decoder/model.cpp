@@ -2,6 +2,7 @@
 #include "decoder/model.hpp"
 
 #include "core/launch_shape.hpp"
+#include "core/lookup_notes.hpp"
 
 #include <metrale/status.hpp>
 
@@ -40,17 +41,14 @@ std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const Decode
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->backend_ = &backend;
   m->config_ = config;
-  m->embed_table_ = DeviceBuffer(backend, weights.embed.size() * kBf16);
-  m->embed_table_.upload(std::span<const uint16_t>(weights.embed));
-  m->final_norm_ = DeviceBuffer(backend, weights.final_norm.size() * kBf16);
-  m->final_norm_.upload(std::span<const uint16_t>(weights.final_norm));
+  m->embed_table_ = device_copy(backend, weights.embed);
+  m->final_norm_ = device_copy(backend, weights.final_norm);
   for (const DecoderLayerWeights& w : weights.layers) {
     m->layers_.push_back(DecoderLayer::build(backend, config, w, options));
     if (progress) progress(static_cast<uint32_t>(m->layers_.size()), config.num_layers);
   }
   m->embedding_ = backend.lookup("embed", "embedding",
-                                 Backend::LookupRequest{.kind = LookupKind::require, .expected = kEmbeddingSig, .lever = {},
-                                                        .refuse_because = {}, .annotations = {}});
+                                 plain_request(LookupKind::require, kEmbeddingSig));
   m->norms_ = resolve_decoder_norms(backend);
   const QuantMatrix head = weights.lm_head ? *weights.lm_head : tied_head(weights.embed, vocab, hidden);
   ProjectionSetRequest request;

@@ -2,6 +2,7 @@
 #include "ffn/moe.hpp"
 
 #include "core/launch_shape.hpp"
+#include "core/lookup_notes.hpp"
 
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
@@ -28,10 +29,6 @@ constexpr std::array<P, 7> kCombineSig{kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32}
 constexpr std::array<P, 12> kAlignSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32};
 // The cross-row grouped decode serves a few tokens; above this the grouped GEMM does.
 constexpr uint32_t kGroupedDecodeMaxRows = 8;
-
-Backend::LookupRequest request(LookupKind kind, std::span<const P> signature) {
-  return Backend::LookupRequest{.kind = kind, .expected = signature, .lever = {}, .refuse_because = {}, .annotations = {}};
-}
 
 // METRALE_FP8_MOE_GROUPED_DECODE=1 is an explicit request: refuse when it cannot be honoured.
 // `align` is the moe/moe_align lookup's reason when it missed.
@@ -69,9 +66,9 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   if (c.ffn_kind() != FfnKind::moe) throw Error(Status::invalid_argument, c.source + ": not a MoE config (num_experts = 0)");
   const GroupedDecodeRequest decode = grouped_decode_request();
   MoeKernels k;
-  k.router_gemm = backend.lookup("moe", "router_gemm", request(LookupKind::require, kRouterSig));
-  k.topk_softmax = backend.lookup("moe", "topk_softmax", request(LookupKind::require, kTopkSig));
-  k.gather = backend.lookup("moe", "moe_gather", request(LookupKind::require, kGatherSig));
+  k.router_gemm = backend.lookup("moe", "router_gemm", plain_request(LookupKind::require, kRouterSig));
+  k.topk_softmax = backend.lookup("moe", "topk_softmax", plain_request(LookupKind::require, kTopkSig));
+  k.gather = backend.lookup("moe", "moe_gather", plain_request(LookupKind::require, kGatherSig));
   ProjectionSetRequest experts;
   experts.name = "ffn.experts";
   experts.format = format;
@@ -84,10 +81,10 @@ MoeKernels MoeLayer::resolve(Backend& backend, const ModelConfig& c, const MoeBu
   experts.activations = activations;
   k.experts = resolve_projection_set(backend, experts);
   k.act = resolve_act(backend, c.activation, std::source_location::current());
-  k.combine = backend.lookup("moe", "moe_combine", request(LookupKind::require, kCombineSig));
+  k.combine = backend.lookup("moe", "moe_combine", plain_request(LookupKind::require, kCombineSig));
   std::string align_reason = "not provided";  // no lookup without the grouped kernels
   if (k.grouped()) {
-    Backend::Resolution align = backend.resolve("moe", "moe_align", request(LookupKind::try_lookup, kAlignSig));
+    Backend::Resolution align = backend.resolve("moe", "moe_align", plain_request(LookupKind::try_lookup, kAlignSig));
     k.align = align.handle;
     align_reason = std::move(align.reason);
   }
@@ -112,14 +109,12 @@ MoeLayer MoeLayer::build(Backend& backend, const ModelConfig& c, const MoeWeight
     layer.shared_.emplace(DenseFfnLayer::build(backend, "ffn.shared_expert", *weights.shared_expert, c.activation,
                                                c.model_type, activations));
   }
-  layer.router_ = DeviceBuffer(backend, weights.router.size() * sizeof(float));
-  layer.router_.upload(std::span<const float>(weights.router));
+  layer.router_ = device_copy(backend, weights.router);
   layer.gate_up_ = layer.kernels_.experts.upload(backend, weights.gate_up);
   layer.down_ = layer.kernels_.experts.upload(backend, weights.down);
   if (!weights.shared_expert_gate.empty()) {
     layer.shared_gated_ = true;
-    layer.shared_gate_ = DeviceBuffer(backend, weights.shared_expert_gate.size() * sizeof(float));
-    layer.shared_gate_.upload(std::span<const float>(weights.shared_expert_gate));
+    layer.shared_gate_ = device_copy(backend, weights.shared_expert_gate);
   }
   layer.counts_.assign(c.num_experts, 0);
   backend.synchronize();

@@ -57,7 +57,7 @@ std::vector<int> affinity_cpus(std::string& error) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(unsigned threads, bool pin) {
+ThreadPool::ThreadPool(unsigned threads, bool pin) : ranges_(threads > 1 ? threads : 1) {
   const unsigned workers = threads > 1 ? threads - 1 : 0;
   workers_.reserve(workers);
   try {
@@ -137,8 +137,11 @@ void ThreadPool::run(uint64_t count, TaskFn fn, void* context) {
   while (active_.load() != 0) METRALE_CPU_PAUSE();
   fn_ = fn;
   context_ = context;
-  count_ = count;
-  next_.store(0, std::memory_order_relaxed);
+  const uint64_t slots = ranges_.size();
+  for (uint64_t slot = 0; slot < slots; ++slot) {
+    ranges_[slot].next.store(count * slot / slots, std::memory_order_relaxed);
+    ranges_[slot].end = count * (slot + 1) / slots;
+  }
   done_.store(0, std::memory_order_relaxed);
   generation_.store(generation + 2);
   if (sleepers_.load() != 0) {
@@ -146,9 +149,7 @@ void ThreadPool::run(uint64_t count, TaskFn fn, void* context) {
     wake_.notify_all();
   }
 
-  uint64_t mine = 0;
-  for (uint64_t task; (task = next_.fetch_add(1, std::memory_order_relaxed)) < count; ++mine)
-    fn(context, task, 0);
+  const uint64_t mine = work(0, fn, context);
   if (mine != 0) done_.fetch_add(mine, std::memory_order_acq_rel);
   // The other blocks are in flight on workers; they finish within one block's time.
   for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) {
@@ -159,8 +160,21 @@ void ThreadPool::run(uint64_t count, TaskFn fn, void* context) {
   }
 }
 
+uint64_t ThreadPool::work(unsigned slot, TaskFn fn, void* context) {
+  uint64_t mine = 0;
+  const auto slots = static_cast<unsigned>(ranges_.size());
+  for (unsigned k = 0; k < slots; ++k) {
+    Range& range = ranges_[(slot + k) % slots];
+    for (uint64_t task; (task = range.next.fetch_add(1, std::memory_order_relaxed)) < range.end; ++mine)
+      fn(context, task, slot);
+  }
+  return mine;
+}
+
 void ThreadPool::worker_main(unsigned slot) {
-  uint32_t seen = generation_.load();
+  // The generation at construction, not at the thread's start: a worker that starts after the
+  // first run() was published still joins that job.
+  uint32_t seen = 0;
   for (;;) {
     // Spin, then sleep, until a new open generation (or stop) appears.
     if (!job_ready(seen)) {
@@ -189,10 +203,7 @@ void ThreadPool::worker_main(unsigned slot) {
     }
     const TaskFn fn = fn_;
     void* const context = context_;
-    const uint64_t count = count_;
-    uint64_t mine = 0;
-    for (uint64_t task; (task = next_.fetch_add(1, std::memory_order_relaxed)) < count; ++mine)
-      fn(context, task, slot);
+    const uint64_t mine = work(slot, fn, context);
     if (mine != 0) done_.fetch_add(mine, std::memory_order_acq_rel);
     active_.fetch_sub(1, std::memory_order_release);
   }

@@ -3,9 +3,15 @@
 //
 // run() publishes a job by bumping a generation counter; workers spin on it briefly (decode
 // kernels come every few tens of microseconds, and a futex wake costs about as much) and then
-// sleep on a condition variable, which run() signals only when someone sleeps. Blocks are
-// handed out by an atomic counter; the calling thread takes blocks too, so a pool of one thread
-// has no workers at all. Nothing is allocated per run.
+// sleep on a condition variable, which run() signals only when someone sleeps. The calling
+// thread takes blocks too, so a pool of one thread has no workers at all. Nothing is allocated
+// per run.
+//
+// Each slot owns one contiguous range of the blocks, taken in order from an atomic cursor, and
+// then helps the others from their cursors until none is left: neighbouring blocks (a weight
+// matrix's next tiles, an expert's next column tile, a sequence's next cache split) run on one
+// core, whose prefetches of the memory after its block are then its own next reads, not another
+// core's; the stealing keeps the balance of a shared counter.
 //
 // Pinning (optional): each worker is bound to one CPU of the process's affinity mask when the
 // pool starts; worker slot i gets the i-th CPU of the mask (counting from 0, wrapping around),
@@ -52,6 +58,8 @@ class ThreadPool {
 
  private:
   void worker_main(unsigned slot);
+  // Runs tasks of the open job as `slot`: its own range, then the others'. Returns how many.
+  uint64_t work(unsigned slot, TaskFn fn, void* context);
   bool job_ready(uint32_t seen) const noexcept;
   void pin_workers();
 
@@ -65,11 +73,15 @@ class ThreadPool {
   std::atomic<uint32_t> active_{0};   // workers inside a job
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> next_{0};
+  // A slot's range of the job's blocks: [next, end), next advanced by whoever takes one.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> next{0};
+    uint64_t end = 0;
+  };
+  std::vector<Range> ranges_;  // one per slot; rewritten only while no worker is active
   std::atomic<uint64_t> done_{0};
   TaskFn fn_ = nullptr;  // written only while the generation is odd and no worker is active
   void* context_ = nullptr;
-  uint64_t count_ = 0;
 
   std::mutex sleep_mutex_;
   std::condition_variable wake_;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The CPU plugin's thread pool through the C ABI: concurrent launchers and sparse launches, and
-// the pin option's placement of the workers.
+// The CPU plugin's thread pool: how it deals blocks out (directly), and through the C ABI
+// concurrent launchers and sparse launches, and the pin option's placement of the workers.
 #include "support.hpp"
+#include "thread_pool.hpp"
 
 #include <doctest/doctest.h>
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -55,6 +57,55 @@ std::vector<pid_t> workers_of(const std::function<void()>& create) {
 }
 
 }  // namespace
+
+TEST_CASE("thread pool: every task runs once, each slot its own contiguous range first, then the others'") {
+  SUBCASE("counts 1..100 on three threads: each task exactly once") {
+    metrale::cpu::ThreadPool pool(3);
+    for (uint64_t count = 1; count <= 100; ++count) {
+      std::vector<std::atomic<int>> runs(count);
+      pool.run(count, [](void* context, uint64_t task, unsigned) {
+        (*static_cast<std::vector<std::atomic<int>>*>(context))[task].fetch_add(1);
+      }, &runs);
+      for (uint64_t task = 0; task < count; ++task) CHECK_MESSAGE(runs[task].load() == 1, "count " << count << " task " << task);
+    }
+  }
+  SUBCASE("8 tasks, 2 threads: the worker runs 4..7, then takes 1..3 while the caller is held in task 0") {
+    // Task 4 (the worker's first) waits until task 0 has started; task 0 until all the others
+    // are done. A shared counter would hand the worker task 0 or 1 first.
+    struct Schedule {
+      std::mutex mutex;
+      std::vector<uint64_t> order[2];
+      std::atomic<bool> zero_started{false}, timed_out{false};
+      std::atomic<int> others_done{0};
+      void wait(const std::function<bool()>& ready) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!ready())
+          if (std::chrono::steady_clock::now() > deadline) {
+            timed_out = true;
+            return;
+          }
+      }
+    } schedule;
+    metrale::cpu::ThreadPool pool(2);
+    pool.run(8, [](void* context, uint64_t task, unsigned slot) {
+      auto& s = *static_cast<Schedule*>(context);
+      {
+        std::lock_guard lock(s.mutex);
+        s.order[slot].push_back(task);
+      }
+      if (task == 0) {
+        s.zero_started = true;
+        s.wait([&] { return s.others_done.load() == 7; });
+      } else {
+        if (task == 4) s.wait([&] { return s.zero_started.load(); });
+        s.others_done.fetch_add(1);
+      }
+    }, &schedule);
+    CHECK_FALSE(schedule.timed_out.load());
+    CHECK(schedule.order[0] == std::vector<uint64_t>{0});
+    CHECK(schedule.order[1] == std::vector<uint64_t>{4, 5, 6, 7, 1, 2, 3});
+  }
+}
 
 TEST_CASE("thread pool: concurrent launchers and sparse launches stay correct") {
   // Two threads launch into one instance; between bursts the workers fall asleep and must wake.

@@ -2,22 +2,27 @@
 // attn_decode on the AVX-512 tiers (included by simd_avx512.cpp and simd_avx512bf16.cpp, so
 // internal linkage as kernels.hpp says), and the cache walk attn_avx512bf16.hpp's prefill shares.
 // The baseline's contract, record layout and rounding: scores are f32 sums of the exact bf16
-// products, the softmax's exp is ActAvx512::exp, P.V in f32.
+// products, the softmax's exp is ActAvx512::exp, P.V in f32 (probabilities rounded to bf16 on the BF16 tier).
 //
 // The decode reads each K and V row once for the whole GQA group, 16 positions (a "chunk") at a
-// time: one cache block of a kv head holds them contiguously when block_size >= 16 (splits start
-// on multiples of 16), otherwise, and at the end of a context, they are copied first
-// (PagedRows::chunk). Rows are widened to f32 in registers, each 32-element piece as its even
-// then its odd elements (a shift and a mask, no shuffles), q once per split in the same order, so
-// q.k pairs element with element. Scores: 4 positions x up to 4 q heads per step (each K element
-// widened once, each load feeding several FMAs) leave 16-lane partial sums, which one transposing
-// tree per head and chunk (sum16) turns into a vector of 16 scores. P.V: up to 4 q heads' f32
-// accumulators per pass over the chunk's V rows, kept in scratch between chunks. The chunks after
-// the current one are prefetched, the split's K and then its V: the decode's cost is reading the
-// cache once.
-// f32 FMAs, not vdpbf16ps, on the BF16 tier too: on Intel's Sapphire and Emerald Rapids a
-// vdpbf16ps zmm issues about every other cycle, so its 32 multiply-adds come at half the rate of
-// two 16-lane FMAs per cycle.
+// time, and one block walks several kv heads of its split (DecodeWork): a cache block holds its
+// heads side by side, so the walk is one sequential read. One cache block of a kv head holds a
+// chunk contiguously when block_size >= 16 (splits start on multiples of 16), otherwise, and at
+// the end of a context, it is copied first (PagedRows::chunk). Scores: 4 positions x up to 4 q
+// heads per step (each load feeding several multiply-adds) leave 16-lane partial sums, which one
+// transposing tree per head and chunk (sum16) turns into a vector of 16 scores. P.V: up to 4 q
+// heads' f32 accumulators per pass over the chunk's V rows, kept in scratch between chunks. The
+// pieces after the current one are prefetched, one line beside each line read, the K walk's and
+// then the V walk's: the decode's cost is reading the cache once.
+// The multiply-adds: on the AVX-512 tier f32 FMAs on rows widened in registers (each 32-element
+// piece as its even then its odd elements: a shift and a mask, no shuffles; q once per block in
+// the same order). On the AVX512_BF16 tier (compiled with __AVX512BF16__) vdpbf16ps, as that
+// tier's attn_prefill: q.k from the bf16 inputs directly, and P.V with the probabilities rounded
+// to bf16 against V rows interleaved by position pairs, half the instructions of the FMAs
+// (AMD EPYC, Zen 5: the f32 version computes at about 1.2x the read bandwidth of one core, too
+// little to hide the memory behind). The inner loops over pieces, heads and positions carry
+// `#pragma GCC unroll`: GCC 12 otherwise keeps the accumulator arrays on the stack, a load and
+// a store around every multiply-add (the BF16 decode from the cache ran at 22 GB/s instead of 37).
 #pragma once
 
 #include "act_avx512.hpp"
@@ -123,6 +128,96 @@ struct AttnAvx512 {
                                   odd);
   }
 
+  // Accumulators of vdpbf16ps against position pairs hold dimensions as vpunpck[lh]wd leave
+  // them: of the 32 dims of one bf16 vector r, lo lane 4L + i is dim 32r + 8L + i and hi lane
+  // 4L + i dim 32r + 8L + 4 + i. The dims in order: 32r .. 32r + 15, then 32r + 16 .. 32r + 31.
+  static __m512 pair_dims_first(__m512 lo, __m512 hi) {
+    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), hi);
+  }
+  static __m512 pair_dims_second(__m512 lo, __m512 hi) {
+    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
+                                  hi);
+  }
+
+#ifdef __AVX512BF16__
+  static __m512bh bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+
+  // chunk_partials with vdpbf16ps: q stays bf16 ([HB][D], the input's own rows), each
+  // instruction 32 exact products of q and K summed in pairs into 16 f32 lanes.
+  template <uint32_t D, uint32_t HB>
+  static void chunk_partials(const uint16_t* q, const uint16_t* k, float* partial, const char* ahead) {
+    constexpr uint32_t P = D / 32;
+    for (uint32_t tb = 0; tb < kChunk; tb += 4) {
+      __m512 acc[4][HB];
+      for (auto& row : acc)
+        for (auto& a : row) a = _mm512_setzero_ps();
+      #pragma GCC unroll 16
+      for (uint32_t p = 0; p < P; ++p) {
+        prefetch_part<D>(ahead, tb / 4 * P + p, kChunk / 4 * P);
+        __m512i x[4];
+        #pragma GCC unroll 16
+        for (uint32_t i = 0; i < 4; ++i) x[i] = load(k + size_t{tb + i} * D + 32 * p);
+        #pragma GCC unroll 16
+        for (uint32_t h = 0; h < HB; ++h) {
+          const __m512bh qh = bh(load(q + size_t{h} * D + 32 * p));
+          #pragma GCC unroll 16
+          for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_dpbf16_ps(acc[i][h], qh, bh(x[i]));
+        }
+      }
+      #pragma GCC unroll 16
+      for (uint32_t i = 0; i < 4; ++i)
+        #pragma GCC unroll 16
+        for (uint32_t h = 0; h < HB; ++h) _mm512_store_ps(partial + (size_t{h} * kChunk + tb + i) * 16, acc[i][h]);
+    }
+  }
+
+  // chunk_values with vdpbf16ps: the probabilities rounded to bf16 (as attn_prefill's on this
+  // tier), V rows t and t + 1 interleaved (vpunpck[lh]wd) against each head's probability pair;
+  // acc in pair_dims order. Rows from `count` on are zero in a staged chunk and have
+  // probability 0 in place.
+  template <uint32_t D, uint32_t HB>
+  static void chunk_values(float* acc, const float* probs, const uint16_t* v, uint32_t count, const char* ahead) {
+    constexpr uint32_t P = D / 32, PB = P < 8 / HB ? P : 8 / HB;
+    __m512i pairs[HB];  // dword j: the bf16 probabilities of positions 2j and 2j + 1
+    #pragma GCC unroll 16
+    for (uint32_t h = 0; h < HB; ++h)
+      pairs[h] = _mm512_castsi256_si512(
+          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(probs + size_t{h} * kAttnPartition))));
+    for (uint32_t p0 = 0; p0 < P; p0 += PB) {
+      __m512 a[HB][2 * PB];
+      #pragma GCC unroll 16
+      for (uint32_t h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
+        for (uint32_t j = 0; j < 2 * PB; ++j) a[h][j] = _mm512_loadu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j);
+      for (uint32_t t = 0; t < count; t += 2) {
+        __m512bh w[HB];
+        const __m512i pair = _mm512_set1_epi32(static_cast<int>(t / 2));
+        #pragma GCC unroll 16
+        for (uint32_t h = 0; h < HB; ++h) w[h] = bh(_mm512_permutexvar_epi32(pair, pairs[h]));
+        #pragma GCC unroll 16
+        for (uint32_t p = 0; p < PB; ++p) {
+          if (p0 == 0) prefetch_part<D>(ahead, t / 2 * PB + p, kChunk / 2 * PB);
+          const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p)), y = load(v + size_t{t + 1} * D + 32 * (p0 + p));
+          const __m512bh lo = bh(_mm512_unpacklo_epi16(x, y)), hi = bh(_mm512_unpackhi_epi16(x, y));
+          #pragma GCC unroll 16
+          for (uint32_t h = 0; h < HB; ++h) {
+            a[h][2 * p] = _mm512_dpbf16_ps(a[h][2 * p], w[h], lo);
+            a[h][2 * p + 1] = _mm512_dpbf16_ps(a[h][2 * p + 1], w[h], hi);
+          }
+        }
+      }
+      #pragma GCC unroll 16
+      for (uint32_t h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
+        for (uint32_t j = 0; j < 2 * PB; ++j) _mm512_storeu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j, a[h][j]);
+    }
+  }
+
+  // A record's dims from accumulators in pair_dims order.
+  static __m512 record_first(__m512 lo, __m512 hi) { return pair_dims_first(lo, hi); }
+  static __m512 record_second(__m512 lo, __m512 hi) { return pair_dims_second(lo, hi); }
+  using Query = uint16_t;  // q as the input holds it
+#else
   // The partial dot products of HB q heads (q split, [HB][D] f32) with the 16 rows of one chunk
   // (bf16, [16][D]): partial[h][t] is a 16-lane vector whose lane sum is q_h.k_t. Four positions
   // x HB heads at a time, so each K element is widened once and each register load feeds
@@ -132,23 +227,29 @@ struct AttnAvx512 {
     constexpr uint32_t P = D / 32;  // 32-element pieces per row
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     for (uint32_t tb = 0; tb < kChunk; tb += 4) {
-      prefetch_part<D>(ahead, tb / 4, kChunk / 4);
       __m512 acc[4][HB];
       for (auto& row : acc)
         for (auto& a : row) a = _mm512_setzero_ps();
+      #pragma GCC unroll 16
       for (uint32_t p = 0; p < P; ++p) {
+        prefetch_part<D>(ahead, tb / 4 * P + p, kChunk / 4 * P);
         __m512 even[4], odd[4];
+        #pragma GCC unroll 16
         for (uint32_t i = 0; i < 4; ++i) {
           const __m512i x = load(k + size_t{tb + i} * D + 32 * p);
           even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           odd[i] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
         }
+        #pragma GCC unroll 16
         for (uint32_t h = 0; h < HB; ++h) {
           const __m512 qe = _mm512_loadu_ps(q + size_t{h} * D + 32 * p), qo = _mm512_loadu_ps(q + size_t{h} * D + 32 * p + 16);
+          #pragma GCC unroll 16
           for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_fmadd_ps(qo, odd[i], _mm512_fmadd_ps(qe, even[i], acc[i][h]));
         }
       }
+      #pragma GCC unroll 16
       for (uint32_t i = 0; i < 4; ++i)
+        #pragma GCC unroll 16
         for (uint32_t h = 0; h < HB; ++h) _mm512_store_ps(partial + (size_t{h} * kChunk + tb + i) * 16, acc[i][h]);
     }
   }
@@ -162,26 +263,38 @@ struct AttnAvx512 {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     for (uint32_t p0 = 0; p0 < P; p0 += PB) {
       __m512 a[HB][2 * PB];
+      #pragma GCC unroll 16
       for (uint32_t h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (uint32_t j = 0; j < 2 * PB; ++j) a[h][j] = _mm512_loadu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j);
       for (uint32_t t = 0; t < count; ++t) {
-        if (p0 == 0) prefetch_part<D>(ahead, t, kChunk);
         __m512 w[HB];
+        #pragma GCC unroll 16
         for (uint32_t h = 0; h < HB; ++h) w[h] = _mm512_set1_ps(probs[size_t{h} * kAttnPartition + t]);
+        #pragma GCC unroll 16
         for (uint32_t p = 0; p < PB; ++p) {
+          if (p0 == 0) prefetch_part<D>(ahead, t * PB + p, kChunk * PB);
           const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p));
           const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+          #pragma GCC unroll 16
           for (uint32_t h = 0; h < HB; ++h) {
             a[h][2 * p] = _mm512_fmadd_ps(w[h], even, a[h][2 * p]);
             a[h][2 * p + 1] = _mm512_fmadd_ps(w[h], odd, a[h][2 * p + 1]);
           }
         }
       }
+      #pragma GCC unroll 16
       for (uint32_t h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (uint32_t j = 0; j < 2 * PB; ++j) _mm512_storeu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j, a[h][j]);
     }
   }
+
+  static __m512 record_first(__m512 even, __m512 odd) { return dims_first(even, odd); }
+  static __m512 record_second(__m512 even, __m512 odd) { return dims_second(even, odd); }
+  using Query = float;  // q widened, split as split_rows leaves it
+#endif
 
   // f(std::integral_constant<uint32_t, HB>) for the HB = min(4, heads) of one block of heads.
   template <class F>
@@ -194,52 +307,96 @@ struct AttnAvx512 {
     }
   }
 
-  template <uint32_t D>
-  static void decode(const DecodeCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
-    constexpr uint32_t V = D / 16;  // f32 vectors per row
-    const uint32_t seq = by / c.kv.kv_heads, kv_head = by % c.kv.kv_heads;
-    const auto context = static_cast<uint32_t>(c.context_lens[seq]);
-    const uint32_t begin = bx * kAttnPartition;
-    if (begin >= context) return;
-    const uint32_t n = min_u32(context - begin, kAttnPartition), end = begin + n;
-    const uint32_t chunks = (n + kChunk - 1) / kChunk;
-    const uint32_t group = c.q_heads / c.kv.kv_heads, first_head = kv_head * group;
-    // Scratch: q f32 [group][D] (split), scores then probabilities f32 [group][512], P.V
-    // accumulators f32 [group][D] (split), partial dot products f32 [4][16][16], a staged
-    // chunk [16][D].
-    float* q = scratch_at<float>(scratch, 0);
-    float* scores = q + size_t{group} * D;
-    float* acc = scores + size_t{group} * kAttnPartition;
-    float* partial = acc + size_t{group} * D;
-    auto* stage = reinterpret_cast<uint16_t*>(partial + 4 * kChunk * 16);
-    const int32_t* table = c.block_tables + size_t{seq} * c.max_blocks;
-    const PagedRows keys{c.k_cache, table, c.kv, kv_head}, values{c.v_cache, table, c.kv, kv_head};
-    split_rows<D>(c.q + (size_t{seq} * c.q_heads + first_head) * D, q, group);
-    const __m512 scale = _mm512_set1_ps(c.scale);
+  // The kv heads one block walks together: a power-of-two divisor of kv_heads keeping its q
+  // heads at most 32 (scratch), halved while fewer than 8 blocks of the launch would have work,
+  // so that short contexts still spread over the threads.
+  static uint32_t heads_per_block(const DecodeCall& c) {
+    const uint32_t group = c.q_heads / c.kv.kv_heads;
+    uint32_t heads = 1;
+    while (c.kv.kv_heads % (2 * heads) == 0 && 2 * heads * group <= 32) heads *= 2;
+    while (heads > 1 && uint64_t{c.partitions()} * c.seqs * (c.kv.kv_heads / heads) < 8) heads /= 2;
+    return heads;
+  }
 
-    for (uint32_t ch = 0; ch < kAhead && ch < chunks; ++ch)  // the first chunks at once
-      prefetch_part<D>(keys.chunk_address(begin + ch * kChunk, end), 0, 1);
-    for (uint32_t ch = 0; ch < chunks; ++ch) {
-      // The stream read ahead: this split's K chunks, then its V chunks.
-      const uint32_t ahead = ch + kAhead;
-      const char* next = ahead < chunks ? keys.chunk_address(begin + ahead * kChunk, end)
-                                        : values.chunk_address(begin + (ahead - chunks) * kChunk, end);
-      const uint16_t* k = keys.chunk(begin + ch * kChunk, end, stage, D);
-      for (uint32_t g = 0; g < group; g += 4) {
-        const uint32_t heads = min_u32(4, group - g);
+  // One block's share of attn_decode: split `bx` of sequence `seq` for kv heads [head0, head0 +
+  // heads). Its K walk (then its V walk) goes span by span (max(block_size, 16) positions), every
+  // head of a span before the next span: a cache block holds its heads side by side, so the walk
+  // reads one sequential stream instead of one 4 KiB piece per block and head, a pattern that
+  // reads at about 0.75 of the sequential rate even with prefetching (AMD EPYC, Zen 5).
+  struct DecodeWork {
+    const DecodeCall* c;
+    const int32_t* table;
+    uint32_t head0, heads, group, begin, end, n, chunks, span_chunks;
+    // Pieces (one head's chunk) of the walk, the last span's whole.
+    uint32_t pieces() const { return (chunks + span_chunks - 1) / span_chunks * span_chunks * heads; }
+    // Piece i: its head (from head0) and chunk; false where the chunk lies past the split.
+    bool piece(uint32_t i, uint32_t& head, uint32_t& chunk) const {
+      const uint32_t per_span = span_chunks * heads, r = i % per_span;
+      head = r / span_chunks;
+      chunk = i / per_span * span_chunks + r % span_chunks;
+      return chunk < chunks;
+    }
+    PagedRows rows(const uint16_t* pool, uint32_t head) const { return {pool, table, c->kv, head0 + head}; }
+    // What to prefetch for step i of the K walk followed by the V walk: null past both, or where
+    // the piece is not one contiguous chunk.
+    const char* ahead(uint32_t i) const {
+      const uint32_t total = pieces();
+      uint32_t head = 0, chunk = 0;
+      if (i >= 2 * total || !piece(i % total, head, chunk)) return nullptr;
+      return rows(i < total ? c->k_cache : c->v_cache, head).chunk_address(begin + chunk * kChunk, end);
+    }
+  };
+
+  // scores [heads * group][512] = scale * q.k over the split, K read once for the whole group.
+  template <uint32_t D>
+  static void key_scores(const DecodeWork& w, const Query* q, float* scores, float* partial, uint16_t* stage) {
+    const __m512 scale = _mm512_set1_ps(w.c->scale);
+    const uint32_t pieces = w.pieces();
+    for (uint32_t i = 0; i < kAhead; ++i) prefetch_part<D>(w.ahead(i), 0, 1);  // the first pieces at once
+    for (uint32_t i = 0; i < pieces; ++i) {
+      uint32_t head = 0, ch = 0;
+      if (!w.piece(i, head, ch)) continue;
+      const char* next = w.ahead(i + kAhead);
+      const uint16_t* k = w.rows(w.c->k_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
+      for (uint32_t g = 0; g < w.group; g += 4) {
+        const uint32_t heads = min_u32(4, w.group - g), row = head * w.group + g;
         with_heads(heads, [&](auto hb) {
-          chunk_partials<D, decltype(hb)::value>(q + size_t{g} * D, k, partial, g == 0 ? next : nullptr);
+          chunk_partials<D, decltype(hb)::value>(q + size_t{row} * D, k, partial, g == 0 ? next : nullptr);
         });
         for (uint32_t h = 0; h < heads; ++h) {
           __m512 sums[16];
-          for (uint32_t i = 0; i < 16; ++i) sums[i] = _mm512_load_ps(partial + (size_t{h} * kChunk + kSumOrder[i]) * 16);
-          _mm512_storeu_ps(scores + size_t{g + h} * kAttnPartition + ch * kChunk, _mm512_mul_ps(sum16(sums), scale));
+          for (uint32_t j = 0; j < 16; ++j) sums[j] = _mm512_load_ps(partial + (size_t{h} * kChunk + kSumOrder[j]) * 16);
+          _mm512_storeu_ps(scores + size_t{row + h} * kAttnPartition + ch * kChunk, _mm512_mul_ps(sum16(sums), scale));
         }
       }
     }
+  }
+
+  // acc [heads * group][D] (split) = the probabilities in `probs` x V over the split.
+  template <uint32_t D>
+  static void value_sums(const DecodeWork& w, const float* probs, float* acc, uint16_t* stage) {
+    const uint32_t pieces = w.pieces();
+    for (uint32_t i = 0; i < pieces; ++i) {
+      uint32_t head = 0, ch = 0;
+      if (!w.piece(i, head, ch)) continue;
+      const char* next = w.ahead(pieces + i + kAhead);
+      const uint16_t* v = w.rows(w.c->v_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
+      const uint32_t count = min_u32(kChunk, w.n - ch * kChunk);
+      for (uint32_t g = 0; g < w.group; g += 4) {
+        const uint32_t row = head * w.group + g;
+        with_heads(w.group - g, [&](auto hb) {
+          chunk_values<D, decltype(hb)::value>(acc + size_t{row} * D, probs + size_t{row} * kAttnPartition + ch * kChunk,
+                                                v, count, g == 0 ? next : nullptr);
+        });
+      }
+    }
+  }
+
+  // Each score row of `s` [rows][512] (n used) to exp(score - its maximum), the maximum and the
+  // sum into the row's record.
+  static void softmax_rows(float* s, uint32_t rows, uint32_t n, float* const* records) {
     const auto tail = [](uint32_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1); };
-    for (uint32_t g = 0; g < group; ++g) {
-      float* s = scores + size_t{g} * kAttnPartition;
+    for (uint32_t r = 0; r < rows; ++r, s += kAttnPartition) {
       __m512 top = _mm512_set1_ps(-__builtin_inff());
       for (uint32_t t = 0; t < n; t += 16) top = _mm512_mask_max_ps(top, tail(n - t), top, _mm512_loadu_ps(s + t));
       const float max = _mm512_reduce_max_ps(top);
@@ -249,29 +406,51 @@ struct AttnAvx512 {
         sum = _mm512_add_ps(sum, e);
         _mm512_storeu_ps(s + t, e);
       }
-      float* record = c.partials + ((size_t{seq} * c.q_heads + first_head + g) * c.partitions() + bx) * partial_stride(D);
-      record[0] = max;
-      record[1] = _mm512_reduce_add_ps(sum);
-      for (uint32_t j = 0; j < V; ++j) _mm512_storeu_ps(acc + size_t{g} * D + 16 * j, _mm512_setzero_ps());
+      records[r][0] = max;
+      records[r][1] = _mm512_reduce_add_ps(sum);
     }
-    for (uint32_t ch = 0; ch < chunks; ++ch) {
-      const char* next = values.chunk_address(begin + (ch + kAhead) * kChunk, end);
-      const uint16_t* v = values.chunk(begin + ch * kChunk, end, stage, D);
-      const uint32_t count = min_u32(kChunk, n - ch * kChunk);
-      for (uint32_t g = 0; g < group; g += 4) {
-        const float* p = scores + size_t{g} * kAttnPartition + ch * kChunk;
-        with_heads(group - g, [&](auto hb) {
-          chunk_values<D, decltype(hb)::value>(acc + size_t{g} * D, p, v, count, g == 0 ? next : nullptr);
-        });
-      }
+  }
+
+  template <uint32_t D>
+  static void decode(const DecodeCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
+    const uint32_t per_block = heads_per_block(c);
+    const uint32_t seq = by / c.kv.kv_heads, head0 = by % c.kv.kv_heads;
+    if (head0 % per_block != 0) return;  // the block of head0 - head0 % per_block walks this head
+    const auto context = static_cast<uint32_t>(c.context_lens[seq]);
+    const uint32_t begin = bx * kAttnPartition;
+    if (begin >= context) return;
+    const uint32_t n = min_u32(context - begin, kAttnPartition), group = c.q_heads / c.kv.kv_heads;
+    const DecodeWork w{&c, c.block_tables + size_t{seq} * c.max_blocks, head0, per_block, group, begin, begin + n, n,
+                       (n + kChunk - 1) / kChunk, c.kv.block_size > kChunk ? c.kv.block_size / kChunk : 1};
+    const uint32_t rows = per_block * group;  // q heads, first_head on
+    // Scratch: q f32 [rows][D] (split), scores then probabilities f32 [rows][512], P.V
+    // accumulators f32 [rows][D] (split), partial dot products f32 [4][16][16], a staged chunk
+    // [16][D]; the records' addresses.
+    float* q = scratch_at<float>(scratch, 0);
+    float* scores = q + size_t{rows} * D;
+    const uint16_t* q_rows = c.q + (size_t{seq} * c.q_heads + head0 * group) * D;
+    float* acc = scores + size_t{rows} * kAttnPartition;
+    float* partial = acc + size_t{rows} * D;
+    auto* stage = reinterpret_cast<uint16_t*>(partial + 4 * kChunk * 16);
+    auto** records = reinterpret_cast<float**>(stage + kChunk * D);
+    const uint32_t first_head = head0 * group;
+    for (uint32_t r = 0; r < rows; ++r)
+      records[r] = c.partials + ((size_t{seq} * c.q_heads + first_head + r) * c.partitions() + bx) * partial_stride(D);
+    if constexpr (std::is_same_v<Query, float>) {
+      split_rows<D>(q_rows, q, rows);
+      key_scores<D>(w, q, scores, partial, stage);
+    } else {
+      key_scores<D>(w, q_rows, scores, partial, stage);
     }
-    for (uint32_t g = 0; g < group; ++g) {
-      float* record = c.partials + ((size_t{seq} * c.q_heads + first_head + g) * c.partitions() + bx) * partial_stride(D);
-      const float* a = acc + size_t{g} * D;
-      for (uint32_t j = 0; j < V; j += 2) {
+    softmax_rows(scores, rows, n, records);
+    std::memset(acc, 0, size_t{rows} * D * sizeof(float));
+    value_sums<D>(w, scores, acc, stage);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* a = acc + size_t{r} * D;
+      for (uint32_t j = 0; j < D / 16; j += 2) {
         const __m512 even = _mm512_loadu_ps(a + 16 * j), odd = _mm512_loadu_ps(a + 16 * j + 16);
-        _mm512_storeu_ps(record + 2 + 16 * j, dims_first(even, odd));
-        _mm512_storeu_ps(record + 2 + 16 * j + 16, dims_second(even, odd));
+        _mm512_storeu_ps(records[r] + 2 + 16 * j, record_first(even, odd));
+        _mm512_storeu_ps(records[r] + 2 + 16 * j + 16, record_second(even, odd));
       }
     }
   }

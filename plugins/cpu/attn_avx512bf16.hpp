@@ -31,23 +31,16 @@ struct AttnAvx512Bf16 {
   static constexpr uint32_t kTile = 32;                   // positions per online-softmax step
   static constexpr uint32_t kRowGroup = 16;               // query rows per lane vector
 
-  static __m512bh bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+  static __m512bh bh(__m512i v) { return AttnAvx512::bh(v); }
   static __m512bh pair_at(const void* p) {
     int32_t bits;
     std::memcpy(&bits, p, 4);
     return bh(_mm512_set1_epi32(bits));
   }
 
-  // P.V accumulators hold dimensions interleaved as vpunpck[lh]wd leave them: of the 32 dims of
-  // one bf16 vector r, lo lane 4L + i is dim 32r + 8L + i and hi lane 4L + i dim 32r + 8L + 4 + i.
-  // The dims in order: dims 32r .. 32r + 15, then 32r + 16 .. 32r + 31.
-  static __m512 dims_first(__m512 lo, __m512 hi) {
-    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), hi);
-  }
-  static __m512 dims_second(__m512 lo, __m512 hi) {
-    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
-                                  hi);
-  }
+  // P.V accumulators hold dimensions interleaved as vpunpck[lh]wd leave them (AttnAvx512::pair_dims_first).
+  static __m512 dims_first(__m512 lo, __m512 hi) { return AttnAvx512::pair_dims_first(lo, hi); }
+  static __m512 dims_second(__m512 lo, __m512 hi) { return AttnAvx512::pair_dims_second(lo, hi); }
 
   // vpermw indices: probabilities of positions 2t (words 0-15) and 2t + 1 (words 16-31) of 16
   // rows into one bf16 pair per row.

@@ -18,6 +18,35 @@ using namespace metrale::layers;
 
 namespace {
 
+// Wakes the CPU backend's pool before a timed pass. Its workers sleep after about 100 us idle and
+// the evictor's read before each pass lasts milliseconds, so the pass's first launches would run
+// on the calling thread alone while the workers wake (a futex wake; on a virtual machine a halted
+// vCPU's, tens to hundreds of microseconds), which a model's back-to-back decode launches never
+// see. One-block-per-thread launches for about 200 us keep them spinning into the pass.
+class PoolWaker {
+ public:
+  explicit PoolWaker(Backend& b)
+      : b_(b), blocks_(std::max(1u, b.compute_units())), act_(b.kernel("act", "silu_mul")),
+        gate_up_(b, size_t{blocks_} * 2 * kCols * 2), out_(b, size_t{blocks_} * kCols * 2) {
+    b.memset(gate_up_.ptr(), 0, size_t{blocks_} * 2 * kCols * 2);
+  }
+  void wake() {
+    LaunchShape wide;
+    wide.block = {256, 1, 1};
+    wide.grid = {1, blocks_, 1};
+    const double start = clock_now();
+    while (clock_now() - start < 200e-6) b_.launch(act_, wide, gate_up_.ptr(), out_.ptr(), blocks_, kCols);
+    b_.synchronize();
+  }
+
+ private:
+  static constexpr uint32_t kCols = 64;
+  Backend& b_;
+  uint32_t blocks_;
+  KernelHandle act_;
+  DeviceBuffer gate_up_, out_;
+};
+
 Variant variant(std::string name, WeightFormat format, ActivationQuant act, VariantPaths paths, bool moe,
                 bool act_order = false, bool symmetric = false, ActivationScaling scaling = {}) {
   Variant v;
@@ -89,9 +118,11 @@ double time_passes(Backend& b, FfnComponent& ffn, const ModelConfig& c, uint32_t
   dx.upload(std::span<const uint16_t>(x));
   ffn.forward(dx.ptr(), m);  // warm-up
   b.synchronize();
+  PoolWaker waker(b);
   std::vector<double> times;
   for (uint32_t i = 0; i < repeat; ++i) {
     evictor.evict();
+    waker.wake();
     const double start = clock_now();
     ffn.forward(dx.ptr(), m);
     b.synchronize();
@@ -256,21 +287,17 @@ struct FilledCache {
   }
 };
 
-template <class T>
-DeviceBuffer upload(Backend& b, const std::vector<T>& values) {
-  DeviceBuffer buffer(b, values.size() * sizeof(T));
-  buffer.upload(std::span<const T>(values));
-  return buffer;
-}
 
 // The median of `repeat` passes of `pass`, caches evicted before each, after a warm-up.
 template <class F>
 double time_attention(Backend& b, uint32_t repeat, unsigned threads, CacheEvictor& evictor, const F& pass) {
   pass();
   b.synchronize();
+  PoolWaker waker(b);
   std::vector<double> times;
   for (uint32_t i = 0; i < repeat; ++i) {
     evictor.evict();
+    waker.wake();
     const double start = clock_now();
     pass();
     b.synchronize();
@@ -307,8 +334,8 @@ Rate decode_rate(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t co
   FilledCache filled(b, s, seqs, context);
   const KvCache::DecodeTables tables = filled.cache.decode_tables(filled.ids);
   const uint32_t partitions = (tables.max_blocks * s.block_size + 511) / 512;  // attn_decode's 512-token splits
-  const DeviceBuffer q = upload(b, synthetic_activations(seqs * s.q_heads, s.head_dim, 3));
-  const DeviceBuffer block_tables = upload(b, tables.block_tables), context_lens = upload(b, tables.context_lens);
+  const DeviceBuffer q = device_copy(b, synthetic_activations(seqs * s.q_heads, s.head_dim, 3));
+  const DeviceBuffer block_tables = device_copy(b, tables.block_tables), context_lens = device_copy(b, tables.context_lens);
   const DeviceBuffer partials(b, size_t{seqs} * s.q_heads * partitions * (s.head_dim + 2) * 4);
   const DeviceBuffer out(b, size_t{seqs} * s.q_heads * s.head_dim * 2);
   const KernelHandle decode = b.kernel("attn", "attn_decode"), combine = b.kernel("attn", "attn_decode_combine");
@@ -334,8 +361,8 @@ Rate prefill_rate(Backend& b, const AttentionShape& s, uint32_t m, uint32_t repe
                   const Denominators& d, CacheEvictor& evictor) {
   FilledCache filled(b, s, 1, m);
   const auto table = filled.cache.block_table(filled.ids[0]);
-  const DeviceBuffer q = upload(b, synthetic_activations(m * s.q_heads, s.head_dim, 5));
-  const DeviceBuffer block_table = upload(b, std::vector<int32_t>(table.begin(), table.end()));
+  const DeviceBuffer q = device_copy(b, synthetic_activations(m * s.q_heads, s.head_dim, 5));
+  const DeviceBuffer block_table = device_copy(b, std::vector<int32_t>(table.begin(), table.end()));
   const DeviceBuffer out(b, size_t{m} * s.q_heads * s.head_dim * 2);
   const KernelHandle prefill = b.kernel("attn", "attn_prefill");
   LaunchShape grid;

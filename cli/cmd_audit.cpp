@@ -29,6 +29,7 @@ struct AuditOptions {
   std::string weights;                // a checkpoint: audit its layer's FFN in the formats it holds
   std::optional<uint32_t> layer;      // with --weights: which decoder layer
   TierFlags tiers;                   // with --model or --weights: the tiers to resolve it under
+  std::string block = "ffn";         // ffn, attention, decoder (a checkpoint's layer) or model
 };
 
 // The FFN of a model (synthetic formats from the tier flags) or of a checkpoint's layer (the
@@ -41,6 +42,24 @@ void resolve_model_ffn(Backend& backend, const AuditOptions& options) {
   request.layer = options.layer;
   apply_tier_flags(options.tiers, request);
   layers::resolve_layer(backend, request);
+}
+
+// --block attention|decoder|model: the lookups of `metrale run --block` or of `metrale generate`,
+// made by building the same objects (the weights are loaded and uploaded; nothing is launched),
+// so that a lock written here is the one those commands enforce. The builders enforce
+// METRALE_LOCK themselves.
+void build_block(Backend& backend, const AuditOptions& options) {
+  layers::LayerRequest request;
+  request.model = options.model;
+  request.weights = options.weights;
+  request.layer = options.layer;
+  apply_tier_flags(options.tiers, request);
+  if (options.block == "model") {
+    layers::open_model(backend, request);
+    return;
+  }
+  request.block = options.block == "decoder" ? layers::LayerBlock::decoder : layers::LayerBlock::attention;
+  layers::open_block(backend, request);
 }
 
 // An audit or lock to compare: bounded, validated, every error naming the file and the field.
@@ -89,7 +108,9 @@ void run_audit(CliContext& ctx, const AuditOptions& options) {
   uint32_t min_k = layers::w4a16_k64_min_k();
   std::string error;
   try {
-    if (!options.model.empty() || !options.weights.empty()) {
+    if (options.block != "ffn") {
+      build_block(*backend, options);
+    } else if (!options.model.empty() || !options.weights.empty()) {
       resolve_model_ffn(*backend, options);
     } else {
       layers::w4a16_v2_kernel(*backend);
@@ -112,7 +133,7 @@ void run_audit(CliContext& ctx, const AuditOptions& options) {
     throw;
   }
   auto rows = backend->audit().snapshot();
-  if (options.model.empty() && options.weights.empty()) enforce_lock(*backend, rows);  // resolve_layer enforced its own
+  if (options.model.empty() && options.weights.empty()) enforce_lock(*backend, rows);  // the builders enforced their own
   print_rows(ctx, *backend, min_k, error);
   if (!options.lock.empty()) {
     write_lock(options.lock, *backend, rows);
@@ -137,6 +158,11 @@ void register_audit(CLI::App& app, CliContext& ctx) {
   for (const char* flag : {"--weight-quantization", "--expert-quantization", "--group-size"}) {
     cmd->get_option(flag)->needs(model)->excludes(weights);
   }
+  cmd->add_option("--block", options->block,
+                  "What to resolve: ffn (default: a model's or layer's FFN, nothing loaded), attention or decoder (a "
+                  "checkpoint layer's, as `metrale run --block`), model (as `metrale generate`); the last three load the "
+                  "weights, so that a lock written here is the one those commands enforce")
+      ->check(CLI::IsMember({"ffn", "attention", "decoder", "model"}));
   cmd->add_option("--lock", options->lock, "Write the resolved configuration to FILE (enforce it with METRALE_LOCK=FILE)");
   cmd->add_option("--diff", options->diff, "Compare two files from `metrale audit --json` or --lock; exit 1 if they differ")
       ->expected(2);

@@ -4,7 +4,8 @@
 generation prints ids and rates and writes its output file; a backend without the attn module
 (the skeleton) exits 1 naming the missing kernel; METRALE_QK_NORM_ROPE=1 on a backend whose
 manifest lacks rope/qk_norm_rope exits 3 naming it; a prompt longer than the KV cache exits 1
-naming the sizes; bad ids and a decreasing step schedule are clear errors. Numerics are the
+naming the sizes; bad ids and a decreasing step schedule are clear errors; a lock written by
+`metrale audit --block model` (or `--block decoder`) is the one generate (run --block) enforces. Numerics are the
 checkpoints suite's (tests/checkpoints/run_decoder_tests.py).
 Usage: cli_generate_test.py <metrale> <skeleton plugin dir> <cpu plugin dir>. Exit 77 without the CPU backend."""
 import json
@@ -90,6 +91,25 @@ def main():
     text = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--quiet", "--backend", "cpu")
     for needle in ("sequence 0: prompt 3 tokens, generated", "prefill  3 tokens", "tokens/s", "attn/attn_prefill"):
         check(needle in text.stdout, f"generate's text output has {needle!r}")
+
+    # A lock of the whole model (audit --block model) is the one generate enforces; the FFN's alone
+    # leaves the other lookups out, and generate refuses naming them. Likewise --block decoder for run.
+    lock = os.path.join(work, "model.lock")
+    metrale("audit", "--weights", ckpt, "--block", "model", "--lock", lock, "--backend", "cpu")
+    metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--backend", "cpu", env={"METRALE_LOCK": lock})
+    ffn_lock = os.path.join(work, "ffn.lock")
+    metrale("audit", "--weights", ckpt, "--lock", ffn_lock, "--backend", "cpu")
+    proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--backend", "cpu",
+                   env={"METRALE_LOCK": ffn_lock}, expect=3)
+    check("attn/attn_decode: in the current configuration only" in proc.stderr,
+          f"the refusal names the lookups the FFN lock lacks: {proc.stderr[-400:]}")
+    decoder_lock = os.path.join(work, "decoder.lock")
+    metrale("audit", "--weights", ckpt, "--block", "decoder", "--lock", decoder_lock, "--backend", "cpu")
+    one_row = os.path.join(work, "one.safetensors")
+    save(one_row, {"x": Tensor("BF16", bf16_bits(round_bf16(np.ones((1, 256)))))})
+    metrale("run", "--weights", ckpt, "--block", "decoder", "--input", one_row, "--quiet", "--backend", "cpu",
+            env={"METRALE_LOCK": decoder_lock})
+    metrale("audit", "--block", "attention", "--backend", "cpu", expect=1)  # it needs a checkpoint
 
     # The skeleton has no attn module: exit 1 naming the kernel.
     proc = metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--quiet", "--backend", "skeleton",

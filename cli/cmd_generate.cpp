@@ -141,10 +141,7 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   request.seed = o.seed;
   request.per_expert = o.per_expert;
   apply_tier_flags(o.tiers, request);
-  request.progress = [&progress](const std::string& stage, double fraction) {
-    if (fraction >= 1.0) progress.finish(stage);
-    else progress.update(stage, fraction);
-  };
+  request.progress = [&progress](const std::string& stage, double fraction) { progress.report(stage, fraction); };
   OpenedModel opened = open_model(b, request);
   GenerateOptions g;
   g.max_new_tokens = o.max_new_tokens;

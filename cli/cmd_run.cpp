@@ -135,10 +135,7 @@ LayerRequest layer_request(const RunOptions& o, StderrProgress& progress) {
   request.seed = o.seed;
   apply_tier_flags(o.tiers, request);
   request.per_expert = o.per_expert;
-  request.progress = [&progress](const std::string& stage, double fraction) {
-    if (fraction >= 1.0) progress.finish(stage);
-    else progress.update(stage, fraction);
-  };
+  request.progress = [&progress](const std::string& stage, double fraction) { progress.report(stage, fraction); };
   return request;
 }
 

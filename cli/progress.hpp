@@ -20,6 +20,14 @@ class StderrProgress {
   void begin(std::string_view stage) { update(stage, 0.0); }
   // Ends the stage with "done in X s" when it printed or took long.
   void finish(std::string_view stage);
+  // update(stage, fraction), or finish(stage) at 1: the form of a LayerRequest's progress
+  // callback. Reports to this object, which must outlive the callback's use.
+  void report(const std::string& stage, double fraction) {
+    if (fraction >= 1.0)
+      finish(stage);
+    else
+      update(stage, fraction);
+  }
 
  private:
   bool enabled_;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -337,6 +338,29 @@ std::string eviction_note(size_t evict_mb, const std::optional<LastLevelCache>& 
                      std::to_string(llc->instances) + (llc->instances == 1 ? " instance" : " instances") + " (sysfs)";
   if (evict_mb != 0 && evict_mb < 2 * mb) {
     note += "; WARNING: --evict-mb " + std::to_string(evict_mb) + " is under twice it, so evicted rows may still read cached weights";
+  }
+  return note;
+}
+
+std::string peak_scaling_note(const std::vector<PeakPoint>& peaks) {
+  std::string note;
+  const PeakPoint* one = nullptr;
+  for (const auto& p : peaks)
+    if (p.threads == 1) one = &p;
+  if (one == nullptr) return note;
+  const auto check = [&](const char* name, unsigned threads, double got, double single) {
+    if (single <= 0 || got >= 0.75 * threads * single) return;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "WARNING: the %u-thread %s peak (%.1f) is %.2f x the 1-thread one (%.1f), not about %u x: the CPUs "
+                  "were shared while it was measured, so %u-thread ratios against it read high\n",
+                  threads, name, got, got / single, single, threads, threads);
+    note += line;
+  };
+  for (const auto& p : peaks) {
+    if (p.threads < 2) continue;
+    check("bf16 dot", p.threads, p.bf16_dot_gflop_per_s, one->bf16_dot_gflop_per_s);
+    check("int8 dot", p.threads, p.int8_dot_gop_per_s, one->int8_dot_gop_per_s);
   }
   return note;
 }

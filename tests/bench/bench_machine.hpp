@@ -82,6 +82,10 @@ size_t default_evict_mb(const std::optional<LastLevelCache>& llc, size_t floor_m
 // One line for the reports: the cache the eviction was sized against, and a warning when
 // `evict_mb` (non-zero) is under twice it (decode rows may then be served from the cache).
 std::string eviction_note(size_t evict_mb, const std::optional<LastLevelCache>& llc);
+// A warning for each thread count whose register-only peak did not grow to at least 0.75 x the
+// threads x the one-thread peak: something else held the CPUs while it was measured (a busy
+// host steals vCPUs from a VM), so the ratios against it read high. "" when every peak scales.
+std::string peak_scaling_note(const std::vector<PeakPoint>& peaks);
 
 // Reads a buffer several times the size of the last-level cache before each timed pass, so the
 // weights of a pass come from memory, as they do in a model whose layers do not fit the cache.

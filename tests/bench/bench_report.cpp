@@ -104,6 +104,7 @@ void print_denominators(const Report& rep) {
   std::cout << "register-only peaks (best of 3):\n"
             << render_table({"threads", "bf16 dot GFLOP/s (vdpbf16ps)", "int8 dot GOP/s (vpdpbusd)", "f32 FMA GFLOP/s"},
                             pk);
+  std::cout << peak_scaling_note(rep.peaks);
   std::cout << (rep.cpu_time ? "times: CPU time over the threads at work\n" : "times: wall clock\n");
   std::cout << "passes: median of " << rep.repeat << ", "
             << (rep.evict_mb ? "caches evicted before each (" + std::to_string(rep.evict_mb) + " MB read, parity " +

@@ -201,6 +201,17 @@ std::filesystem::path fake_sysfs(uint32_t cpus, uint32_t per_l3, const std::stri
 
 }  // namespace
 
+TEST_CASE("a multi-thread peak that did not scale is flagged") {
+  // Measured on a busy AMD EPYC VM: the 2-thread bf16 peak came out at 1.08 x the 1-thread one.
+  const std::vector<PeakPoint> shared{{1, 469.8, 253.8, 1004.8}, {2, 508.9, 255.2, 996.7}};
+  const std::string note = peak_scaling_note(shared);
+  CHECK(note.find("WARNING: the 2-thread bf16 dot peak (508.9) is 1.08 x the 1-thread one (469.8)") != std::string::npos);
+  CHECK(note.find("2-thread int8 dot peak") != std::string::npos);
+  const std::vector<PeakPoint> quiet{{1, 469.8, 253.8, 1004.8}, {2, 926.7, 500.1, 1962.0}};
+  CHECK(peak_scaling_note(quiet).empty());
+  CHECK(peak_scaling_note({{1, 0, 250, 0}, {2, 0, 500, 0}}).empty());  // no dot units: nothing to compare
+}
+
 TEST_CASE("the last-level cache comes from sysfs and sizes the default eviction") {
   // Two CPUs sharing one 32 MB L3 (this project's AMD EPYC VM): 64 MB would be twice it, the
   // 256 MB floor stays.

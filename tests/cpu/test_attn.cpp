@@ -13,6 +13,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -156,8 +157,11 @@ TEST_CASE("kv_append writes each token's K and V rows into its slot and nothing 
     Backend& b = tier_backend(tier);
     std::mt19937_64 rng(11);
     PagedCache cache(b, rng, s, {5});
-    // Tokens in scattered slots of several blocks, including the pool's first and last slot.
-    cache.append(b, rng, {0, 17, 18, 63, static_cast<int32_t>(cache.num_blocks * s.block_size - 1), 40});
+    // Tokens in scattered, distinct slots of several blocks (the contract: one launch's slots are
+    // distinct), including the pool's first and last slot.
+    const std::vector<int32_t> slots{0, 17, 18, 50, static_cast<int32_t>(cache.num_blocks * s.block_size - 1), 40};
+    REQUIRE(std::set<int32_t>(slots.begin(), slots.end()).size() == slots.size());
+    cache.append(b, rng, slots);
     CHECK(b.download<uint16_t>(cache.k_cache, cache.k_pool.size()) == cache.k_pool);
     CHECK(b.download<uint16_t>(cache.v_cache, cache.v_pool.size()) == cache.v_pool);
   }

@@ -32,28 +32,27 @@ struct AuditOptions {
   std::string block = "ffn";         // ffn, attention, decoder (a checkpoint's layer) or model
 };
 
-// The FFN of a model (synthetic formats from the tier flags) or of a checkpoint's layer (the
-// formats its weights load as, its declared activation tier as the default): the lookups
-// `metrale run` would make, without uploading or launching anything; METRALE_LOCK enforced.
-void resolve_model_ffn(Backend& backend, const AuditOptions& options) {
+// The model, checkpoint, layer and tiers the options name, as a layer request.
+layers::LayerRequest layer_request(const AuditOptions& options) {
   layers::LayerRequest request;
   request.model = options.model;
   request.weights = options.weights;
   request.layer = options.layer;
   apply_tier_flags(options.tiers, request);
-  layers::resolve_layer(backend, request);
+  return request;
 }
+
+// The FFN of a model (synthetic formats from the tier flags) or of a checkpoint's layer (the
+// formats its weights load as, its declared activation tier as the default): the lookups
+// `metrale run` would make, without uploading or launching anything; METRALE_LOCK enforced.
+void resolve_model_ffn(Backend& backend, const AuditOptions& options) { layers::resolve_layer(backend, layer_request(options)); }
 
 // --block attention|decoder|model: the lookups of `metrale run --block` or of `metrale generate`,
 // made by building the same objects (the weights are loaded and uploaded; nothing is launched),
 // so that a lock written here is the one those commands enforce. The builders enforce
 // METRALE_LOCK themselves.
 void build_block(Backend& backend, const AuditOptions& options) {
-  layers::LayerRequest request;
-  request.model = options.model;
-  request.weights = options.weights;
-  request.layer = options.layer;
-  apply_tier_flags(options.tiers, request);
+  layers::LayerRequest request = layer_request(options);
   if (options.block == "model") {
     layers::open_model(backend, request);
     return;

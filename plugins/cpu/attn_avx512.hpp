@@ -139,93 +139,124 @@ struct AttnAvx512 {
                                   hi);
   }
 
+  // What the two tiers do differently, each inside one step of the shared loops below
+  // (chunk_partials, chunk_values): the multiply-adds of one 32-element piece of four K rows, and
+  // the probabilities with one step of P.V over V rows.
 #ifdef __AVX512BF16__
   static __m512bh bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+  using Query = uint16_t;  // q as the input holds it
 
-  // chunk_partials with vdpbf16ps: q stays bf16 ([HB][D], the input's own rows), each
-  // instruction 32 exact products of q and K summed in pairs into 16 f32 lanes.
+  // acc[i][h] += q_h . piece p of row i of `rows` (4 rows of D bf16): vdpbf16ps, 32 exact
+  // products summed in pairs into 16 f32 lanes.
   template <uint32_t D, uint32_t HB>
-  static void chunk_partials(const uint16_t* q, const uint16_t* k, float* partial, const char* ahead) {
-    constexpr uint32_t P = D / 32;
-    for (uint32_t tb = 0; tb < kChunk; tb += 4) {
-      __m512 acc[4][HB];
-      for (auto& row : acc)
-        for (auto& a : row) a = _mm512_setzero_ps();
+  [[gnu::always_inline]] static void piece_partials(__m512 (&acc)[4][HB], const uint16_t* q, const uint16_t* rows, uint32_t p) {
+    __m512i x[4];
+    #pragma GCC unroll 16
+    for (uint32_t i = 0; i < 4; ++i) x[i] = load(rows + size_t{i} * D + 32 * p);
+    #pragma GCC unroll 16
+    for (uint32_t h = 0; h < HB; ++h) {
+      const __m512bh qh = bh(load(q + size_t{h} * D + 32 * p));
       #pragma GCC unroll 16
-      for (uint32_t p = 0; p < P; ++p) {
-        prefetch_part<D>(ahead, tb / 4 * P + p, kChunk / 4 * P);
-        __m512i x[4];
-        #pragma GCC unroll 16
-        for (uint32_t i = 0; i < 4; ++i) x[i] = load(k + size_t{tb + i} * D + 32 * p);
+      for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_dpbf16_ps(acc[i][h], qh, bh(x[i]));
+    }
+  }
+
+  // The probabilities rounded to bf16 (as attn_prefill's on this tier), two positions a step: V
+  // rows t and t + 1 interleaved (vpunpck[lh]wd) against each head's probability pair, so the
+  // accumulators hold dims in pair_dims order. Rows from `count` on are zero in a staged chunk and
+  // have probability 0 in place.
+  template <uint32_t HB>
+  struct Probabilities {
+    static constexpr uint32_t kStep = 2;
+    __m512i pairs[HB];  // dword j: the bf16 probabilities of positions 2j and 2j + 1
+    explicit Probabilities(const float* probs) {
+      #pragma GCC unroll 16
+      for (uint32_t h = 0; h < HB; ++h)
+        pairs[h] = _mm512_castsi256_si512(
+            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(probs + size_t{h} * kAttnPartition))));
+    }
+    template <uint32_t D, uint32_t PB>
+    [[gnu::always_inline]] void step(__m512 (&a)[HB][2 * PB], const uint16_t* v, uint32_t t, uint32_t p0) const {
+      __m512bh w[HB];
+      const __m512i pair = _mm512_set1_epi32(static_cast<int>(t / 2));
+      #pragma GCC unroll 16
+      for (uint32_t h = 0; h < HB; ++h) w[h] = bh(_mm512_permutexvar_epi32(pair, pairs[h]));
+      #pragma GCC unroll 16
+      for (uint32_t p = 0; p < PB; ++p) {
+        const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p)), y = load(v + size_t{t + 1} * D + 32 * (p0 + p));
+        const __m512bh lo = bh(_mm512_unpacklo_epi16(x, y)), hi = bh(_mm512_unpackhi_epi16(x, y));
         #pragma GCC unroll 16
         for (uint32_t h = 0; h < HB; ++h) {
-          const __m512bh qh = bh(load(q + size_t{h} * D + 32 * p));
-          #pragma GCC unroll 16
-          for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_dpbf16_ps(acc[i][h], qh, bh(x[i]));
+          a[h][2 * p] = _mm512_dpbf16_ps(a[h][2 * p], w[h], lo);
+          a[h][2 * p + 1] = _mm512_dpbf16_ps(a[h][2 * p + 1], w[h], hi);
         }
       }
-      #pragma GCC unroll 16
-      for (uint32_t i = 0; i < 4; ++i)
-        #pragma GCC unroll 16
-        for (uint32_t h = 0; h < HB; ++h) _mm512_store_ps(partial + (size_t{h} * kChunk + tb + i) * 16, acc[i][h]);
     }
-  }
-
-  // chunk_values with vdpbf16ps: the probabilities rounded to bf16 (as attn_prefill's on this
-  // tier), V rows t and t + 1 interleaved (vpunpck[lh]wd) against each head's probability pair;
-  // acc in pair_dims order. Rows from `count` on are zero in a staged chunk and have
-  // probability 0 in place.
-  template <uint32_t D, uint32_t HB>
-  static void chunk_values(float* acc, const float* probs, const uint16_t* v, uint32_t count, const char* ahead) {
-    constexpr uint32_t P = D / 32, PB = P < 8 / HB ? P : 8 / HB;
-    __m512i pairs[HB];  // dword j: the bf16 probabilities of positions 2j and 2j + 1
-    #pragma GCC unroll 16
-    for (uint32_t h = 0; h < HB; ++h)
-      pairs[h] = _mm512_castsi256_si512(
-          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(probs + size_t{h} * kAttnPartition))));
-    for (uint32_t p0 = 0; p0 < P; p0 += PB) {
-      __m512 a[HB][2 * PB];
-      #pragma GCC unroll 16
-      for (uint32_t h = 0; h < HB; ++h)
-        #pragma GCC unroll 16
-        for (uint32_t j = 0; j < 2 * PB; ++j) a[h][j] = _mm512_loadu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j);
-      for (uint32_t t = 0; t < count; t += 2) {
-        __m512bh w[HB];
-        const __m512i pair = _mm512_set1_epi32(static_cast<int>(t / 2));
-        #pragma GCC unroll 16
-        for (uint32_t h = 0; h < HB; ++h) w[h] = bh(_mm512_permutexvar_epi32(pair, pairs[h]));
-        #pragma GCC unroll 16
-        for (uint32_t p = 0; p < PB; ++p) {
-          if (p0 == 0) prefetch_part<D>(ahead, t / 2 * PB + p, kChunk / 2 * PB);
-          const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p)), y = load(v + size_t{t + 1} * D + 32 * (p0 + p));
-          const __m512bh lo = bh(_mm512_unpacklo_epi16(x, y)), hi = bh(_mm512_unpackhi_epi16(x, y));
-          #pragma GCC unroll 16
-          for (uint32_t h = 0; h < HB; ++h) {
-            a[h][2 * p] = _mm512_dpbf16_ps(a[h][2 * p], w[h], lo);
-            a[h][2 * p + 1] = _mm512_dpbf16_ps(a[h][2 * p + 1], w[h], hi);
-          }
-        }
-      }
-      #pragma GCC unroll 16
-      for (uint32_t h = 0; h < HB; ++h)
-        #pragma GCC unroll 16
-        for (uint32_t j = 0; j < 2 * PB; ++j) _mm512_storeu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j, a[h][j]);
-    }
-  }
+  };
 
   // A record's dims from accumulators in pair_dims order.
   static __m512 record_first(__m512 lo, __m512 hi) { return pair_dims_first(lo, hi); }
   static __m512 record_second(__m512 lo, __m512 hi) { return pair_dims_second(lo, hi); }
-  using Query = uint16_t;  // q as the input holds it
 #else
-  // The partial dot products of HB q heads (q split, [HB][D] f32) with the 16 rows of one chunk
-  // (bf16, [16][D]): partial[h][t] is a 16-lane vector whose lane sum is q_h.k_t. Four positions
-  // x HB heads at a time, so each K element is widened once and each register load feeds
-  // several FMAs.
+  using Query = float;  // q widened, split as split_rows leaves it
+
+  // acc[i][h] += q_h . piece p of row i of `rows` (4 rows of D bf16): each K element widened once
+  // (even then odd elements), each register load feeding HB pairs of FMAs.
   template <uint32_t D, uint32_t HB>
-  static void chunk_partials(const float* q, const uint16_t* k, float* partial, const char* ahead) {
-    constexpr uint32_t P = D / 32;  // 32-element pieces per row
+  [[gnu::always_inline]] static void piece_partials(__m512 (&acc)[4][HB], const float* q, const uint16_t* rows, uint32_t p) {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    __m512 even[4], odd[4];
+    #pragma GCC unroll 16
+    for (uint32_t i = 0; i < 4; ++i) {
+      const __m512i x = load(rows + size_t{i} * D + 32 * p);
+      even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+      odd[i] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+    }
+    #pragma GCC unroll 16
+    for (uint32_t h = 0; h < HB; ++h) {
+      const __m512 qe = _mm512_loadu_ps(q + size_t{h} * D + 32 * p), qo = _mm512_loadu_ps(q + size_t{h} * D + 32 * p + 16);
+      #pragma GCC unroll 16
+      for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_fmadd_ps(qo, odd[i], _mm512_fmadd_ps(qe, even[i], acc[i][h]));
+    }
+  }
+
+  // The probabilities in f32, one position a step: each V row widened once against every head's
+  // broadcast probability; the accumulators hold dims split (even, odd) as split_rows.
+  template <uint32_t HB>
+  struct Probabilities {
+    static constexpr uint32_t kStep = 1;
+    const float* probs;  // [HB][t], rows kAttnPartition apart
+    explicit Probabilities(const float* p) : probs(p) {}
+    template <uint32_t D, uint32_t PB>
+    [[gnu::always_inline]] void step(__m512 (&a)[HB][2 * PB], const uint16_t* v, uint32_t t, uint32_t p0) const {
+      const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+      __m512 w[HB];
+      #pragma GCC unroll 16
+      for (uint32_t h = 0; h < HB; ++h) w[h] = _mm512_set1_ps(probs[size_t{h} * kAttnPartition + t]);
+      #pragma GCC unroll 16
+      for (uint32_t p = 0; p < PB; ++p) {
+        const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p));
+        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+        #pragma GCC unroll 16
+        for (uint32_t h = 0; h < HB; ++h) {
+          a[h][2 * p] = _mm512_fmadd_ps(w[h], even, a[h][2 * p]);
+          a[h][2 * p + 1] = _mm512_fmadd_ps(w[h], odd, a[h][2 * p + 1]);
+        }
+      }
+    }
+  };
+
+  static __m512 record_first(__m512 even, __m512 odd) { return dims_first(even, odd); }
+  static __m512 record_second(__m512 even, __m512 odd) { return dims_second(even, odd); }
+#endif
+
+  // The partial dot products of HB q heads ([HB][D], Query) with the 16 rows of one chunk (bf16,
+  // [16][D]): partial[h][t] is a 16-lane vector whose lane sum is q_h.k_t. Four positions x HB
+  // heads a step, one line of the chunk at `ahead` prefetched beside each line read.
+  template <uint32_t D, uint32_t HB>
+  static void chunk_partials(const Query* q, const uint16_t* k, float* partial, const char* ahead) {
+    constexpr uint32_t P = D / 32;  // 32-element pieces per row
     for (uint32_t tb = 0; tb < kChunk; tb += 4) {
       __m512 acc[4][HB];
       for (auto& row : acc)
@@ -233,19 +264,7 @@ struct AttnAvx512 {
       #pragma GCC unroll 16
       for (uint32_t p = 0; p < P; ++p) {
         prefetch_part<D>(ahead, tb / 4 * P + p, kChunk / 4 * P);
-        __m512 even[4], odd[4];
-        #pragma GCC unroll 16
-        for (uint32_t i = 0; i < 4; ++i) {
-          const __m512i x = load(k + size_t{tb + i} * D + 32 * p);
-          even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-          odd[i] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-        }
-        #pragma GCC unroll 16
-        for (uint32_t h = 0; h < HB; ++h) {
-          const __m512 qe = _mm512_loadu_ps(q + size_t{h} * D + 32 * p), qo = _mm512_loadu_ps(q + size_t{h} * D + 32 * p + 16);
-          #pragma GCC unroll 16
-          for (uint32_t i = 0; i < 4; ++i) acc[i][h] = _mm512_fmadd_ps(qo, odd[i], _mm512_fmadd_ps(qe, even[i], acc[i][h]));
-        }
+        piece_partials<D, HB>(acc, q, k + size_t{tb} * D, p);
       }
       #pragma GCC unroll 16
       for (uint32_t i = 0; i < 4; ++i)
@@ -254,35 +273,23 @@ struct AttnAvx512 {
     }
   }
 
-  // acc[HB][D] (split) += probabilities [HB][t] (rows kAttnPartition apart) x the chunk's V
-  // rows t < count (bf16), widened once per pass; the pieces in passes of PB so that HB x PB
-  // pairs of accumulators stay in registers.
+  // acc[HB][D] (the tier's dim order) += probabilities [HB][t] (rows kAttnPartition apart) x the
+  // chunk's V rows t < count (bf16); the pieces in passes of PB so that HB x PB pairs of
+  // accumulators stay in registers, the chunk at `ahead` prefetched during the first pass.
   template <uint32_t D, uint32_t HB>
   static void chunk_values(float* acc, const float* probs, const uint16_t* v, uint32_t count, const char* ahead) {
     constexpr uint32_t P = D / 32, PB = P < 8 / HB ? P : 8 / HB;
-    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    const Probabilities<HB> weights(probs);
+    constexpr uint32_t kStep = Probabilities<HB>::kStep;
     for (uint32_t p0 = 0; p0 < P; p0 += PB) {
       __m512 a[HB][2 * PB];
       #pragma GCC unroll 16
       for (uint32_t h = 0; h < HB; ++h)
         #pragma GCC unroll 16
         for (uint32_t j = 0; j < 2 * PB; ++j) a[h][j] = _mm512_loadu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j);
-      for (uint32_t t = 0; t < count; ++t) {
-        __m512 w[HB];
-        #pragma GCC unroll 16
-        for (uint32_t h = 0; h < HB; ++h) w[h] = _mm512_set1_ps(probs[size_t{h} * kAttnPartition + t]);
-        #pragma GCC unroll 16
-        for (uint32_t p = 0; p < PB; ++p) {
-          if (p0 == 0) prefetch_part<D>(ahead, t * PB + p, kChunk * PB);
-          const __m512i x = load(v + size_t{t} * D + 32 * (p0 + p));
-          const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-          const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-          #pragma GCC unroll 16
-          for (uint32_t h = 0; h < HB; ++h) {
-            a[h][2 * p] = _mm512_fmadd_ps(w[h], even, a[h][2 * p]);
-            a[h][2 * p + 1] = _mm512_fmadd_ps(w[h], odd, a[h][2 * p + 1]);
-          }
-        }
+      for (uint32_t t = 0; t < count; t += kStep) {
+        if (p0 == 0) prefetch_part<D>(ahead, t / kStep, kChunk / kStep);
+        weights.template step<D, PB>(a, v, t, p0);
       }
       #pragma GCC unroll 16
       for (uint32_t h = 0; h < HB; ++h)
@@ -290,11 +297,6 @@ struct AttnAvx512 {
         for (uint32_t j = 0; j < 2 * PB; ++j) _mm512_storeu_ps(acc + size_t{h} * D + 32 * p0 + 16 * j, a[h][j]);
     }
   }
-
-  static __m512 record_first(__m512 even, __m512 odd) { return dims_first(even, odd); }
-  static __m512 record_second(__m512 even, __m512 odd) { return dims_second(even, odd); }
-  using Query = float;  // q widened, split as split_rows leaves it
-#endif
 
   // f(std::integral_constant<uint32_t, HB>) for the HB = min(4, heads) of one block of heads.
   template <class F>
@@ -324,11 +326,18 @@ struct AttnAvx512 {
   // reads one sequential stream instead of one 4 KiB piece per block and head, a pattern that
   // reads at about 0.75 of the sequential rate even with prefetching (AMD EPYC, Zen 5).
   struct DecodeWork {
+    // Split `bx` (n > 0 positions from bx * 512) of sequence `seq`, kv heads [head0, head0 + heads).
+    DecodeWork(const DecodeCall& call, uint32_t seq, uint32_t bx, uint32_t first, uint32_t count, uint32_t positions)
+        : c(&call), table(call.block_tables + size_t{seq} * call.max_blocks), head0(first), heads(count),
+          group(call.q_heads / call.kv.kv_heads), begin(bx * kAttnPartition), end(begin + positions), n(positions),
+          chunks((positions + kChunk - 1) / kChunk),
+          span_chunks(call.kv.block_size > kChunk ? call.kv.block_size / kChunk : 1),
+          total((chunks + span_chunks - 1) / span_chunks * span_chunks * heads) {}
     const DecodeCall* c;
     const int32_t* table;
     uint32_t head0, heads, group, begin, end, n, chunks, span_chunks;
-    // Pieces (one head's chunk) of the walk, the last span's whole.
-    uint32_t pieces() const { return (chunks + span_chunks - 1) / span_chunks * span_chunks * heads; }
+    uint32_t total;  // pieces (one head's chunk) of the walk, the last span's whole
+    uint32_t pieces() const { return total; }
     // Piece i: its head (from head0) and chunk; false where the chunk lies past the split.
     bool piece(uint32_t i, uint32_t& head, uint32_t& chunk) const {
       const uint32_t per_span = span_chunks * heads, r = i % per_span;
@@ -340,7 +349,6 @@ struct AttnAvx512 {
     // What to prefetch for step i of the K walk followed by the V walk: null past both, or where
     // the piece is not one contiguous chunk.
     const char* ahead(uint32_t i) const {
-      const uint32_t total = pieces();
       uint32_t head = 0, chunk = 0;
       if (i >= 2 * total || !piece(i % total, head, chunk)) return nullptr;
       return rows(i < total ? c->k_cache : c->v_cache, head).chunk_address(begin + chunk * kChunk, end);
@@ -420,8 +428,7 @@ struct AttnAvx512 {
     const uint32_t begin = bx * kAttnPartition;
     if (begin >= context) return;
     const uint32_t n = min_u32(context - begin, kAttnPartition), group = c.q_heads / c.kv.kv_heads;
-    const DecodeWork w{&c, c.block_tables + size_t{seq} * c.max_blocks, head0, per_block, group, begin, begin + n, n,
-                       (n + kChunk - 1) / kChunk, c.kv.block_size > kChunk ? c.kv.block_size / kChunk : 1};
+    const DecodeWork w(c, seq, bx, head0, per_block, n);
     const uint32_t rows = per_block * group;  // q heads, first_head on
     // Scratch: q f32 [rows][D] (split), scores then probabilities f32 [rows][512], P.V
     // accumulators f32 [rows][D] (split), partial dot products f32 [4][16][16], a staged chunk

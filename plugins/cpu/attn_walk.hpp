@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// How the SIMD tiers' attention walks a paged KV cache, with no instructions of its own (so every
+// tier's TU includes it; internal linkage as kernels.hpp says): the rows of one kv head, 16
+// positions (a "chunk") at a time; the chunk to prefetch; and attn_decode's division of a split
+// among launch blocks and its walk over kv heads and chunks.
+#pragma once
+
+#include "attn_calls.hpp"
+#include "numeric.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+namespace metrale::cpu {
+namespace {
+
+struct AttnWalk {
+  static constexpr uint32_t kChunk = 16;  // positions per step: one score vector
+
+  // The rows of one kv head of one sequence in a paged pool.
+  struct PagedRows {
+    const uint16_t* pool;
+    const int32_t* table;
+    KvShape kv;
+    uint32_t head;
+    const uint16_t* row(uint32_t pos) const {
+      return pool + kv.at(static_cast<uint32_t>(table[pos / kv.block_size]), head, pos % kv.block_size);
+    }
+    // Positions [t0, t0 + 16), rows of `d` elements: in place when one cache block holds them
+    // and all lie below `end`; otherwise copied to `stage` ([16][d]), rows from `end` on zero.
+    const uint16_t* chunk(uint32_t t0, uint32_t end, uint16_t* stage, uint32_t d) const {
+      if (kv.block_size >= kChunk && t0 + kChunk <= end) return row(t0);
+      for (uint32_t i = 0; i < kChunk; ++i) {
+        if (t0 + i < end)
+          std::memcpy(stage + size_t{i} * d, row(t0 + i), size_t{d} * 2);
+        else
+          std::memset(stage + size_t{i} * d, 0, size_t{d} * 2);
+      }
+      return stage;
+    }
+    // The chunk of positions [t0, t0 + 16) where one cache block holds it contiguously (16 rows
+    // of `d`; the part below `end`), else null: the address the decode prefetches.
+    const char* chunk_address(uint32_t t0, uint32_t end) const {
+      return kv.block_size >= kChunk && t0 < end ? reinterpret_cast<const char*>(row(t0)) : nullptr;
+    }
+  };
+
+  // Part `part` of `parts` of a chunk (16 rows of D bf16) into L2 (locality 1: the L1's few fill
+  // buffers would cap the lines in flight), spread over the loop that reads the current chunk
+  // rather than in one burst. Always inlined: GCC 12 finds a function whose only effect is
+  // prefetching "pure" and drops the calls to it.
+  template <uint32_t D>
+  [[gnu::always_inline]] static void prefetch_part(const char* chunk, uint32_t part, uint32_t parts) {
+    if (chunk == nullptr) return;
+    constexpr uint32_t kBytes = kChunk * D * 2;
+    for (uint32_t at = part * kBytes / parts; at < (part + 1) * kBytes / parts; at += 64) __builtin_prefetch(chunk + at, 0, 1);
+  }
+
+  // f(std::integral_constant<uint32_t, HB>) for the HB = min(4, heads) of one block of heads.
+  template <class F>
+  static void with_heads(uint32_t heads, const F& f) {
+    switch (heads >= 4 ? 4 : heads) {
+      case 4: f(std::integral_constant<uint32_t, 4>{}); break;
+      case 3: f(std::integral_constant<uint32_t, 3>{}); break;
+      case 2: f(std::integral_constant<uint32_t, 2>{}); break;
+      default: f(std::integral_constant<uint32_t, 1>{}); break;
+    }
+  }
+
+  // The kv heads one block walks together: a power-of-two divisor of kv_heads keeping its q
+  // heads at most 32 (scratch), halved while fewer than 8 blocks of the launch would have work,
+  // so that short contexts still spread over the threads.
+  static uint32_t heads_per_block(const DecodeCall& c) {
+    const uint32_t group = c.q_heads / c.kv.kv_heads;
+    uint32_t heads = 1;
+    while (c.kv.kv_heads % (2 * heads) == 0 && 2 * heads * group <= 32) heads *= 2;
+    while (heads > 1 && uint64_t{c.partitions()} * c.seqs * (c.kv.kv_heads / heads) < 8) heads /= 2;
+    return heads;
+  }
+
+  // One block's share of attn_decode: split `bx` of sequence `seq` for kv heads [head0, head0 +
+  // heads). Its K walk (then its V walk) goes span by span (max(block_size, 16) positions), every
+  // head of a span before the next span: a cache block holds its heads side by side, so the walk
+  // reads one sequential stream instead of one 4 KiB piece per block and head, a pattern that
+  // reads at about 0.75 of the sequential rate even with prefetching (AMD EPYC, Zen 5).
+  struct DecodeWork {
+    // Split `bx` (n > 0 positions from bx * 512) of sequence `seq`, kv heads [head0, head0 + heads).
+    DecodeWork(const DecodeCall& call, uint32_t seq, uint32_t bx, uint32_t first, uint32_t count, uint32_t positions)
+        : c(&call), table(call.block_tables + size_t{seq} * call.max_blocks), head0(first), heads(count),
+          group(call.q_heads / call.kv.kv_heads), begin(bx * kAttnPartition), end(begin + positions), n(positions),
+          chunks((positions + kChunk - 1) / kChunk),
+          span_chunks(call.kv.block_size > kChunk ? call.kv.block_size / kChunk : 1),
+          total((chunks + span_chunks - 1) / span_chunks * span_chunks * heads) {}
+    const DecodeCall* c;
+    const int32_t* table;
+    uint32_t head0, heads, group, begin, end, n, chunks, span_chunks;
+    uint32_t total;  // pieces (one head's chunk) of the walk, the last span's whole
+    uint32_t pieces() const { return total; }
+    // Piece i: its head (from head0) and chunk; false where the chunk lies past the split.
+    bool piece(uint32_t i, uint32_t& head, uint32_t& chunk) const {
+      const uint32_t per_span = span_chunks * heads, r = i % per_span;
+      head = r / span_chunks;
+      chunk = i / per_span * span_chunks + r % span_chunks;
+      return chunk < chunks;
+    }
+    PagedRows rows(const uint16_t* pool, uint32_t head) const { return {pool, table, c->kv, head0 + head}; }
+    // What to prefetch for step i of the K walk followed by the V walk: null past both, or where
+    // the piece is not one contiguous chunk.
+    const char* ahead(uint32_t i) const {
+      uint32_t head = 0, chunk = 0;
+      if (i >= 2 * total || !piece(i % total, head, chunk)) return nullptr;
+      return rows(i < total ? c->k_cache : c->v_cache, head).chunk_address(begin + chunk * kChunk, end);
+    }
+  };
+};
+
+}  // namespace
+}  // namespace metrale::cpu

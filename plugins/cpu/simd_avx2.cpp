@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Bodies of the cpu-x86_64-avx2 tier (AVX2 + FMA + F16C): every GEMM family on the panel
 // layouts (panel_layout.hpp) that this tier's repacks write at load, the loop structure
-// panel_kernels.hpp's. Compiled with -mavx2 -mfma -mf16c; called only after target detection
-// found those features.
+// panel_kernels.hpp's; attention of attn_avx2.hpp. Compiled with -mavx2 -mfma -mf16c; called only
+// after target detection found those features.
 //
 // A panel is two ymm halves of 8 columns. bf16 activations (Isa): each decoded vector is the
 // f32 weights of one k, the operand of an FMA against the broadcast f32 activation:
@@ -15,6 +15,7 @@
 // into int32 lanes (exact; `vpmaddubsw` is avoided: its 16-bit sums of u8 x s8 pairs saturate).
 #include <immintrin.h>
 
+#include "attn_avx2.hpp"
 #include "panel_kernels.hpp"
 
 namespace metrale::cpu::avx2 {
@@ -204,6 +205,7 @@ SimdBodies bodies() {
   PanelKernels<Isa, Family::f16>::install(b);
   PanelKernels<IsaI8, Family::w4a8>::install(b);
   PanelKernels<IsaI8, Family::w8a8>::install(b);
+  AttnAvx2::set(b);
   return b;
 }
 

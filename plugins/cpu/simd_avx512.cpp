@@ -2,8 +2,9 @@
 // Bodies of the cpu-x86_64-avx512 tier (AVX-512 F/BW/VL, with AVX2, FMA, F16C): every GEMM
 // family on the panel layouts (panel_layout.hpp) that this tier's repacks write at load, the
 // loop structure panel_kernels.hpp's; the activations of act_avx512.hpp; the activation
-// quantizers of quant_avx512.hpp. Compiled with the matching -m flags; called only after target detection
-// found them.
+// quantizers of quant_avx512.hpp; attn_decode of attn_avx512.hpp and attn_prefill of
+// attn_avx2.hpp. Compiled with the matching -m flags; called only after target detection found
+// them.
 //
 // bf16 activations (Isa): a panel is one zmm of 16 columns, each decoded vector the f32 weights
 // of one k, the operand of an FMA against the broadcast f32 activation:
@@ -17,6 +18,7 @@
 #include "intrinsics.hpp"  // first: before any header that includes <immintrin.h>
 
 #include "act_avx512.hpp"
+#include "attn_avx2.hpp"
 #include "attn_avx512.hpp"
 #include "decoder_avx512.hpp"
 #include "avx512_panel_ops.hpp"
@@ -152,6 +154,7 @@ SimdBodies bodies() {
   ActAvx512::set(b);
   QuantAvx512::set(b);
   AttnAvx512::set(b);
+  b[Simd::attn_prefill] = &AttnAvx2::attn_prefill;  // 8 lanes, rather than the baseline's scalar loops
   DecoderAvx512::set(b);
   return b;
 }

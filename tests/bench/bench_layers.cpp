@@ -172,6 +172,9 @@ Denominators denominators_at(const Report& rep, unsigned threads) {
   d.read_bw = at_threads(rep.bandwidth, threads, [](const BandwidthPoint& p) { return p.gb_per_s; });
   d.bf16_dot = at_threads(rep.peaks, threads, [](const PeakPoint& p) { return p.bf16_dot_gflop_per_s; });
   d.int8_dot = at_threads(rep.peaks, threads, [](const PeakPoint& p) { return p.int8_dot_gop_per_s; });
+  d.tier_dot = tier_dot_of(rep.target, d.bf16_dot, at_threads(rep.peaks, threads, [](const PeakPoint& p) {
+                             return p.fma_gflop_per_s;
+                           }));
   return d;
 }
 

@@ -33,6 +33,7 @@ json rate_json(const Rate& r) {
               {"m", r.m},                 {"context", r.context},   {"kernels", r.kernels},   {"median_s", r.median_s},
               {"weight_bytes", r.weight_bytes}, {"weight_gb_per_s", r.gb_per_s}, {"gflop_per_s", r.gflop_per_s},
               {"fraction_of_read_bandwidth", r.of_bandwidth}, {"fraction_of_bf16_dot_peak", r.of_bf16_peak},
+              {"fraction_of_tier_dot_peak", r.of_tier_peak},
               {"fraction_of_int8_dot_peak", r.of_int8_peak}, {"threads", r.threads}, {"ffn", r.ffn},
               {"flops", r.flops},         {"roofline_s", r.roofline_s}, {"of_roofline", r.of_roofline},
               {"bound", r.bound}};
@@ -57,16 +58,17 @@ json scaling_json(const Report& rep) {
 void print_rows(const Report& rep, const ThreadRun& run) {
   std::cout << "\n== backend threads " << run.threads << ": read bandwidth " << f(run.d.read_bw, 2)
             << " GB/s, bf16 dot peak " << f(run.d.bf16_dot, 1) << " GFLOP/s, int8 dot peak " << f(run.d.int8_dot, 1)
-            << " GOP/s (the denominators below) ==\n";
+            << " GOP/s, tier dot peak " << f(run.d.tier_dot, 1) << " GFLOP/s (the denominators below) ==\n";
   std::vector<std::vector<std::string>> table;
   for (const auto& r : run.rates)
     table.push_back({r.preset, r.variant, r.path, std::to_string(r.m), r.context ? std::to_string(r.context) : "-",
                      f(r.median_s * 1e3, 2),
                      f(r.weight_bytes / 1e6, 1), f(r.gb_per_s, 2), f(r.gflop_per_s, 2), f(r.of_bandwidth, 3),
-                     f(r.of_bf16_peak, 3), r.int8_dot ? f(r.of_int8_peak, 3) : "-", f(r.roofline_s * 1e3, 2), r.bound,
+                     f(r.of_bf16_peak, 3), f(r.of_tier_peak, 3), r.int8_dot ? f(r.of_int8_peak, 3) : "-",
+                     f(r.roofline_s * 1e3, 2), r.bound,
                      f(r.of_roofline, 3), r.kernels});
   std::cout << render_table({"preset", "weights", "path", "m", "context", "median ms", "weights MB", "GB/s", "GFLOP/s",
-                             "of read bw", "of bf16 peak", "of int8 peak", "roofline ms", "bound", "of roofline",
+                             "of read bw", "of bf16 peak", "of tier peak", "of int8 peak", "roofline ms", "bound", "of roofline",
                              "kernels"},
                             table);
   for (const auto& preset : rep.presets)
@@ -166,6 +168,7 @@ void print_json(const Report& rep) {
                                     {"read_bandwidth_gb_per_s", run.d.read_bw},
                                     {"bf16_dot_peak_gflop_per_s", run.d.bf16_dot},
                                     {"int8_dot_peak_gop_per_s", run.d.int8_dot},
+                                    {"tier_dot_peak_gflop_per_s", run.d.tier_dot},
                                     {"launch", launch_json(run.launch)}});
   out["rates"] = json::array();
   for (const auto& run : rep.runs)

@@ -192,10 +192,16 @@ std::vector<Variant> select_variants(const std::vector<std::string>& names) {
 
 std::string path_of(uint32_t m) { return m == 1 ? "decode" : m <= 8 ? "batched" : "prefill"; }
 
+double tier_dot_of(const std::string& target, double bf16_dot, double fma) {
+  if (target.rfind("cpu-", 0) != 0) return 0;
+  return target.find("avx512bf16") != std::string::npos ? bf16_dot : fma;
+}
+
 void set_ratios(Rate& r, const Denominators& d) {
-  const double dot = r.int8_dot ? d.int8_dot : d.bf16_dot;
+  const double dot = r.int8_dot ? d.int8_dot : d.tier_dot > 0 ? d.tier_dot : d.bf16_dot;
   r.of_bandwidth = r.gb_per_s / d.read_bw;
   r.of_bf16_peak = d.bf16_dot > 0 ? r.gflop_per_s / d.bf16_dot : 0;
+  r.of_tier_peak = d.tier_dot > 0 ? r.gflop_per_s / d.tier_dot : 0;
   r.of_int8_peak = d.int8_dot > 0 ? r.gflop_per_s / d.int8_dot : 0;
   r.memory_s = r.weight_bytes / (d.read_bw * 1e9);
   r.dot_s = dot > 0 ? r.flops / (dot * 1e9) : 0;

@@ -60,6 +60,7 @@ struct Rate {
   double gflop_per_s = 0;
   double of_bandwidth = 0;  // weight rate / read bandwidth on the backend's thread count
   double of_bf16_peak = 0;  // FLOP rate / bf16 dot peak on the backend's thread count
+  double of_tier_peak = 0;  // FLOP rate / the dot peak of the backend's tier (Denominators::tier_dot)
   double of_int8_peak = 0;  // FLOP rate / int8 dot peak (2 ops per multiply-add)
   // Roofline on the same thread count: the shortest time the machine allows for the pass.
   double memory_s = 0;    // weight_bytes / read bandwidth
@@ -74,7 +75,13 @@ struct Denominators {
   double read_bw = 0;    // GB/s
   double bf16_dot = 0;   // GFLOP/s; 0: no AVX512_BF16
   double int8_dot = 0;   // GOP/s; 0: no AVX512_VNNI
+  // GFLOP/s: the float dot peak of the tier the CPU backend runs (vdpbf16ps on
+  // cpu-x86_64-avx512bf16, f32 FMA at the widest width the CPU has on the others); 0: not the CPU
+  // backend.
+  double tier_dot = 0;
 };
+// The tier_dot of `target` (a backend's target string) from the peaks measured on its threads.
+double tier_dot_of(const std::string& target, double bf16_dot, double fma);
 
 std::string path_of(uint32_t m);
 void set_ratios(Rate& r, const Denominators& d);

@@ -111,9 +111,9 @@ std::vector<TargetRow> targets_of(const ThreadRun& run) {
   out.push_back(ratio_target(run, 11, "attention decode, contexts >= 4k, of read bw", "fraction_of_read_bandwidth",
                              0.80, [](const Rate& r) { return r.context >= 4096 && in(r, {"attn-decode"}); }, of_bw,
                              bw_ceiling));
-  out.push_back(ratio_target(run, 12, "attention prefill m >= 4096, of bf16 dot peak", "fraction_of_bf16_dot_peak",
-                             0.50, [&](const Rate& r) { return bf16 && r.m >= 4096 && in(r, {"attn-prefill"}); },
-                             of_bf16, bf16_ceiling));
+  out.push_back(ratio_target(run, 12, "attention prefill m >= 4096, of its tier's dot peak", "fraction_of_tier_dot_peak",
+                             0.50, [](const Rate& r) { return r.m >= 4096 && in(r, {"attn-prefill"}); },
+                             [](const Rate& r) { return r.of_tier_peak; }, bf16_ceiling));
   return out;
 }
 

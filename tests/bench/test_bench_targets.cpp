@@ -104,8 +104,15 @@ TEST_CASE("attention rows count the cache bytes a decode reads and the causal FL
   CHECK(prefill_flops(s, 4096) == doctest::Approx(4.0 * 128 * 32 * 4096 * 4097 / 2));
 }
 
+TEST_CASE("the tier's dot peak is vdpbf16ps on the BF16 tier, the f32 FMA peak on the others, none off the CPU") {
+  CHECK(tier_dot_of("cpu-x86_64-avx512bf16", 500, 250) == 500);
+  CHECK(tier_dot_of("cpu-x86_64-avx512", 500, 250) == 250);
+  CHECK(tier_dot_of("cpu-x86_64-avx2", 0, 90) == 90);
+  CHECK(tier_dot_of("cuda-sm_90", 500, 250) == 0);
+}
+
 TEST_CASE("the attention targets take decode rows from 4k contexts and prefill rows from m = 4096") {
-  const Denominators d{10, 100, 400};
+  const Denominators d{10, 0, 0, 100};  // a CPU without AVX512_BF16: the prefill is held to its FMA peak
   ThreadRun run;
   run.threads = 2;
   run.d = d;

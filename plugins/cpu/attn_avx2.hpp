@@ -12,7 +12,7 @@
 // leave 8-lane partial sums, summed by one transposing tree (sum8) per head and 8 positions. P.V:
 // up to 4 q heads' f32 accumulators per pass over the chunk's V rows.
 //
-// The prefill is flash style over tiles of 16 positions (one chunk) for the block's 64 query
+// The prefill is flash style over tiles of 32 positions (two chunks) for the block's 64 query
 // rows: lanes are query rows (8 per vector), so the online softmax is lane-wise. The tile's K and
 // V rows are widened to f32 once and shared by the 8 row groups; q is transposed once per block
 // and q head. q.k: 2 row groups x 4 positions per step, each K element a broadcast; P.V: 2 row
@@ -280,9 +280,10 @@ struct AttnAvx2 : AttnWalk {
   // ---- attn_prefill ----
 
   static constexpr uint32_t kGroups = kAttnPrefillRows / kLanes;  // row groups of a block
+  static constexpr uint32_t kTile = 2 * kChunk;                     // positions per online-softmax step
 
   // The block's scratch for one q head: q and the output transposed ([group][dim][8 rows]), the
-  // tile's K and V rows as f32 ([16][D]), its probabilities ([group][16 positions][8 rows]), each
+  // tile's K and V rows as f32 ([32][D]), its probabilities ([2 groups][32 positions][8 rows]), each
   // row's running maximum and sum, and the staged K and V chunks.
   template <uint32_t D>
   struct PrefillScratch {
@@ -297,7 +298,7 @@ struct AttnAvx2 : AttnWalk {
     uint16_t* vstage;
     explicit PrefillScratch(unsigned char* scratch)
         : qt(scratch_at<float>(scratch, 0)), ot(qt + size_t{kAttnPrefillRows} * D), k(ot + size_t{kAttnPrefillRows} * D),
-          v(k + kChunk * D), p(v + kChunk * D), top(p + kGroups * kChunk * kLanes), sum(top + kAttnPrefillRows),
+          v(k + kTile * D), p(v + kTile * D), top(p + 2 * kTile * kLanes), sum(top + kAttnPrefillRows),
           kstage(reinterpret_cast<uint16_t*>(sum + kAttnPrefillRows)), vstage(kstage + kChunk * D) {}
   };
 
@@ -309,11 +310,11 @@ struct AttnAvx2 : AttnWalk {
                                    _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))), 16)));
   }
 
-  // Scores of row groups g0, g0 + 1 (lanes) against the tile's 16 positions: s[g][t] scaled;
+  // Scores of row groups g0, g0 + 1 (lanes) against the tile's 32 positions: s[g][t] scaled;
   // 4 positions x 2 groups a step, each K element (f32) a broadcast.
   template <uint32_t D>
   static void tile_scores(const float* qt, const float* k, float scale, float* s) {
-    for (uint32_t tb = 0; tb < kChunk; tb += 4) {
+    for (uint32_t tb = 0; tb < kTile; tb += 4) {
       __m256 acc[2][4];
       for (auto& row : acc)
         for (auto& a : row) a = _mm256_setzero_ps();
@@ -333,7 +334,7 @@ struct AttnAvx2 : AttnWalk {
       for (uint32_t g = 0; g < 2; ++g)
 #pragma GCC unroll 4
         for (uint32_t t = 0; t < 4; ++t)
-          _mm256_store_ps(s + (size_t{g} * kChunk + tb + t) * kLanes, _mm256_mul_ps(acc[g][t], scaled));
+          _mm256_store_ps(s + (size_t{g} * kTile + tb + t) * kLanes, _mm256_mul_ps(acc[g][t], scaled));
     }
   }
 
@@ -350,7 +351,7 @@ struct AttnAvx2 : AttnWalk {
         acc[1][j] = _mm256_mul_ps(_mm256_load_ps(ot + size_t{D + db + j} * kLanes), al1);
       }
       for (uint32_t t = 0; t < count; ++t) {
-        __m256 p0 = _mm256_load_ps(p + size_t{t} * kLanes), p1 = _mm256_load_ps(p + size_t{kChunk + t} * kLanes);
+        __m256 p0 = _mm256_load_ps(p + size_t{t} * kLanes), p1 = _mm256_load_ps(p + size_t{kTile + t} * kLanes);
         __asm__("" : "+x"(p0), "+x"(p1));  // as in tile_scores
 #pragma GCC unroll 4
         for (uint32_t j = 0; j < 4; ++j) {
@@ -367,12 +368,12 @@ struct AttnAvx2 : AttnWalk {
     }
   }
 
-  // The online softmax of one row group over the tile's scores s [16][8] (in place into
+  // The online softmax of one row group over the tile's scores s [32][8] (in place into
   // probabilities), positions after a row's own masked when `causal` (pos: each lane's
   // position); returns the factor its earlier accumulators take.
   static __m256 tile_softmax(float* s, float* top, float* sum, __m256i pos, uint32_t t0, bool causal) {
     __m256 tile_max = _mm256_set1_ps(-__builtin_inff());
-    for (uint32_t t = 0; t < kChunk; ++t) {
+    for (uint32_t t = 0; t < kTile; ++t) {
       __m256 x = _mm256_load_ps(s + t * kLanes);
       if (causal) {
         const __m256i after = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(t0 + t)), pos);
@@ -384,7 +385,7 @@ struct AttnAvx2 : AttnWalk {
     const __m256 old_max = _mm256_loadu_ps(top), new_max = _mm256_max_ps(old_max, tile_max);
     const __m256 alpha = exp0(_mm256_sub_ps(old_max, new_max));
     __m256 row_sum = _mm256_mul_ps(_mm256_loadu_ps(sum), alpha);
-    for (uint32_t t = 0; t < kChunk; ++t) {
+    for (uint32_t t = 0; t < kTile; ++t) {
       const __m256 e = exp0(_mm256_sub_ps(_mm256_load_ps(s + t * kLanes), new_max));
       row_sum = _mm256_add_ps(row_sum, e);
       _mm256_store_ps(s + t * kLanes, e);
@@ -411,22 +412,24 @@ struct AttnAvx2 : AttnWalk {
               r < rows ? bf16_to_f32(c.q[(size_t{first + r} * c.q_heads + head) * D + d]) : 0.0f;
       std::memset(sc.ot, 0, sizeof(float) * kAttnPrefillRows * D);
       for (uint32_t r = 0; r < kAttnPrefillRows; ++r) sc.top[r] = -__builtin_inff(), sc.sum[r] = 0.0f;
-      for (uint32_t t0 = 0; t0 < end; t0 += kChunk) {
-        widen_chunk<D>(keys.chunk(t0, end, sc.kstage, D), sc.k);
-        widen_chunk<D>(values.chunk(t0, end, sc.vstage, D), sc.v);
-        const uint32_t count = min_u32(kChunk, end - t0);
+      for (uint32_t t0 = 0; t0 < end; t0 += kTile) {
+        const uint32_t count = min_u32(kTile, end - t0);
+        for (uint32_t j = 0; j * kChunk < count; ++j) {  // a second chunk past the end: masked, never read
+          widen_chunk<D>(keys.chunk(t0 + j * kChunk, end, sc.kstage, D), sc.k + j * kChunk * D);
+          widen_chunk<D>(values.chunk(t0 + j * kChunk, end, sc.vstage, D), sc.v + j * kChunk * D);
+        }
         for (uint32_t gp = 0; gp < pairs; ++gp) {
           const uint32_t low = c.past + first + 2 * gp * kLanes;
           if (t0 > min_u32(low + 2 * kLanes - 1, last)) continue;  // the tile lies after every row of the pair
           const uint32_t g0 = 2 * gp;
           tile_scores<D>(sc.qt + size_t{g0} * D * kLanes, sc.k, c.scale, sc.p);
-          const bool causal = t0 + kChunk - 1 > low;
+          const bool causal = t0 + kTile - 1 > low;
           for (uint32_t j = 0; j < 2; ++j) {
             const __m256i pos = _mm256_min_epu32(
                 _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(low + j * kLanes)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
                 _mm256_set1_epi32(static_cast<int>(last)));
             const uint32_t at = (g0 + j) * kLanes;
-            _mm256_store_ps(alpha + j * kLanes, tile_softmax(sc.p + j * kChunk * kLanes, sc.top + at, sc.sum + at, pos, t0, causal));
+            _mm256_store_ps(alpha + j * kLanes, tile_softmax(sc.p + j * kTile * kLanes, sc.top + at, sc.sum + at, pos, t0, causal));
           }
           tile_values<D>(sc.ot + size_t{g0} * D * kLanes, alpha, sc.p, sc.v, count);
         }

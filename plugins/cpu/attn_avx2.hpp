@@ -34,6 +34,7 @@ namespace {
 struct AttnAvx2 : AttnWalk {
   static constexpr uint32_t kAhead = 4;  // decode: chunks prefetched ahead
   static constexpr uint32_t kLanes = 8;
+  using Query = float;  // q widened, split as split_rows leaves it
 
   static __m256i load(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static __m256 even_of(__m256i x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
@@ -132,6 +133,12 @@ struct AttnAvx2 : AttnWalk {
     }
   }
 
+  // out[0..16) = scale * the lane sums of head h's 16 partial vectors (chunk_partials' layout).
+  static void chunk_scores(const float* partial, uint32_t h, float scale, float* out) {
+    for (uint32_t half = 0; half < kChunk; half += kLanes)
+      _mm256_storeu_ps(out + half, _mm256_mul_ps(sum8(partial + (size_t{h} * kChunk + half) * kLanes), _mm256_set1_ps(scale)));
+  }
+
   // acc[HB][D] (split) += probabilities [HB][t] (rows kAttnPartition apart) x the chunk's V rows
   // t < count; the pieces in passes of PB so that HB x PB pairs of accumulators stay in
   // registers, the chunk at `ahead` prefetched during the first pass.
@@ -167,50 +174,6 @@ struct AttnAvx2 : AttnWalk {
     }
   }
 
-  // scores [heads * group][512] = scale * q.k over the split, K read once for the whole group.
-  template <uint32_t D>
-  static void key_scores(const DecodeWork& w, const float* q, float* scores, float* partial, uint16_t* stage) {
-    const __m256 scale = _mm256_set1_ps(w.c->scale);
-    const uint32_t pieces = w.pieces();
-    for (uint32_t i = 0; i < kAhead; ++i) prefetch_part<D>(w.ahead(i), 0, 1);  // the first pieces at once
-    for (uint32_t i = 0; i < pieces; ++i) {
-      uint32_t head = 0, ch = 0;
-      if (!w.piece(i, head, ch)) continue;
-      const char* next = w.ahead(i + kAhead);
-      const uint16_t* k = w.rows(w.c->k_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
-      for (uint32_t g = 0; g < w.group; g += 4) {
-        const uint32_t heads = min_u32(4, w.group - g), row = head * w.group + g;
-        with_heads(heads, [&](auto hb) {
-          chunk_partials<D, decltype(hb)::value>(q + size_t{row} * D, k, partial, g == 0 ? next : nullptr);
-        });
-        for (uint32_t h = 0; h < heads; ++h)
-          for (uint32_t half = 0; half < kChunk; half += kLanes)
-            _mm256_storeu_ps(scores + size_t{row + h} * kAttnPartition + ch * kChunk + half,
-                             _mm256_mul_ps(sum8(partial + (size_t{h} * kChunk + half) * kLanes), scale));
-      }
-    }
-  }
-
-  // acc [heads * group][D] (split) = the probabilities in `probs` x V over the split.
-  template <uint32_t D>
-  static void value_sums(const DecodeWork& w, const float* probs, float* acc, uint16_t* stage) {
-    const uint32_t pieces = w.pieces();
-    for (uint32_t i = 0; i < pieces; ++i) {
-      uint32_t head = 0, ch = 0;
-      if (!w.piece(i, head, ch)) continue;
-      const char* next = w.ahead(pieces + i + kAhead);
-      const uint16_t* v = w.rows(w.c->v_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
-      const uint32_t count = min_u32(kChunk, w.n - ch * kChunk);
-      for (uint32_t g = 0; g < w.group; g += 4) {
-        const uint32_t row = head * w.group + g;
-        with_heads(w.group - g, [&](auto hb) {
-          chunk_values<D, decltype(hb)::value>(acc + size_t{row} * D, probs + size_t{row} * kAttnPartition + ch * kChunk,
-                                                v, count, g == 0 ? next : nullptr);
-        });
-      }
-    }
-  }
-
   // Each score row of `s` [rows][512] (n used) to exp(score - its maximum), the maximum and the
   // sum into the row's record.
   static void softmax_rows(float* s, uint32_t rows, uint32_t n, float* const* records) {
@@ -232,39 +195,24 @@ struct AttnAvx2 : AttnWalk {
 
   template <uint32_t D>
   static void decode(const DecodeCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
-    const uint32_t per_block = heads_per_block(c);
-    const uint32_t seq = by / c.kv.kv_heads, head0 = by % c.kv.kv_heads;
-    if (head0 % per_block != 0) return;  // the block of head0 - head0 % per_block walks this head
-    const auto context = static_cast<uint32_t>(c.context_lens[seq]);
-    const uint32_t begin = bx * kAttnPartition;
-    if (begin >= context) return;
-    const uint32_t n = min_u32(context - begin, kAttnPartition), group = c.q_heads / c.kv.kv_heads;
-    const DecodeWork w(c, seq, bx, head0, per_block, n);
-    const uint32_t rows = per_block * group;  // q heads, first_head on
-    // Scratch: q f32 [rows][D] (split), scores then probabilities f32 [rows][512], P.V
-    // accumulators f32 [rows][D] (split), partial dot products f32 [4][16][8], a staged chunk
-    // [16][D]; the records' addresses.
-    float* q = scratch_at<float>(scratch, 0);
-    float* scores = q + size_t{rows} * D;
-    float* acc = scores + size_t{rows} * kAttnPartition;
-    float* partial = acc + size_t{rows} * D;
-    auto* stage = reinterpret_cast<uint16_t*>(partial + 4 * kChunk * kLanes);
-    auto** records = reinterpret_cast<float**>(stage + kChunk * D);
-    const uint32_t first_head = head0 * group;
-    for (uint32_t r = 0; r < rows; ++r)
-      records[r] = c.partials + ((size_t{seq} * c.q_heads + first_head + r) * c.partitions() + bx) * partial_stride(D);
-    split_rows<D>(c.q + (size_t{seq} * c.q_heads + first_head) * D, q, rows);
-    key_scores<D>(w, q, scores, partial, stage);
-    softmax_rows(scores, rows, n, records);
-    std::memset(acc, 0, size_t{rows} * D * sizeof(float));
-    value_sums<D>(w, scores, acc, stage);
+    const std::optional<DecodeWork> work = block_work(c, bx, by);
+    if (!work) return;
+    const DecodeWork& w = *work;
+    const uint32_t rows = w.query_heads(), n = w.n;
+    const DecodeScratch<D, kLanes> sc(scratch, rows);
+    w.record_addresses(sc.records);
+    split_rows<D>(w.query_rows(), sc.q, rows);
+    key_scores<AttnAvx2, D>(w, sc.q, sc.scores, sc.partial, sc.stage);
+    softmax_rows(sc.scores, rows, n, sc.records);
+    std::memset(sc.acc, 0, size_t{rows} * D * sizeof(float));
+    value_sums<AttnAvx2, D>(w, sc.scores, sc.acc, sc.stage);
     for (uint32_t r = 0; r < rows; ++r) {
-      const float* a = acc + size_t{r} * D;
+      const float* a = sc.acc + size_t{r} * D;
       for (uint32_t j = 0; j < D; j += 16) {  // (even, odd) back into dimension order
         const __m256 even = _mm256_loadu_ps(a + j), odd = _mm256_loadu_ps(a + j + 8);
         const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
-        _mm256_storeu_ps(records[r] + 2 + j, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_storeu_ps(records[r] + 2 + j + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        _mm256_storeu_ps(sc.records[r] + 2 + j, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(sc.records[r] + 2 + j + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
       }
     }
   }

@@ -234,6 +234,13 @@ struct AttnAvx512 : AttnWalk {
     }
   }
 
+  // out[0..16) = scale * the lane sums of head h's 16 partial vectors (chunk_partials' layout).
+  static void chunk_scores(const float* partial, uint32_t h, float scale, float* out) {
+    __m512 sums[16];
+    for (uint32_t j = 0; j < 16; ++j) sums[j] = _mm512_load_ps(partial + (size_t{h} * kChunk + kSumOrder[j]) * 16);
+    _mm512_storeu_ps(out, _mm512_mul_ps(sum16(sums), _mm512_set1_ps(scale)));
+  }
+
   // acc[HB][D] (the tier's dim order) += probabilities [HB][t] (rows kAttnPartition apart) x the
   // chunk's V rows t < count (bf16); the pieces in passes of PB so that HB x PB pairs of
   // accumulators stay in registers, the chunk at `ahead` prefetched during the first pass.
@@ -259,51 +266,6 @@ struct AttnAvx512 : AttnWalk {
     }
   }
 
-  // scores [heads * group][512] = scale * q.k over the split, K read once for the whole group.
-  template <uint32_t D>
-  static void key_scores(const DecodeWork& w, const Query* q, float* scores, float* partial, uint16_t* stage) {
-    const __m512 scale = _mm512_set1_ps(w.c->scale);
-    const uint32_t pieces = w.pieces();
-    for (uint32_t i = 0; i < kAhead; ++i) prefetch_part<D>(w.ahead(i), 0, 1);  // the first pieces at once
-    for (uint32_t i = 0; i < pieces; ++i) {
-      uint32_t head = 0, ch = 0;
-      if (!w.piece(i, head, ch)) continue;
-      const char* next = w.ahead(i + kAhead);
-      const uint16_t* k = w.rows(w.c->k_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
-      for (uint32_t g = 0; g < w.group; g += 4) {
-        const uint32_t heads = min_u32(4, w.group - g), row = head * w.group + g;
-        with_heads(heads, [&](auto hb) {
-          chunk_partials<D, decltype(hb)::value>(q + size_t{row} * D, k, partial, g == 0 ? next : nullptr);
-        });
-        for (uint32_t h = 0; h < heads; ++h) {
-          __m512 sums[16];
-          for (uint32_t j = 0; j < 16; ++j) sums[j] = _mm512_load_ps(partial + (size_t{h} * kChunk + kSumOrder[j]) * 16);
-          _mm512_storeu_ps(scores + size_t{row + h} * kAttnPartition + ch * kChunk, _mm512_mul_ps(sum16(sums), scale));
-        }
-      }
-    }
-  }
-
-  // acc [heads * group][D] (split) = the probabilities in `probs` x V over the split.
-  template <uint32_t D>
-  static void value_sums(const DecodeWork& w, const float* probs, float* acc, uint16_t* stage) {
-    const uint32_t pieces = w.pieces();
-    for (uint32_t i = 0; i < pieces; ++i) {
-      uint32_t head = 0, ch = 0;
-      if (!w.piece(i, head, ch)) continue;
-      const char* next = w.ahead(pieces + i + kAhead);
-      const uint16_t* v = w.rows(w.c->v_cache, head).chunk(w.begin + ch * kChunk, w.end, stage, D);
-      const uint32_t count = min_u32(kChunk, w.n - ch * kChunk);
-      for (uint32_t g = 0; g < w.group; g += 4) {
-        const uint32_t row = head * w.group + g;
-        with_heads(w.group - g, [&](auto hb) {
-          chunk_values<D, decltype(hb)::value>(acc + size_t{row} * D, probs + size_t{row} * kAttnPartition + ch * kChunk,
-                                                v, count, g == 0 ? next : nullptr);
-        });
-      }
-    }
-  }
-
   // Each score row of `s` [rows][512] (n used) to exp(score - its maximum), the maximum and the
   // sum into the row's record.
   static void softmax_rows(float* s, uint32_t rows, uint32_t n, float* const* records) {
@@ -325,43 +287,27 @@ struct AttnAvx512 : AttnWalk {
 
   template <uint32_t D>
   static void decode(const DecodeCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
-    const uint32_t per_block = heads_per_block(c);
-    const uint32_t seq = by / c.kv.kv_heads, head0 = by % c.kv.kv_heads;
-    if (head0 % per_block != 0) return;  // the block of head0 - head0 % per_block walks this head
-    const auto context = static_cast<uint32_t>(c.context_lens[seq]);
-    const uint32_t begin = bx * kAttnPartition;
-    if (begin >= context) return;
-    const uint32_t n = min_u32(context - begin, kAttnPartition), group = c.q_heads / c.kv.kv_heads;
-    const DecodeWork w(c, seq, bx, head0, per_block, n);
-    const uint32_t rows = per_block * group;  // q heads, first_head on
-    // Scratch: q f32 [rows][D] (split), scores then probabilities f32 [rows][512], P.V
-    // accumulators f32 [rows][D] (split), partial dot products f32 [4][16][16], a staged chunk
-    // [16][D]; the records' addresses.
-    float* q = scratch_at<float>(scratch, 0);
-    float* scores = q + size_t{rows} * D;
-    const uint16_t* q_rows = c.q + (size_t{seq} * c.q_heads + head0 * group) * D;
-    float* acc = scores + size_t{rows} * kAttnPartition;
-    float* partial = acc + size_t{rows} * D;
-    auto* stage = reinterpret_cast<uint16_t*>(partial + 4 * kChunk * 16);
-    auto** records = reinterpret_cast<float**>(stage + kChunk * D);
-    const uint32_t first_head = head0 * group;
-    for (uint32_t r = 0; r < rows; ++r)
-      records[r] = c.partials + ((size_t{seq} * c.q_heads + first_head + r) * c.partitions() + bx) * partial_stride(D);
+    const std::optional<DecodeWork> work = block_work(c, bx, by);
+    if (!work) return;
+    const DecodeWork& w = *work;
+    const uint32_t rows = w.query_heads(), n = w.n;
+    const DecodeScratch<D, 16> sc(scratch, rows);
+    w.record_addresses(sc.records);
     if constexpr (std::is_same_v<Query, float>) {
-      split_rows<D>(q_rows, q, rows);
-      key_scores<D>(w, q, scores, partial, stage);
+      split_rows<D>(w.query_rows(), sc.q, rows);
+      key_scores<AttnAvx512, D>(w, sc.q, sc.scores, sc.partial, sc.stage);
     } else {
-      key_scores<D>(w, q_rows, scores, partial, stage);
+      key_scores<AttnAvx512, D>(w, w.query_rows(), sc.scores, sc.partial, sc.stage);
     }
-    softmax_rows(scores, rows, n, records);
-    std::memset(acc, 0, size_t{rows} * D * sizeof(float));
-    value_sums<D>(w, scores, acc, stage);
+    softmax_rows(sc.scores, rows, n, sc.records);
+    std::memset(sc.acc, 0, size_t{rows} * D * sizeof(float));
+    value_sums<AttnAvx512, D>(w, sc.scores, sc.acc, sc.stage);
     for (uint32_t r = 0; r < rows; ++r) {
-      const float* a = acc + size_t{r} * D;
+      const float* a = sc.acc + size_t{r} * D;
       for (uint32_t j = 0; j < D / 16; j += 2) {
         const __m512 even = _mm512_loadu_ps(a + 16 * j), odd = _mm512_loadu_ps(a + 16 * j + 16);
-        _mm512_storeu_ps(records[r] + 2 + 16 * j, record_first(even, odd));
-        _mm512_storeu_ps(records[r] + 2 + 16 * j + 16, record_second(even, odd));
+        _mm512_storeu_ps(sc.records[r] + 2 + 16 * j, record_first(even, odd));
+        _mm512_storeu_ps(sc.records[r] + 2 + 16 * j + 16, record_second(even, odd));
       }
     }
   }

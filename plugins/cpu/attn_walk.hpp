@@ -2,13 +2,15 @@
 // How the SIMD tiers' attention walks a paged KV cache, with no instructions of its own (so every
 // tier's TU includes it; internal linkage as kernels.hpp says): the rows of one kv head, 16
 // positions (a "chunk") at a time; the chunk to prefetch; and attn_decode's division of a split
-// among launch blocks and its walk over kv heads and chunks.
+// among launch blocks, its walk over kv heads and chunks, its scratch and its P.V pass over the
+// walk (the tier's chunk_values for each chunk).
 #pragma once
 
 #include "attn_calls.hpp"
 #include "numeric.hpp"
 
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 namespace metrale::cpu {
@@ -86,16 +88,15 @@ struct AttnWalk {
   struct DecodeWork {
     // Split `bx` (n > 0 positions from bx * 512) of sequence `seq`, kv heads [head0, head0 + heads).
     DecodeWork(const DecodeCall& call, uint32_t seq, uint32_t bx, uint32_t first, uint32_t count, uint32_t positions)
-        : c(&call), table(call.block_tables + size_t{seq} * call.max_blocks), head0(first), heads(count),
+        : c(&call), table(call.block_tables + size_t{seq} * call.max_blocks), seq(seq), split(bx), head0(first), heads(count),
           group(call.q_heads / call.kv.kv_heads), begin(bx * kAttnPartition), end(begin + positions), n(positions),
           chunks((positions + kChunk - 1) / kChunk),
           span_chunks(call.kv.block_size > kChunk ? call.kv.block_size / kChunk : 1),
           total((chunks + span_chunks - 1) / span_chunks * span_chunks * heads) {}
     const DecodeCall* c;
     const int32_t* table;
-    uint32_t head0, heads, group, begin, end, n, chunks, span_chunks;
+    uint32_t seq, split, head0, heads, group, begin, end, n, chunks, span_chunks;
     uint32_t total;  // pieces (one head's chunk) of the walk, the last span's whole
-    uint32_t pieces() const { return total; }
     // Piece i: its head (from head0) and chunk; false where the chunk lies past the split.
     bool piece(uint32_t i, uint32_t& head, uint32_t& chunk) const {
       const uint32_t per_span = span_chunks * heads, r = i % per_span;
@@ -111,7 +112,93 @@ struct AttnWalk {
       if (i >= 2 * total || !piece(i % total, head, chunk)) return nullptr;
       return rows(i < total ? c->k_cache : c->v_cache, head).chunk_address(begin + chunk * kChunk, end);
     }
+    // f(rows, head, chunk, next) for each piece of the K walk (`values` false) or the V walk: the
+    // chunk's rows (in place or staged), its head (from head0) and chunk, and the chunk `ahead`
+    // steps on to prefetch beside it (the K walk's last steps prefetch the V walk's first pieces;
+    // it also prefetches its own first `ahead` at once).
+    template <uint32_t D, uint32_t kAheadSteps, class F>
+    void walk(bool values, uint16_t* stage, const F& f) const {
+      if (!values)
+        for (uint32_t i = 0; i < kAheadSteps; ++i) prefetch_part<D>(ahead(i), 0, 1);
+      for (uint32_t i = 0; i < total; ++i) {
+        uint32_t head = 0, chunk = 0;
+        if (!piece(i, head, chunk)) continue;
+        const char* next = ahead((values ? total : 0) + i + kAheadSteps);
+        f(rows(values ? c->v_cache : c->k_cache, head).chunk(begin + chunk * kChunk, end, stage, D), head, chunk, next);
+      }
+    }
+    // The walk's q heads (head0 * group on), their rows of q, and where each writes its record.
+    uint32_t query_heads() const { return heads * group; }
+    const uint16_t* query_rows() const { return c->q + (size_t{seq} * c->q_heads + head0 * group) * c->kv.head_dim; }
+    void record_addresses(float** records) const {
+      for (uint32_t r = 0; r < query_heads(); ++r)
+        records[r] = c->partials + ((size_t{seq} * c->q_heads + head0 * group + r) * c->partitions() + split) *
+                                       partial_stride(c->kv.head_dim);
+    }
   };
+
+  // scores [heads * group][512] = scale * q.k over the split, K read once for the whole group, by
+  // the tier's chunk_partials and chunk_scores.
+  template <class Tier, uint32_t D>
+  static void key_scores(const DecodeWork& w, const typename Tier::Query* q, float* scores, float* partial,
+                         uint16_t* stage) {
+    w.walk<D, Tier::kAhead>(false, stage, [&](const uint16_t* k, uint32_t head, uint32_t ch, const char* next) {
+      for (uint32_t g = 0; g < w.group; g += 4) {
+        const uint32_t heads = min_u32(4, w.group - g), row = head * w.group + g;
+        with_heads(heads, [&](auto hb) {
+          Tier::template chunk_partials<D, decltype(hb)::value>(q + size_t{row} * D, k, partial, g == 0 ? next : nullptr);
+        });
+        for (uint32_t h = 0; h < heads; ++h)
+          Tier::chunk_scores(partial, h, w.c->scale, scores + size_t{row + h} * kAttnPartition + ch * kChunk);
+      }
+    });
+  }
+
+  // acc [heads * group][D] (the tier's dim order) = the probabilities in `probs` x V over the
+  // split, by the tier's chunk_values.
+  template <class Tier, uint32_t D>
+  static void value_sums(const DecodeWork& w, const float* probs, float* acc, uint16_t* stage) {
+    w.walk<D, Tier::kAhead>(true, stage, [&](const uint16_t* v, uint32_t head, uint32_t ch, const char* next) {
+      const uint32_t count = min_u32(kChunk, w.n - ch * kChunk);
+      for (uint32_t g = 0; g < w.group; g += 4) {
+        const uint32_t row = head * w.group + g;
+        with_heads(w.group - g, [&](auto hb) {
+          Tier::template chunk_values<D, decltype(hb)::value>(acc + size_t{row} * D,
+                                                              probs + size_t{row} * kAttnPartition + ch * kChunk, v,
+                                                              count, g == 0 ? next : nullptr);
+        });
+      }
+    });
+  }
+
+  // attn_decode's scratch for a walk of `rows` q heads, on a tier of L-lane vectors: q f32
+  // [rows][D] and the P.V accumulators f32 [rows][D] (in the tier's dim order), the scores then
+  // probabilities f32 [rows][512], the partial dot products f32 [4 heads][16 positions][L], a
+  // staged chunk [16][D] and the records' addresses.
+  template <uint32_t D, uint32_t L>
+  struct DecodeScratch {
+    DecodeScratch(unsigned char* scratch, uint32_t rows)
+        : q(scratch_at<float>(scratch, 0)), scores(q + size_t{rows} * D), acc(scores + size_t{rows} * kAttnPartition),
+          partial(acc + size_t{rows} * D), stage(reinterpret_cast<uint16_t*>(partial + 4 * kChunk * L)),
+          records(reinterpret_cast<float**>(stage + kChunk * D)) {}
+    float* q;
+    float* scores;
+    float* acc;
+    float* partial;
+    uint16_t* stage;
+    float** records;
+  };
+
+  // The share of attn_decode's block (bx, by): none where the block of an earlier head walks its kv
+  // head (heads_per_block) or the split starts past the sequence's context.
+  static std::optional<DecodeWork> block_work(const DecodeCall& c, uint32_t bx, uint32_t by) {
+    const uint32_t per_block = heads_per_block(c);
+    const uint32_t seq = by / c.kv.kv_heads, head0 = by % c.kv.kv_heads;
+    const auto context = static_cast<uint32_t>(c.context_lens[seq]);
+    const uint32_t begin = bx * kAttnPartition;
+    if (head0 % per_block != 0 || begin >= context) return std::nullopt;
+    return DecodeWork(c, seq, bx, head0, per_block, min_u32(context - begin, kAttnPartition));
+  }
 };
 
 }  // namespace

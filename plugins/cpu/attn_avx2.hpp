@@ -219,15 +219,11 @@ struct AttnAvx2 : AttnWalk {
 
   static void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
     const DecodeCall c = decode_call(args);
-    if (c.kv.head_dim == 64)
-      decode<64>(c, bx, by, scratch);
-    else
-      decode<128>(c, bx, by, scratch);
+    with_head_dim(c.kv.head_dim, [&](auto d) { decode<decltype(d)::value>(c, bx, by, scratch); });
   }
 
   // ---- attn_prefill ----
 
-  static constexpr uint32_t kGroups = kAttnPrefillRows / kLanes;  // row groups of a block
   static constexpr uint32_t kTile = 2 * kChunk;                     // positions per online-softmax step
 
   // The block's scratch for one q head: q and the output transposed ([group][dim][8 rows]), the
@@ -392,10 +388,7 @@ struct AttnAvx2 : AttnWalk {
 
   static void attn_prefill(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
     const PrefillCall c = prefill_call(args);
-    if (c.kv.head_dim == 64)
-      prefill<64>(c, bx, by, scratch);
-    else
-      prefill<128>(c, bx, by, scratch);
+    with_head_dim(c.kv.head_dim, [&](auto d) { prefill<decltype(d)::value>(c, bx, by, scratch); });
   }
 
   static void set(SimdBodies& b) {

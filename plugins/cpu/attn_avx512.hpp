@@ -314,10 +314,7 @@ struct AttnAvx512 : AttnWalk {
 
   static void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
     const DecodeCall c = decode_call(args);
-    if (c.kv.head_dim == 64)
-      decode<64>(c, bx, by, scratch);
-    else
-      decode<128>(c, bx, by, scratch);
+    with_head_dim(c.kv.head_dim, [&](auto d) { decode<decltype(d)::value>(c, bx, by, scratch); });
   }
 
   static void set(SimdBodies& b) { b[Simd::attn_decode] = &attn_decode; }

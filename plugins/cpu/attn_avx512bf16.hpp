@@ -223,10 +223,7 @@ struct AttnAvx512Bf16 {
 
   static void attn_prefill(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
     const PrefillCall c = prefill_call(args);
-    if (c.kv.head_dim == 64)
-      prefill<64>(c, bx, by, scratch);
-    else
-      prefill<128>(c, bx, by, scratch);
+    AttnWalk::with_head_dim(c.kv.head_dim, [&](auto d) { prefill<decltype(d)::value>(c, bx, by, scratch); });
   }
 
   static void set(SimdBodies& b) {

@@ -58,6 +58,16 @@ struct AttnWalk {
     for (uint32_t at = part * kBytes / parts; at < (part + 1) * kBytes / parts; at += 64) __builtin_prefetch(chunk + at, 0, 1);
   }
 
+  // f(std::integral_constant<uint32_t, D>) for the cache's head_dim D, 64 or 128 (attn_table.cpp
+  // admits no other).
+  template <class F>
+  static void with_head_dim(uint32_t head_dim, const F& f) {
+    if (head_dim == 64)
+      f(std::integral_constant<uint32_t, 64>{});
+    else
+      f(std::integral_constant<uint32_t, 128>{});
+  }
+
   // f(std::integral_constant<uint32_t, HB>) for the HB = min(4, heads) of one block of heads.
   template <class F>
   static void with_heads(uint32_t heads, const F& f) {

@@ -20,9 +20,8 @@
 // there at once (tests/abi/test_launch_path.cpp: nothing in the runtime serialises launches).
 #include <metrale/plugin_abi.h>
 
+#include "fault_manifest.hpp"
 #include "numeric.hpp"  // the CPU plugin's bf16/f16 conversions (internal linkage)
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -79,12 +78,6 @@ metrale_status fail(metrale_backend* b, metrale_status status, const std::string
   return status;
 }
 
-[[maybe_unused]] metrale_param_type type_of(const std::string& name) {
-  metrale_param_type type;
-  if (!metrale_param_type_parse(name.c_str(), &type)) throw std::invalid_argument("unknown parameter type " + name);
-  return type;
-}
-
 metrale_status describe(metrale_plugin_info* out) {
   out->backend_name = FAULT_BACKEND_NAME;
   out->version = "test-1";
@@ -112,27 +105,22 @@ metrale_status create(const metrale_backend_create_info* info, metrale_backend**
 #else
   try {
     auto backend = std::make_unique<metrale_backend>();
-    auto manifest = nlohmann::json::parse(info->manifest_json ? info->manifest_json : "{}");
+    const fault::ListedManifest manifest = fault::read_manifest(info->manifest_json);
     // The device name reports what create() was given, so tests can see lever-derived options.
     if (info->device_index != 0) backend->device_name += " #" + std::to_string(info->device_index);
     for (uint32_t i = 0; i < info->option_count; ++i) {
       if (std::strcmp(info->options[i].key, "target") == 0) backend->target = info->options[i].value;
       backend->device_name += std::string(" ") + info->options[i].key + "=" + info->options[i].value;
     }
-    if (manifest.contains("targets") && !manifest["targets"].empty()) backend->target = manifest["targets"][0];
-    for (const auto& module : manifest.value("modules", nlohmann::json::array())) {
-      const auto& kernels = module["kernels"];
-      for (size_t k = 0; k < kernels.size(); ++k) {
+    if (!manifest.target.empty()) backend->target = manifest.target;
+    for (const auto& kernel : manifest.kernels) {
 #if defined(FAULT_LISTED_NOT_PROVIDED)
-        // Leave out the last kernel of every module: the manifest promises more than we have.
-        if (k + 1 == kernels.size()) continue;
+      // Leave out the last kernel of every module: the manifest promises more than we have.
+      if (kernel.last_of_module) continue;
 #endif
-        backend->modules.push_back(module["name"]);
-        backend->names.push_back(kernels[k]["name"]);
-        std::vector<metrale_param_type> types;
-        for (const auto& p : kernels[k]["params"]) types.push_back(type_of(p["type"]));
-        backend->params.push_back(types);
-      }
+      backend->modules.push_back(kernel.module);
+      backend->names.push_back(kernel.name);
+      backend->params.push_back(kernel.params);
     }
 #if defined(FAULT_EXTRA_KERNEL)
     backend->modules.push_back("extra");

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Runs the conformance suite on every loaded backend. Exit 77 (skipped) when discovery loaded no
 // backend at all (only unavailable ones, e.g. CUDA without a driver). Options before doctest's:
-//   --cases=GLOB   run only the cases whose name matches ('*' any run)
+//   --cases=GLOB              run only the cases whose name matches one such glob ('*' any run);
+//                             repeatable
+//   --skip-if-best-cpu-tier   exit 77 when METRALE_CPU_TARGET names the tier this CPU gets without
+//                             it: the plain run already covers that tier
 // Run it on a fault plugin with METRALE_MANIFESTS=<its manifest>: a wrong kernel fails here.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -13,7 +16,11 @@
 #include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 
+#include "target.hpp"  // the CPU backend's tier choice
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -22,7 +29,20 @@
 namespace {
 
 std::vector<std::shared_ptr<metrale::Backend>> g_backends;
-std::string g_filter = "*";
+std::vector<std::string> g_filters;  // empty: every case
+
+bool selected(const std::string& name) {
+  if (g_filters.empty()) return true;
+  return std::any_of(g_filters.begin(), g_filters.end(), [&](const std::string& g) { return metrale::glob_match(g, name); });
+}
+
+// Whether METRALE_CPU_TARGET asks for the tier the CPU backend would choose anyway.
+bool forced_tier_is_best() {
+  const char* forced = std::getenv("METRALE_CPU_TARGET");
+  if (!forced) return false;
+  using namespace metrale::cpu;
+  return std::strcmp(forced, tier_option_name(best_tier(detect_features()))) == 0;
+}
 
 }  // namespace
 
@@ -43,7 +63,7 @@ TEST_CASE("every loaded backend passes the conformance cases it does not skip") 
     CAPTURE(backend->name());
     std::vector<CaseResult> results;
     for (const auto& c : all) {
-      if (!metrale::glob_match(g_filter, c.name)) continue;
+      if (!selected(c.name)) continue;
       results.push_back(run_case(*backend, c));
       const CaseResult& r = results.back();
       CHECK_MESSAGE(r.outcome != Outcome::failed, r.name << ": " << r.detail);
@@ -56,12 +76,20 @@ TEST_CASE("every loaded backend passes the conformance cases it does not skip") 
 
 int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
+  bool skip_if_best_tier = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--cases=", 8) == 0) {
-      g_filter = argv[i] + 8;
+      g_filters.emplace_back(argv[i] + 8);
+    } else if (std::strcmp(argv[i], "--skip-if-best-cpu-tier") == 0) {
+      skip_if_best_tier = true;
     } else {
       rest.push_back(argv[i]);
     }
+  }
+  if (skip_if_best_tier && forced_tier_is_best()) {
+    std::printf("METRALE_CPU_TARGET=%s is the tier this CPU gets without it: the test 'conformance' runs "
+                "that tier; skipped\n", std::getenv("METRALE_CPU_TARGET"));
+    return 77;
   }
   metrale::layers::register_levers();  // before discovery, as every program using the layers does
   static metrale::Registry registry = metrale::Registry::discover();

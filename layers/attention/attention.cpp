@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "attention/attention.hpp"
 
+#include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 #include "core/levers.hpp"
@@ -14,7 +15,6 @@ namespace metrale::layers {
 
 namespace {
 
-constexpr size_t kBf16 = 2;
 constexpr uint32_t kBlock = 128;
 constexpr std::string_view kFusedLever = "METRALE_QK_NORM_ROPE";
 using P = metrale_param_type;

@@ -13,6 +13,8 @@
 
 namespace metrale::layers {
 
+inline constexpr size_t kBf16 = 2;  // bytes of one bf16 (or f16) element
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "decoder/decoder_layer.hpp"
 
+#include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
@@ -12,7 +13,6 @@ namespace metrale::layers {
 
 namespace {
 
-constexpr size_t kBf16 = 2;
 constexpr uint32_t kBlock = 128;
 using P = metrale_param_type;
 constexpr P kPtr = METRALE_PARAM_PTR, kU32 = METRALE_PARAM_U32, kF32 = METRALE_PARAM_F32;

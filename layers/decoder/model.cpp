@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "decoder/model.hpp"
 
+#include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
@@ -14,7 +15,6 @@ namespace metrale::layers {
 
 namespace {
 
-constexpr size_t kBf16 = 2;
 using P = metrale_param_type;
 constexpr std::array<P, 6> kEmbeddingSig{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
                                          METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "ffn/dense_ffn.hpp"
 
+#include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 
 #include <metrale/status.hpp>
@@ -12,7 +13,6 @@ namespace metrale::layers {
 namespace {
 constexpr std::array<metrale_param_type, 4> kActSignature{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
                                                           METRALE_PARAM_U32};
-constexpr size_t kBf16 = 2;
 }  // namespace
 
 KernelHandle resolve_act(Backend& backend, Activation activation, std::source_location site) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "ffn/moe.hpp"
 
+#include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
@@ -16,7 +17,6 @@ namespace metrale::layers {
 
 namespace {
 
-constexpr size_t kBf16 = 2;
 constexpr std::string_view kGroupedDecodeLever = "METRALE_FP8_MOE_GROUPED_DECODE";
 using P = metrale_param_type;
 constexpr P kPtr = METRALE_PARAM_PTR;

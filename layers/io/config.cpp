@@ -36,8 +36,6 @@ FfnKind ModelConfig::ffn_kind() const noexcept {
 
 namespace {
 
-[[noreturn]] void config_error(const std::string& source, const std::string& what) { config_json::error(source, what); }
-
 // A shape the kernels cannot run is a Refusal: the config is well formed, metrale lacks the variant.
 void need_multiple(const std::string& source, std::string_view key, uint32_t value, std::string_view why) {
   if (value % kW4a16GroupSize != 0) {
@@ -48,7 +46,7 @@ void need_multiple(const std::string& source, std::string_view key, uint32_t val
 
 void need_at_most(const std::string& source, std::string_view key, uint32_t value, uint32_t max) {
   if (value > max) {
-    config_error(source, std::string(key) + " = " + std::to_string(value) + " is too large: at most " +
+    config_json::error(source, std::string(key) + " = " + std::to_string(value) + " is too large: at most " +
                              std::to_string(max) + " (docs/layers.md, \"Limits\")");
   }
 }
@@ -113,7 +111,7 @@ uint64_t ModelConfig::ffn_weight_bytes() const noexcept {
 }
 
 void ModelConfig::validate() const {
-  if (hidden_size == 0) config_error(source, "hidden_size must be set and positive");
+  if (hidden_size == 0) config_json::error(source, "hidden_size must be set and positive");
   need_at_most(source, "hidden_size", hidden_size, kMaxHiddenSize);
   need_at_most(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
   need_at_most(source, "moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize);
@@ -125,10 +123,10 @@ void ModelConfig::validate() const {
     case FfnKind::dense: need_multiple(source, "intermediate_size", intermediate_size, "the down projection"); break;
     case FfnKind::moe:
       if (num_experts_per_tok == 0 || num_experts_per_tok > num_experts) {
-        config_error(source, "num_experts_per_tok = " + std::to_string(num_experts_per_tok) + " must be in 1.." +
+        config_json::error(source, "num_experts_per_tok = " + std::to_string(num_experts_per_tok) + " must be in 1.." +
                                  std::to_string(num_experts) + " (num_experts)");
       }
-      if (moe_intermediate_size == 0) config_error(source, "a MoE (num_experts > 0) needs moe_intermediate_size");
+      if (moe_intermediate_size == 0) config_json::error(source, "a MoE (num_experts > 0) needs moe_intermediate_size");
       need_multiple(source, "moe_intermediate_size", moe_intermediate_size, "each expert's down projection");
       if (shared_expert_intermediate_size != 0) {
         need_multiple(source, "shared_expert_intermediate_size", shared_expert_intermediate_size,
@@ -137,7 +135,7 @@ void ModelConfig::validate() const {
       break;
   }
   if (const uint64_t bytes = ffn_weight_bytes(); bytes > kMaxFfnWeightBytes) {
-    config_error(source, "the FFN's weights (W4A16 codes and scales, router) would take " + gib_text(bytes) +
+    config_json::error(source, "the FFN's weights (W4A16 codes and scales, router) would take " + gib_text(bytes) +
                              ", more than the " + gib_text(kMaxFfnWeightBytes) +
                              " allowed: check hidden_size, the *intermediate_size keys and num_experts");
   }

@@ -4,6 +4,7 @@
 #include <metrale/status.hpp>
 
 #include <sys/auxv.h>
+#include <unistd.h>  // environ
 
 #include <algorithm>
 #include <charconv>
@@ -11,8 +12,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-
-extern char** environ;
 
 namespace metrale {
 

@@ -28,13 +28,6 @@ struct ConformanceOptions {
   bool quiet = false;
 };
 
-bool selected(const std::vector<std::string>& globs, const std::string& name) {
-  if (globs.empty()) return true;
-  for (const auto& g : globs)
-    if (glob_match(g, name)) return true;
-  return false;
-}
-
 nlohmann::json result_json(const conformance::CaseResult& r) {
   nlohmann::json out{{"name", r.name},
                      {"outcome", conformance::outcome_name(r.outcome)},
@@ -61,7 +54,7 @@ nlohmann::json coverage_json(const std::vector<conformance::CoverageRow>& rows) 
 std::vector<conformance::Case> chosen_cases(const ConformanceOptions& o) {
   std::vector<conformance::Case> chosen;
   for (auto& c : conformance::cases())
-    if (selected(o.case_globs, c.name)) chosen.push_back(std::move(c));
+    if (o.case_globs.empty() || glob_match_any(o.case_globs, c.name)) chosen.push_back(std::move(c));
   if (chosen.empty()) {
     std::string globs;
     for (const auto& g : o.case_globs) globs += (globs.empty() ? "'" : ", '") + g + "'";

@@ -47,7 +47,7 @@ void need_multiple(const std::string& source, std::string_view key, uint32_t val
 void need_at_most(const std::string& source, std::string_view key, uint32_t value, uint32_t max) {
   if (value > max) {
     config_json::error(source, std::string(key) + " = " + std::to_string(value) + " is too large: at most " +
-                             std::to_string(max) + " (docs/layers.md, \"Limits\")");
+                                   std::to_string(max) + " (docs/layers.md, \"Limits\")");
   }
 }
 
@@ -123,8 +123,8 @@ void ModelConfig::validate() const {
     case FfnKind::dense: need_multiple(source, "intermediate_size", intermediate_size, "the down projection"); break;
     case FfnKind::moe:
       if (num_experts_per_tok == 0 || num_experts_per_tok > num_experts) {
-        config_json::error(source, "num_experts_per_tok = " + std::to_string(num_experts_per_tok) + " must be in 1.." +
-                                 std::to_string(num_experts) + " (num_experts)");
+        config_json::error(source, "num_experts_per_tok = " + std::to_string(num_experts_per_tok) +
+                                       " must be in 1.." + std::to_string(num_experts) + " (num_experts)");
       }
       if (moe_intermediate_size == 0) config_json::error(source, "a MoE (num_experts > 0) needs moe_intermediate_size");
       need_multiple(source, "moe_intermediate_size", moe_intermediate_size, "each expert's down projection");
@@ -136,8 +136,8 @@ void ModelConfig::validate() const {
   }
   if (const uint64_t bytes = ffn_weight_bytes(); bytes > kMaxFfnWeightBytes) {
     config_json::error(source, "the FFN's weights (W4A16 codes and scales, router) would take " + gib_text(bytes) +
-                             ", more than the " + gib_text(kMaxFfnWeightBytes) +
-                             " allowed: check hidden_size, the *intermediate_size keys and num_experts");
+                                   ", more than the " + gib_text(kMaxFfnWeightBytes) +
+                                   " allowed: check hidden_size, the *intermediate_size keys and num_experts");
   }
 }
 

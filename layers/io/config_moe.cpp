@@ -44,7 +44,8 @@ void parse_moe_structure(const nlohmann::json& doc, ModelConfig& c) {
     // DeepSeek: n_shared_experts experts of moe_intermediate_size, run as one ungated expert.
     const uint64_t shared = uint64_t{f.u32("n_shared_experts").value_or(0)} * c.moe_intermediate_size;
     if (shared > kMaxIntermediateSize) {
-      config_json::error(source, "n_shared_experts x moe_intermediate_size = " + std::to_string(shared) + " is too large");
+      config_json::error(source,
+                         "n_shared_experts x moe_intermediate_size = " + std::to_string(shared) + " is too large");
     }
     c.shared_expert_intermediate_size = static_cast<uint32_t>(shared);
   }
@@ -64,7 +65,8 @@ ModelConfig ModelConfig::for_layer(uint32_t layer) const {
                      std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
   if (!dense) return *this;
   if (intermediate_size == 0) {
-    config_json::error(source, "decoder layer " + std::to_string(layer) + " has a dense FFN, but intermediate_size is not set");
+    config_json::error(source, "decoder layer " + std::to_string(layer) +
+                                   " has a dense FFN, but intermediate_size is not set");
   }
   ModelConfig c = *this;
   c.source = source + " (layer " + std::to_string(layer) + ": dense)";

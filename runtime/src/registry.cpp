@@ -127,8 +127,7 @@ void scan_entry(RegistryEntry& entry, const std::vector<std::string>& disabled, 
   entry.manifest_path = entry.manifest->path;
   entry.backend = entry.manifest->backend;
   entry.priority = entry.manifest->priority;
-  const bool off = std::any_of(disabled.begin(), disabled.end(),
-                               [&](const std::string& g) { return glob_match(g, entry.backend); });
+  const bool off = glob_match_any(disabled, entry.backend);
   if (claimed.count(entry.backend)) {
     entry.state = off ? EntryState::disabled : EntryState::shadowed;
     entry.reason = off ? "disabled by " + disabled_by()

@@ -31,9 +31,19 @@ namespace {
 std::vector<std::shared_ptr<metrale::Backend>> g_backends;
 std::vector<std::string> g_filters;  // empty: every case
 
-bool selected(const std::string& name) {
-  if (g_filters.empty()) return true;
-  return std::any_of(g_filters.begin(), g_filters.end(), [&](const std::string& g) { return metrale::glob_match(g, name); });
+bool selected(const std::string& name) { return g_filters.empty() || metrale::glob_match_any(g_filters, name); }
+
+// A --cases glob that matches no case would quietly narrow the run: name it and fail.
+bool every_filter_matches() {
+  const auto all = metrale::conformance::cases();
+  bool ok = true;
+  for (const auto& g : g_filters) {
+    if (std::none_of(all.begin(), all.end(), [&](const auto& c) { return metrale::glob_match(g, c.name); })) {
+      std::fprintf(stderr, "--cases=%s matches no conformance case\n", g.c_str());
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 // Whether METRALE_CPU_TARGET asks for the tier the CPU backend would choose anyway.
@@ -91,6 +101,7 @@ int main(int argc, char** argv) {
                 "that tier; skipped\n", std::getenv("METRALE_CPU_TARGET"));
     return 77;
   }
+  if (!every_filter_matches()) return 1;
   metrale::layers::register_levers();  // before discovery, as every program using the layers does
   static metrale::Registry registry = metrale::Registry::discover();
   for (const auto& e : registry.entries()) {

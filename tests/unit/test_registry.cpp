@@ -143,6 +143,11 @@ TEST_CASE("glob_match") {
   CHECK_FALSE(glob_match("cu*", "cpu"));
   CHECK_FALSE(glob_match("?", ""));
   CHECK_FALSE(glob_match("cpu", "cpu2"));
+  const std::vector<std::string> globs{"cu*", "vendor"};
+  CHECK(glob_match_any(globs, "cuda"));
+  CHECK(glob_match_any(globs, "vendor"));
+  CHECK_FALSE(glob_match_any(globs, "cpu"));
+  CHECK_FALSE(glob_match_any({}, "cpu"));
 }
 
 TEST_CASE("target_satisfies: versioned targets by number, tiers by the manifest's ladder") {

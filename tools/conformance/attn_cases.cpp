@@ -23,7 +23,6 @@ using namespace metrale::layers;
 namespace {
 
 constexpr uint32_t kPartition = 512;  // attn_decode's split
-constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
 
 constexpr metrale_param_type P = METRALE_PARAM_PTR;
 constexpr metrale_param_type U = METRALE_PARAM_U32;

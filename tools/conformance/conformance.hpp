@@ -40,6 +40,10 @@
 
 namespace metrale::conformance {
 
+// Fills the memory around and after a case's outputs: a NaN no kernel produces by arithmetic, so a
+// write out of bounds (or a read of a row that should not be read) shows.
+inline constexpr uint16_t kCanary = 0x7fc1;
+
 enum class CaseKind { kernel, dispatch, dense, moe, topk_ties, attn_decode, attn_prefill, decoder };
 enum class Routing { synthetic, uneven };
 

@@ -28,7 +28,6 @@ constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};  // add and 
 constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
 constexpr std::array<metrale_param_type, 12> kQkNormRopeSig{P, P, P, P, P, P, U, U, U, U, F, F};
 constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
-constexpr uint16_t kCanary = 0x7fc1;  // a NaN no kernel produces by arithmetic
 constexpr float kEps = 1e-6f;
 
 // The rope settings of the cases: Qwen3's (theta 1e6, YaRN for 128K as its model card sets it)

@@ -13,6 +13,8 @@ namespace metrale {
 
 // fnmatch(3) without flags: '*' any run, '?' one character, '[...]' a set.
 bool glob_match(std::string_view pattern, std::string_view text);
+// Whether one of `patterns` matches `text` (none given: false).
+bool glob_match_any(std::span<const std::string> patterns, std::string_view text);
 
 // Damerau-Levenshtein distance (optimal string alignment): a swapped pair of letters is one edit,
 // the most common typo in names.

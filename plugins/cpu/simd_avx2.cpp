@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Bodies of the cpu-x86_64-avx2 tier (AVX2 + FMA + F16C): every GEMM family on the panel
 // layouts (panel_layout.hpp) that this tier's repacks write at load, the loop structure
-// panel_kernels.hpp's; attention of attn_avx2.hpp. Compiled with -mavx2 -mfma -mf16c; called only
+// panel_kernels.hpp's; the activations of act_avx2.hpp, the activation quantizers of
+// quant_avx2.hpp and attention of attn_avx2.hpp. Compiled with -mavx2 -mfma -mf16c; called only
 // after target detection found those features.
 //
 // A panel is two ymm halves of 8 columns. bf16 activations (Isa): each decoded vector is the
@@ -15,8 +16,10 @@
 // into int32 lanes (exact; `vpmaddubsw` is avoided: its 16-bit sums of u8 x s8 pairs saturate).
 #include <immintrin.h>
 
+#include "act_avx2.hpp"
 #include "attn_avx2.hpp"
 #include "panel_kernels.hpp"
+#include "quant_avx2.hpp"
 
 namespace metrale::cpu::avx2 {
 namespace {
@@ -255,6 +258,8 @@ SimdBodies bodies() {
   PanelKernels<Isa, Family::f16>::install(b);
   PanelKernels<IsaI8, Family::w4a8>::install(b);
   PanelKernels<IsaI8, Family::w8a8>::install(b);
+  ActAvx2::set(b);
+  QuantAvx2::set(b);
   AttnAvx2::set(b);
   return b;
 }

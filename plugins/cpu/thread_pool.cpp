@@ -20,6 +20,32 @@ namespace metrale::cpu {
 
 namespace {
 
+// Every block runs under the default SSE environment (round to nearest, no flush to zero, no
+// denormals-are-zero, exceptions masked), whatever the application set on its thread (e.g. code
+// built with -ffast-math sets FTZ and DAZ at start): the kernels' E4M3 decodes build subnormal
+// f32 values on purpose, and the quantizers round with the current mode. The calling thread's
+// setting is restored when run() returns; workers are the pool's own and keep the default.
+#if defined(__x86_64__) || defined(__i386__)
+constexpr unsigned kDefaultMxcsr = 0x1f80, kMxcsrFlags = 0x3f;  // the flags: sticky exception bits
+class DefaultFloatingPoint {
+ public:
+  DefaultFloatingPoint() : saved_(_mm_getcsr()), changed_((saved_ & ~kMxcsrFlags) != kDefaultMxcsr) {
+    if (changed_) _mm_setcsr(kDefaultMxcsr);
+  }
+  ~DefaultFloatingPoint() {
+    if (changed_) _mm_setcsr(saved_);
+  }
+  DefaultFloatingPoint(const DefaultFloatingPoint&) = delete;
+  DefaultFloatingPoint& operator=(const DefaultFloatingPoint&) = delete;
+
+ private:
+  unsigned saved_;
+  bool changed_;
+};
+#else
+struct DefaultFloatingPoint {};
+#endif
+
 // How long an idle worker spins before it sleeps: longer than the gap between the kernels of
 // one decode step, short enough not to burn a core when the process goes quiet.
 constexpr auto kSpin = std::chrono::microseconds(100);
@@ -126,6 +152,7 @@ bool ThreadPool::job_ready(uint32_t seen) const noexcept {
 void ThreadPool::run(uint64_t count, TaskFn fn, void* context) {
   if (count == 0) return;
   std::lock_guard<std::mutex> lock(run_mutex_);
+  const DefaultFloatingPoint environment;
   // One task or no workers: no one to share with, skip the hand-off.
   if (count == 1 || workers_.empty()) {
     for (uint64_t task = 0; task < count; ++task) fn(context, task, 0);
@@ -175,6 +202,7 @@ void ThreadPool::worker_main(unsigned slot) {
   // The generation at construction, not at the thread's start: a worker that starts after the
   // first run() was published still joins that job.
   uint32_t seen = 0;
+  const DefaultFloatingPoint environment;  // never restored: the thread is the pool's
   for (;;) {
     // Spin, then sleep, until a new open generation (or stop) appears.
     if (!job_ready(seen)) {

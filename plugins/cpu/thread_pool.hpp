@@ -18,6 +18,9 @@
 // so with threads <= CPUs the mask's first CPU is left to the calling thread, which is never
 // pinned: it belongs to the application.
 //
+// Floating point: on x86 every task runs with the default MXCSR (nearest, no FTZ/DAZ); run()
+// restores the caller's own setting before it returns.
+//
 // Thread-safety: run() may be called from several threads; calls are serialised (one job at a
 // time), because the job slot and the per-slot scratch are shared.
 #pragma once

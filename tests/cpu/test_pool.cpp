@@ -7,6 +7,10 @@
 #include <doctest/doctest.h>
 #include <sched.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -195,3 +199,37 @@ TEST_CASE("pin=1 pins each pool worker to one CPU of the mask; without it they k
     }
   }
 }
+
+#if defined(__x86_64__)
+// A pool made and run from a thread with flush-to-zero, denormals-are-zero and rounding toward
+// zero set: every task, on the caller and on the workers (which inherit the creator's MXCSR),
+// sees the default control bits; the caller's own come back when run() returns. Each task waits
+// until a worker has run one, so the workers cannot be left out.
+TEST_CASE("thread pool: tasks run under the default MXCSR whatever the caller set") {
+  struct Seen {
+    std::vector<unsigned> control;
+    std::atomic<bool> worker_ran{false};
+  };
+  const unsigned saved = _mm_getcsr();
+  const unsigned odd = (saved & ~0x3fu) | 0x8040u | 0x6000u;  // FTZ, DAZ, round toward zero
+  _mm_setcsr(odd);
+  {
+    metrale::cpu::ThreadPool pool(3);
+    for (const uint64_t count : {uint64_t{1}, uint64_t{64}}) {
+      Seen seen{std::vector<unsigned>(count), {}};
+      pool.run(count, [](void* context, uint64_t task, unsigned slot) {
+        auto& s = *static_cast<Seen*>(context);
+        s.control[task] = _mm_getcsr() & ~0x3fu;
+        if (slot != 0) s.worker_ran = true;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (s.control.size() > 1 && !s.worker_ran && std::chrono::steady_clock::now() < deadline) {
+        }
+      }, &seen);
+      for (uint64_t task = 0; task < count; ++task) CHECK_MESSAGE(seen.control[task] == 0x1f80u, "count " << count << " task " << task);
+      if (count > 1) CHECK(seen.worker_ran.load());
+      CHECK((_mm_getcsr() & ~0x3fu) == (odd & ~0x3fu));
+    }
+  }
+  _mm_setcsr(saved);
+}
+#endif

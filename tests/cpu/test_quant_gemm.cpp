@@ -9,6 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 using namespace cpu_test;
 
 namespace {
@@ -179,5 +183,54 @@ TEST_CASE("fp8_gemv_a8 and fp8_gemv_a8_group128: every E4M3 activation code is r
       }
     }
     for (uint64_t a : {w.codes, w.scales}) b.free(a);
+  }
+}
+
+// FP8 weights against E4M3 activations exactly: row c holds weight code c once (the others +0)
+// against x = 1.0 everywhere, scales 1, so output c is code c's value; the same when the caller
+// runs with flush-to-zero and denormals-are-zero set (as -ffast-math code does): the subnormal
+// codes must not vanish.
+TEST_CASE("fp8_gemv_a8 and fp8_gemv_a8_group128: every E4M3 weight code decodes exactly on every tier, under the caller's FTZ/DAZ too") {
+  const uint32_t n = 256, k = 128;
+  QuantProblem p;
+  p.fam = Fam::fp8;
+  p.m = 1;
+  p.n = n;
+  p.k = k;
+  p.codes.assign(size_t{n} * k, 0x00);
+  for (uint32_t c = 0; c < n; ++c) p.codes[size_t{c} * k + (c * 7) % k] = static_cast<uint8_t>(c);
+  p.scales.assign(n, 1.0f);
+  const std::vector<uint8_t> ones(k, 0x38);
+  for (const std::string& tier : supported_tiers()) {
+    Backend& b = tier_backend(tier);
+    const DeviceQ w = upload_weights(b, p);
+    const uint64_t x = b.upload(ones), xs = b.upload(std::vector<float>{1.0f}), y = b.alloc(size_t{n} * 2);
+    for (const std::string kernel : {"fp8_gemv_a8", "fp8_gemv_a8_group128"})
+      for (const bool flush : {false, true}) {
+        Args args;
+        args.ptr(x).ptr(xs).ptr(w.codes).ptr(w.scales).ptr(y).u32(1).u32(n).u32(k);
+#if defined(__x86_64__)
+        const unsigned mxcsr = _mm_getcsr();
+        if (flush) _mm_setcsr(mxcsr | 0x8040);  // FTZ | DAZ
+#endif
+        const metrale_status status = b.launch(b.kernel("fp8", kernel.c_str()), {ceil_div(n, 64), 1}, args);
+#if defined(__x86_64__)
+        // The caller's control bits are back (the low six are sticky exception flags).
+        CHECK((_mm_getcsr() & ~0x3fu) == ((flush ? mxcsr | 0x8040 : mxcsr) & ~0x3fu));
+        _mm_setcsr(mxcsr);
+#endif
+        REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
+        const auto out = widen_bf16(b.download<uint16_t>(y, n));
+        for (uint32_t c = 0; c < n; ++c) {
+          const double want = e4m3_value(static_cast<uint8_t>(c));
+          INFO(kernel << std::string(flush ? " under FTZ/DAZ" : "") << " code 0x" << std::hex << c << std::dec << " on " << tier
+                      << ": got " << out[c] << " want " << want);
+          if (std::isnan(want))
+            CHECK(std::isnan(out[c]));
+          else
+            CHECK(out[c] == want);
+        }
+      }
+    for (uint64_t a : {x, xs, y, w.codes, w.scales}) b.free(a);
   }
 }

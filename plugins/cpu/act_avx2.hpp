@@ -24,20 +24,25 @@ struct ActAvx2 {
   static __m256 pow2(__m256i n) {  // 2^n for |n| <= 127 as an f32 built from its exponent
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
   }
-  static __m256 exp(__m256 x) {
-    // max/min return their second operand when one is NaN: x stays NaN.
-    const __m256 xc = _mm256_min_ps(_mm256_set1_ps(88.72f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);  // ln 2, high part: exact
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);       // ln 2, low part
+  // e^x = 2^n * e^r: n = round(x / ln 2) (returned), r = x - n ln 2 with a two-part ln 2, e^r by
+  // its degree-6 Taylor polynomial (returned); attn_avx2.hpp's exp0 shares it.
+  static __m256 exp_reduced(__m256 x, __m256& n) {
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2, high part: exact
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // ln 2, low part
     __m256 p = _mm256_set1_ps(1.0f / 720);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    return _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  }
+  static __m256 exp(__m256 x) {
+    // max/min return their second operand when one is NaN: x stays NaN.
+    const __m256 xc = _mm256_min_ps(_mm256_set1_ps(88.72f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+    __m256 n;
+    const __m256 p = exp_reduced(xc, n);
     const __m256i ni = _mm256_cvtps_epi32(n);  // -126 .. 128
     const __m256i half = _mm256_srai_epi32(ni, 1);
     const __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));

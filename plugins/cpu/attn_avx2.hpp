@@ -20,6 +20,7 @@
 // the output accumulates transposed ([dim][row]) and is turned back at the end.
 #pragma once
 
+#include "act_avx2.hpp"
 #include "attn_calls.hpp"
 #include "attn_walk.hpp"
 #include "numeric.hpp"
@@ -42,23 +43,13 @@ struct AttnAvx2 : AttnWalk {
     return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
 
-  // e^x for x <= 88 as ActAvx512::exp computes it (2^n e^r, the degree-6 Taylor polynomial), 2^n
+  // e^x for x <= 88 from ActAvx2::exp_reduced (2^n e^r, the degree-6 Taylor polynomial), 2^n
   // built in the exponent field; 0 below -87 (the smallest normal 2^n), at -inf and at NaN (the
   // masked scores, the running maximum before the first position and -inf - -inf).
   static __m256 exp0(__m256 x) {
     const __m256 kept = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2, high part: exact
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // ln 2, low part
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 n;
+    const __m256 p = ActAvx2::exp_reduced(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), n);
     const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), kept);
   }

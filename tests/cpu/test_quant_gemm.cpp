@@ -115,10 +115,12 @@ TEST_CASE("fp8_grouped_gemv matches the reference over the active experts on eve
   }
 }
 
-// FP8 decoding exactly: a row of every one of the 254 finite codes against x = 1 (bf16) with
-// scale 1, one code per group of 128 (the others +0), so each output is one code's value.
-TEST_CASE("fp8: every E4M3 code decodes exactly on every tier (subnormals, +-448, +-0, NaN)") {
-  const uint32_t n = 256, k = 128;
+namespace {
+
+// FP8 weights n = 256, k = 128, row c holding code c once (at column 7c mod 128, the others +0),
+// scales 1: against activations 1.0 output c is code c's value.
+QuantProblem every_fp8_code() {
+  constexpr uint32_t n = 256, k = 128;
   QuantProblem p;
   p.fam = Fam::fp8;
   p.m = 1;
@@ -127,18 +129,29 @@ TEST_CASE("fp8: every E4M3 code decodes exactly on every tier (subnormals, +-448
   p.codes.assign(size_t{n} * k, 0x00);
   for (uint32_t c = 0; c < n; ++c) p.codes[size_t{c} * k + (c * 7) % k] = static_cast<uint8_t>(c);
   p.scales.assign(n, 1.0f);
-  p.x.assign(k, to_bf16(1.0));
-  for (const std::string& tier : supported_tiers()) {
-    const auto y = widen_bf16(run_dense(tier_backend(tier), p, "gemv"));
-    for (uint32_t c = 0; c < n; ++c) {
-      const double want = e4m3_value(static_cast<uint8_t>(c));
-      INFO("code 0x" << std::hex << c << std::dec << " on " << tier << ": got " << y[c] << " want " << want);
-      if (std::isnan(want))
-        CHECK(std::isnan(y[c]));
-      else
-        CHECK(y[c] == want);  // every E4M3 value is a bf16
-    }
+  return p;
+}
+
+// Output c against code c's value (NaN for the NaN codes; every E4M3 value is a bf16).
+void check_every_code(const std::vector<double>& y, const std::string& what) {
+  for (uint32_t c = 0; c < 256; ++c) {
+    const double want = e4m3_value(static_cast<uint8_t>(c));
+    INFO(what << " code 0x" << std::hex << c << std::dec << ": got " << y[c] << " want " << want);
+    if (std::isnan(want))
+      CHECK(std::isnan(y[c]));
+    else
+      CHECK(y[c] == want);
   }
+}
+
+}  // namespace
+
+// FP8 decoding exactly: a row of every one of the 254 finite codes against x = 1 (bf16).
+TEST_CASE("fp8: every E4M3 code decodes exactly on every tier (subnormals, +-448, +-0, NaN)") {
+  QuantProblem p = every_fp8_code();
+  p.x.assign(p.k, to_bf16(1.0));
+  for (const std::string& tier : supported_tiers())
+    check_every_code(widen_bf16(run_dense(tier_backend(tier), p, "gemv")), "gemv on " + tier);
 }
 
 // E4M3 activations exactly: x holds each finite code once (the NaN codes 0x7f and 0xff as +0),
@@ -191,45 +204,28 @@ TEST_CASE("fp8_gemv_a8 and fp8_gemv_a8_group128: every E4M3 activation code is r
 // runs with flush-to-zero and denormals-are-zero set (as -ffast-math code does): the subnormal
 // codes must not vanish.
 TEST_CASE("fp8_gemv_a8 and fp8_gemv_a8_group128: every E4M3 weight code decodes exactly on every tier, under the caller's FTZ/DAZ too") {
-  const uint32_t n = 256, k = 128;
-  QuantProblem p;
-  p.fam = Fam::fp8;
-  p.m = 1;
-  p.n = n;
-  p.k = k;
-  p.codes.assign(size_t{n} * k, 0x00);
-  for (uint32_t c = 0; c < n; ++c) p.codes[size_t{c} * k + (c * 7) % k] = static_cast<uint8_t>(c);
-  p.scales.assign(n, 1.0f);
-  const std::vector<uint8_t> ones(k, 0x38);
+  const QuantProblem p = every_fp8_code();
+  const std::vector<uint8_t> ones(p.k, 0x38);
   for (const std::string& tier : supported_tiers()) {
     Backend& b = tier_backend(tier);
     const DeviceQ w = upload_weights(b, p);
-    const uint64_t x = b.upload(ones), xs = b.upload(std::vector<float>{1.0f}), y = b.alloc(size_t{n} * 2);
+    const uint64_t x = b.upload(ones), xs = b.upload(std::vector<float>{1.0f}), y = b.alloc(size_t{p.n} * 2);
     for (const std::string kernel : {"fp8_gemv_a8", "fp8_gemv_a8_group128"})
       for (const bool flush : {false, true}) {
         Args args;
-        args.ptr(x).ptr(xs).ptr(w.codes).ptr(w.scales).ptr(y).u32(1).u32(n).u32(k);
+        args.ptr(x).ptr(xs).ptr(w.codes).ptr(w.scales).ptr(y).u32(1).u32(p.n).u32(p.k);
 #if defined(__x86_64__)
         const unsigned mxcsr = _mm_getcsr();
         if (flush) _mm_setcsr(mxcsr | 0x8040);  // FTZ | DAZ
 #endif
-        const metrale_status status = b.launch(b.kernel("fp8", kernel.c_str()), {ceil_div(n, 64), 1}, args);
+        const metrale_status status = b.launch(b.kernel("fp8", kernel.c_str()), {ceil_div(p.n, 64), 1}, args);
 #if defined(__x86_64__)
         // The caller's control bits are back (the low six are sticky exception flags).
         CHECK((_mm_getcsr() & ~0x3fu) == ((flush ? mxcsr | 0x8040 : mxcsr) & ~0x3fu));
         _mm_setcsr(mxcsr);
 #endif
         REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error());
-        const auto out = widen_bf16(b.download<uint16_t>(y, n));
-        for (uint32_t c = 0; c < n; ++c) {
-          const double want = e4m3_value(static_cast<uint8_t>(c));
-          INFO(kernel << std::string(flush ? " under FTZ/DAZ" : "") << " code 0x" << std::hex << c << std::dec << " on " << tier
-                      << ": got " << out[c] << " want " << want);
-          if (std::isnan(want))
-            CHECK(std::isnan(out[c]));
-          else
-            CHECK(out[c] == want);
-        }
+        check_every_code(widen_bf16(b.download<uint16_t>(y, p.n)), kernel + (flush ? " under FTZ/DAZ" : "") + " on " + tier);
       }
     for (uint64_t a : {x, xs, y, w.codes, w.scales}) b.free(a);
   }

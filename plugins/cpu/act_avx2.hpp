@@ -14,13 +14,14 @@
 
 #include <immintrin.h>
 
+#include "avx2_lanes.hpp"
 #include "kernels.hpp"
 #include "numeric.hpp"
 
 namespace metrale::cpu {
 namespace {
 
-struct ActAvx2 {
+struct ActAvx2 : Avx2Lanes {
   static __m256 pow2(__m256i n) {  // 2^n for |n| <= 127 as an f32 built from its exponent
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
   }
@@ -63,11 +64,6 @@ struct ActAvx2 {
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh_u));
   }
 
-  static __m256 load_bf16(const uint16_t* p) {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
-
   // f32_to_bf16 of numeric.hpp, 8 lanes: round to nearest even, NaN quieted.
   static void store_bf16(uint16_t* p, __m256 v) {
     const __m256i bits = _mm256_castps_si256(v);
@@ -89,10 +85,8 @@ struct ActAvx2 {
     uint32_t j = b.begin;
     for (; j + 8 <= b.end; j += 8) store_bf16(b.out + j, _mm256_mul_ps(Act(load_bf16(b.gate + j)), load_bf16(b.up + j)));
     if (j == b.end) return;
-    uint16_t gate[8] = {}, up[8] = {}, out[8];
-    __builtin_memcpy(gate, b.gate + j, (b.end - j) * 2);
-    __builtin_memcpy(up, b.up + j, (b.end - j) * 2);
-    store_bf16(out, _mm256_mul_ps(Act(load_bf16(gate)), load_bf16(up)));
+    uint16_t out[8];
+    store_bf16(out, _mm256_mul_ps(Act(load_bf16(b.gate + j, b.end - j)), load_bf16(b.up + j, b.end - j)));
     __builtin_memcpy(b.out + j, out, (b.end - j) * 2);
   }
 

@@ -32,7 +32,7 @@
 namespace metrale::cpu {
 namespace {
 
-struct AttnAvx2 : AttnWalk {
+struct AttnAvx2 : AttnWalk, Avx2Lanes {
   static constexpr uint32_t kAhead = 4;  // decode: chunks prefetched ahead
   static constexpr uint32_t kLanes = 8;
   using Query = float;  // q widened, split as split_rows leaves it
@@ -54,16 +54,6 @@ struct AttnAvx2 : AttnWalk {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), kept);
   }
 
-  static float hmax(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-  }
-  static float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-  }
   static __m256 lanes_below(uint32_t valid) {
     return _mm256_castsi256_ps(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
@@ -240,9 +230,7 @@ struct AttnAvx2 : AttnWalk {
   // 16 rows of D bf16 as f32, in order.
   template <uint32_t D>
   static void widen_chunk(const uint16_t* in, float* out) {
-    for (uint32_t i = 0; i < kChunk * D; i += 8)
-      _mm256_store_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                   _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))), 16)));
+    for (uint32_t i = 0; i < kChunk * D; i += 8) _mm256_store_ps(out + i, load_bf16(in + i));
   }
 
   // Scores of row groups g0, g0 + 1 (lanes) against the tile's 32 positions: s[g][t] scaled;

@@ -13,25 +13,14 @@
 
 #include <immintrin.h>
 
+#include "avx2_lanes.hpp"
 #include "kernels.hpp"
 #include "quant_rule.hpp"
 
 namespace metrale::cpu {
 namespace {
 
-struct QuantAvx2 {
-  // Elements [0, count) of p (count <= 8) as f32; the other lanes 0.
-  static __m256 load_bf16(const uint16_t* p, uint32_t count) {
-    alignas(16) uint16_t pad[8] = {};
-    if (count < 8) p = static_cast<const uint16_t*>(__builtin_memcpy(pad, p, count * 2));
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
-  static float hmax(__m256 v) {
-    __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_max_ss(q, _mm_movehdup_ps(q)));
-  }
+struct QuantAvx2 : Avx2Lanes {
   // Finite f32 (here within +-448) to bf16 values, ties to even.
   static __m256 round_bf16(__m256 v) {
     const __m256i bits = _mm256_castps_si256(v);

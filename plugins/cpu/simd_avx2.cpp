@@ -18,13 +18,14 @@
 
 #include "act_avx2.hpp"
 #include "attn_avx2.hpp"
+#include "avx2_lanes.hpp"
 #include "panel_kernels.hpp"
 #include "quant_avx2.hpp"
 
 namespace metrale::cpu::avx2 {
 namespace {
 
-struct Avx2Ops {
+struct Avx2Ops : Avx2Lanes {
   using vf = __m256;
   using vu = __m256i;
   static constexpr uint32_t kLanes = 8;
@@ -60,12 +61,6 @@ struct Avx2Ops {
     alignas(8) uint8_t buf[8] = {};
     for (uint32_t c = 0; c < valid; ++c) buf[c] = p[c];
     return zeros(buf);
-  }
-  static float hsum(__m256 v) {
-    __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return _mm_cvtss_f32(sum);
   }
   // A 16-byte shuffle control repeated in both 128-bit lanes.
   static __m256i control(__m128i lane) { return _mm256_broadcastsi128_si256(lane); }
@@ -143,10 +138,7 @@ struct Isa : Avx2Ops {
   // bf16 -> f32 is a 16-bit shift.
   template <Codes>
   static const float* prepare(const uint16_t* src, uint32_t len, float* dst) {
-    for (uint32_t t = 0; t < len; t += 8) {
-      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t));
-      _mm256_storeu_ps(dst + t, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16)));
-    }
+    for (uint32_t t = 0; t < len; t += 8) _mm256_storeu_ps(dst + t, load_bf16(src + t));
     return dst;
   }
   static float group_sum(const float* p, uint32_t len) {
@@ -183,11 +175,7 @@ struct IsaE4 : Isa {
   }
   template <Codes C>
   static const float* prepare(const uint16_t* src, uint32_t len, float* dst) {
-    for (uint32_t t = 0; t < len; t += 8) {
-      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t));
-      const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-      _mm256_storeu_ps(dst + t, _mm256_mul_ps(x, _mm256_set1_ps(0x1p60f)));
-    }
+    for (uint32_t t = 0; t < len; t += 8) _mm256_storeu_ps(dst + t, _mm256_mul_ps(load_bf16(src + t), _mm256_set1_ps(0x1p60f)));
     return dst;
   }
 };

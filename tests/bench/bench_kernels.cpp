@@ -172,7 +172,7 @@ double time_passes(Backend& b, const Family& f, const std::vector<Projection>& p
   b.synchronize();
   std::vector<double> times;
   for (uint32_t i = 0; i < repeat; ++i) {
-    evictor.evict();
+    evictor.evict(b.compute_units());
     const double start = clock_now();
     for (const auto& p : projections) project(b, f, p, io, m);
     b.synchronize();

@@ -271,10 +271,20 @@ CacheEvictor::CacheEvictor(size_t bytes) : words_(bytes / 8), buffer_(words_ ? n
   for (size_t i = 0; i < words_; ++i) buffer_[i] = i;
 }
 
-void CacheEvictor::evict() {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < words_; i += 8) sum += buffer_[i];  // one word per cache line
-  sink_ += sum;
+void CacheEvictor::evict(unsigned threads) {
+  threads = std::max(1u, threads);
+  std::vector<uint64_t> sums(threads, 0);
+  const auto read_share = [&](unsigned t) {
+    const size_t lines = (words_ + 7) / 8, begin = lines * t / threads * 8, end = std::min(words_, lines * (t + 1) / threads * 8);
+    uint64_t sum = 0;
+    for (size_t i = begin; i < end; i += 8) sum += buffer_[i];  // one word per cache line
+    sums[t] = sum;
+  };
+  std::vector<std::thread> others;
+  for (unsigned t = 1; t < threads; ++t) others.emplace_back(read_share, t);
+  read_share(0);
+  for (auto& th : others) th.join();
+  for (uint64_t v : sums) sink_ += v;
 }
 
 std::shared_ptr<Backend> backend_on_threads(unsigned threads, const std::string& name) {

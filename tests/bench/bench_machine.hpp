@@ -93,7 +93,13 @@ std::string peak_scaling_note(const std::vector<PeakPoint>& peaks);
 class CacheEvictor {
  public:
   explicit CacheEvictor(size_t bytes);
-  void evict();
+  // Reads the buffer on `threads` threads (the pass's own count), a share each: every core's
+  // private cache is evicted, not only the caller's, and no CPU of the pass idles through the
+  // milliseconds of the read. On a VM a vCPU that idled that long may take a millisecond or more
+  // to be scheduled again, which the pool's wake-up launches cannot hide (AMD EPYC Zen 3 guest:
+  // a 2-thread, 1 ms pool run after 20 ms idle took 2 ms in 31-38 of 40 runs; after 20 ms with
+  // both CPUs busy, 4-5 of 40).
+  void evict(unsigned threads);
   uint64_t sink() const { return sink_; }
 
  private:

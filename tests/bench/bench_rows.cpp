@@ -22,7 +22,8 @@ namespace {
 // the evictor's read before each pass lasts milliseconds, so the pass's first launches would run
 // on the calling thread alone while the workers wake (a futex wake; on a virtual machine a halted
 // vCPU's, tens to hundreds of microseconds), which a model's back-to-back decode launches never
-// see. One-block-per-thread launches for about 200 us keep them spinning into the pass.
+// see. One-block-per-thread launches for about 200 us keep them spinning into the pass (the
+// eviction runs on the pass's threads, so that no vCPU halts through it: CacheEvictor::evict).
 class PoolWaker {
  public:
   explicit PoolWaker(Backend& b)
@@ -121,7 +122,7 @@ double time_passes(Backend& b, FfnComponent& ffn, const ModelConfig& c, uint32_t
   PoolWaker waker(b);
   std::vector<double> times;
   for (uint32_t i = 0; i < repeat; ++i) {
-    evictor.evict();
+    evictor.evict(threads);
     waker.wake();
     const double start = clock_now();
     ffn.forward(dx.ptr(), m);
@@ -302,7 +303,7 @@ double time_attention(Backend& b, uint32_t repeat, unsigned threads, CacheEvicto
   PoolWaker waker(b);
   std::vector<double> times;
   for (uint32_t i = 0; i < repeat; ++i) {
-    evictor.evict();
+    evictor.evict(threads);
     waker.wake();
     const double start = clock_now();
     pass();

@@ -244,3 +244,16 @@ TEST_CASE("the last-level cache comes from sysfs and sizes the default eviction"
   CHECK(default_evict_mb(std::nullopt) == 256);
   CHECK(eviction_note(256, std::nullopt).find("not described by sysfs") != std::string::npos);
 }
+
+TEST_CASE("the eviction reads every line of its buffer once, however many threads share it") {
+  // Word i holds i and one word per 64-byte line is read: the sum over lines 0..L-1 is
+  // 8 * L(L-1)/2. A share split that dropped or repeated a line would change it.
+  for (const size_t bytes : {size_t{64} * 1000, size_t{64} * 1000 + 24}) {
+    const uint64_t lines = (bytes / 8 + 7) / 8, expected = 8 * lines * (lines - 1) / 2;
+    for (const unsigned threads : {0u, 1u, 2u, 3u, 7u}) {
+      CacheEvictor evictor(bytes);
+      evictor.evict(threads);
+      CHECK_MESSAGE(evictor.sink() == expected, bytes << " bytes on " << threads << " threads");
+    }
+  }
+}

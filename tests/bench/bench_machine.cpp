@@ -275,7 +275,8 @@ void CacheEvictor::evict(unsigned threads) {
   threads = std::max(1u, threads);
   std::vector<uint64_t> sums(threads, 0);
   const auto read_share = [&](unsigned t) {
-    const size_t lines = (words_ + 7) / 8, begin = lines * t / threads * 8, end = std::min(words_, lines * (t + 1) / threads * 8);
+    const size_t lines = (words_ + 7) / 8;
+    const size_t begin = lines * t / threads * 8, end = std::min(words_, lines * (t + 1) / threads * 8);
     uint64_t sum = 0;
     for (size_t i = begin; i < end; i += 8) sum += buffer_[i];  // one word per cache line
     sums[t] = sum;

@@ -21,7 +21,7 @@ namespace {
 // Wakes the CPU backend's pool before a timed pass. Its workers sleep after about 100 us idle and
 // the evictor's read before each pass lasts milliseconds, so the pass's first launches would run
 // on the calling thread alone while the workers wake (a futex wake; on a virtual machine a halted
-// vCPU's, tens to hundreds of microseconds), which a model's back-to-back decode launches never
+// vCPU's, tens of microseconds to milliseconds), which a model's back-to-back decode launches never
 // see. One-block-per-thread launches for about 200 us keep them spinning into the pass (the
 // eviction runs on the pass's threads, so that no vCPU halts through it: CacheEvictor::evict).
 class PoolWaker {

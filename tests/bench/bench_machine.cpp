@@ -274,8 +274,8 @@ CacheEvictor::CacheEvictor(size_t bytes) : words_(bytes / 8), buffer_(words_ ? n
 void CacheEvictor::evict(unsigned threads) {
   threads = std::max(1u, threads);
   std::vector<uint64_t> sums(threads, 0);
+  const size_t lines = (words_ + 7) / 8;
   const auto read_share = [&](unsigned t) {
-    const size_t lines = (words_ + 7) / 8;
     const size_t begin = lines * t / threads * 8, end = std::min(words_, lines * (t + 1) / threads * 8);
     uint64_t sum = 0;
     for (size_t i = begin; i < end; i += 8) sum += buffer_[i];  // one word per cache line

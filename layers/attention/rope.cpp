@@ -60,11 +60,10 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 RopeParameters yarn(const RopeConfig& c) {
   const RopeScaling& s = c.scaling;
   const uint32_t dim = c.head_dim;
-  // As transformers: with original_max_position_embeddings given, the factor is the ratio of the
-  // two context lengths, not rope_scaling.factor.
+  // As transformers 5: the frequencies use rope_scaling.factor; the ratio of the two context
+  // lengths stands in only when factor is absent (DeepSeek-V3's convention).
   const double original = s.original_max_position_embeddings.value_or(c.max_position_embeddings);
-  const double factor =
-      s.original_max_position_embeddings ? c.max_position_embeddings / *s.original_max_position_embeddings : s.factor;
+  const double factor = s.factor_given ? s.factor : c.max_position_embeddings / original;
   double attention = 0;
   if (s.attention_factor) attention = *s.attention_factor;
   else if (s.mscale && s.mscale_all_dim && *s.mscale != 0 && *s.mscale_all_dim != 0)
@@ -137,7 +136,8 @@ RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& 
     if (!value) scaling->malformed(key, "a number (rope_type " + s.type + " needs it)", nullptr);
     return *value;
   };
-  s.factor = required("factor");
+  s.factor_given = scaling->has("factor");
+  s.factor = s.type == "llama3" || s.factor_given ? required("factor") : 1.0;
   if (!(s.factor > 0)) scaling->malformed("factor", "a positive number", scaling->find("factor"));
   s.original_max_position_embeddings = scaling->number("original_max_position_embeddings");
   if (s.type == "llama3") {
@@ -157,6 +157,10 @@ RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& 
   s.truncate = scaling->boolean("truncate").value_or(true);
   if (out.max_position_embeddings == 0)
     config.malformed("max_position_embeddings", "a positive integer (rope_type yarn needs it)", config.find("max_position_embeddings"));
+  // transformers 5 gives a top-level original_max_position_embeddings (Phi-3's place) priority.
+  if (const auto top = config.number("original_max_position_embeddings")) s.original_max_position_embeddings = top;
+  if (!s.factor_given && !s.original_max_position_embeddings)
+    scaling->malformed("factor", "a number, or original_max_position_embeddings to derive it from (rope_type yarn)", nullptr);
   if (s.original_max_position_embeddings && !(*s.original_max_position_embeddings > 0))
     scaling->malformed("original_max_position_embeddings", "a positive number", scaling->find("original_max_position_embeddings"));
   return out;

@@ -17,6 +17,7 @@ namespace metrale::layers {
 struct RopeScaling {
   std::string type = "default";  // "default", "llama3", "yarn"
   double factor = 1.0;
+  bool factor_given = false;  // yarn: absent, the ratio of the context lengths stands in
   // llama3
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;

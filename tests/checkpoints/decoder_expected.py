@@ -54,6 +54,7 @@ PERTURBATIONS = {
     "rope-pairing": "RoPE pairs (2i, 2i+1) instead of (i, i + head_dim/2)",
     "decode-position+1": "decode rows (one token after a prefix) rotated at position + 1",
     "rope-scaling-ignored": "llama3 rope_scaling ignored (plain inv_freq)",
+    "yarn-context-ratio": "yarn's factor taken from max_position_embeddings / original (transformers 4's rule)",
     "qk-norm-missing": "Qwen3's q_norm / k_norm skipped",
     "q-bias-missing": "q_proj's bias skipped",
     "k-bias-missing": "k_proj's bias skipped",
@@ -74,6 +75,8 @@ def applies(perturbation: str, config: Dict) -> bool:
         return arch.startswith("qwen2")
     if perturbation == "rope-scaling-ignored":
         return decoder_reference.rope_parameters(config)["rope_type"] != "default"
+    if perturbation == "yarn-context-ratio":
+        return decoder_reference.rope_parameters(config)["rope_type"] == "yarn"
     return True
 
 
@@ -92,6 +95,10 @@ class Reference(decoder_reference.DecoderReference):
         if perturbation == "rope-scaling-ignored":
             plain = {k: v for k, v in ck.config.items() if k not in ("rope_scaling", "rope_parameters")}
             self.freq, self.attention_factor = decoder_reference.inv_freq(plain, self.head_dim)
+        if perturbation == "yarn-context-ratio":
+            ratio = dict(ck.config)
+            ratio["rope_scaling"] = {k: v for k, v in decoder_reference.rope_parameters(ck.config).items() if k != "factor"}
+            self.freq, self.attention_factor = decoder_reference.inv_freq(ratio, self.head_dim)
 
     # ---- the FFN: expected.py's contract, with the routing gap recorded ------------------------
     def _ffn(self, layer: int, x: np.ndarray) -> np.ndarray:

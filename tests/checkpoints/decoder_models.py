@@ -68,6 +68,11 @@ def all_models() -> List[DecoderModel]:
     for suffix, fmt in (("bf16", dict(method="none")), ("gptq", dict(method="gptq"))):
         out.append(_family("qwen3", fmt, suffix))
         out.append(_family("qwen3_moe", fmt, suffix))
+    # Qwen3's model card for 131072 tokens: YaRN factor 4 over 32768, max_position_embeddings 40960
+    # as released (transformers 5: the factor rules, not the ratio of the two).
+    out.append(_family("qwen3", dict(method="none"), "yarn-bf16", extra=dict(
+        max_position_embeddings=40960,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})))
     for suffix, fmt in (("bf16", dict(method="none")), ("awq", dict(method="awq"))):
         out.append(_family("qwen2", fmt, suffix, tied=True, successor_ffn=True, intermediate=512))
     for suffix, fmt in (("bf16", dict(method="none")), ("ct-int4", dict(method="ct-int4"))):

@@ -48,8 +48,11 @@ def inv_freq(config: Dict, head_dim: int) -> Tuple[np.ndarray, float]:
     freq = (f32(1.0) / pos_freqs).astype(f32)
     if kind == "default":
         return freq, 1.0
-    factor = float(p["factor"])
-    original = float(p["original_max_position_embeddings"])
+    # transformers 5: a top-level original_max_position_embeddings first, else the rope's, else
+    # max_position_embeddings; yarn's factor, when absent, is the ratio of the context lengths.
+    original = float(config.get("original_max_position_embeddings") or p.get("original_max_position_embeddings")
+                     or config["max_position_embeddings"])
+    factor = float(p["factor"]) if p.get("factor") is not None else config["max_position_embeddings"] / original
     if kind == "llama3":
         low_wavelen = original / float(p["low_freq_factor"])
         high_wavelen = original / float(p["high_freq_factor"])

@@ -44,8 +44,11 @@ MODELS = {
                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
     "qwen2-bias-tied": (transformers.Qwen2Config, dict(rope_theta=1000000.0, tie_word_embeddings=True)),
     "qwen3": (transformers.Qwen3Config, dict(rope_theta=1000000.0)),
+    # Qwen3's model card: factor 4 over 32768 while max_position_embeddings is 40960 (transformers 5
+    # takes the factor, not the ratio of the two).
     "qwen3-yarn": (transformers.Qwen3Config, dict(
-        rope_theta=1000000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})),
+        rope_theta=1000000.0, max_position_embeddings=40960,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})),
 }
 
 

@@ -2,6 +2,7 @@
 // `metrale list`: every manifest found, in discovery order, and what became of it.
 #include "commands.hpp"
 
+#include <layers/architectures/architecture.hpp>
 #include <metrale/text_table.hpp>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,39 @@ KernelCounts count_kernels(const Backend& backend) {
     counts.usable += k.listed && k.provided && !k.gated;
   }
   return counts;
+}
+
+std::string joined(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : separator) + i;
+  return out.empty() ? "-" : out;
+}
+
+// `list --architectures`: the registry of architecture specs (docs/architectures.md).
+void list_architectures(bool json) {
+  using namespace metrale::layers;
+  if (json) {
+    std::cout << architectures_json().dump(2) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const ArchitectureSpec* s : architectures()) {
+    std::vector<std::string> mixers, ffns, keys;
+    for (TokenMixer m : s->mixers) mixers.emplace_back(token_mixer_name(m));
+    for (FfnKind f : s->ffns) ffns.emplace_back(ffn_kind_name(f));
+    for (const auto& k : s->keys) keys.emplace_back(k.key);
+    rows.push_back({std::string(s->model_type), s->decode_refusal.empty() ? "generate, run" : "run (FFN only)", joined(mixers),
+                    joined(ffns), s->qk_norm ? "yes" : "no", joined(keys)});
+  }
+  std::cout << render_table({"model_type", "commands", "mixers", "FFNs", "q/k norm", "keys beyond the common ones"}, rows);
+  std::vector<std::string> common, inert;
+  for (const auto& k : common_keys()) common.emplace_back(k.key);
+  for (const auto& k : inert_keys()) inert.emplace_back(k);
+  std::cout << "common keys (every spec): " << joined(common) << '\n'
+            << "inert keys (change nothing computed): " << inert.size() << ", e.g. " << joined({inert.begin(), inert.begin() + 6})
+            << " (--json lists them all)\n"
+            << "any other key: a warning naming it; a key that changes the math elsewhere (soft-capping, multipliers, ...) "
+               "refused unless inert\n";
 }
 
 void run_list(CliContext& ctx) {
@@ -84,7 +118,13 @@ void run_list(CliContext& ctx) {
 
 void register_list(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("list", "Manifests found, backends loaded or skipped and why, targets, kernel counts");
-  cmd->callback([&ctx] { run_list(ctx); });
+  auto architectures = std::make_shared<bool>(false);
+  cmd->add_flag("--architectures", *architectures,
+                "The model architectures metrale runs instead: model types, mixers, FFNs, the config keys each honours");
+  cmd->callback([&ctx, architectures] {
+    if (*architectures) list_architectures(ctx.json);
+    else run_list(ctx);
+  });
 }
 
 }  // namespace metrale::cli

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "compose.hpp"
 
+#include "architectures/architecture.hpp"
 #include "io/checkpoint.hpp"
 #include "io/tensor_source.hpp"
 
@@ -74,6 +75,8 @@ LayerSource read_weights_file(const LayerRequest& request) {
     s.formats = formats_of(s.weights);
     return s;
   }
+  // A checkpoint of an architecture metrale does not know is refused, even for its FFN alone.
+  if (request.model.empty() && files.config) resolve_architecture(*files.config, files.config_source, ArchitectureUse::ffn_only);
   LayerSource c = checkpoint_source(
       load_checkpoint(files, request.layer, request.model.empty() ? std::nullopt : std::optional(s.config)));
   c.weights_source = request.weights;
@@ -193,11 +196,12 @@ DecoderSource read_decoder_source(const LayerRequest& request, const char* what)
                                                               "attention's shapes and its tensors the weights");
   }
   report(request, "loading " + request.weights, 0.0);
-  DecoderSource s{open_checkpoint(request.weights), {}, {}};
-  if (!s.files.config) {
-    throw Error(Status::not_found, request.weights + ": no model config: expected " + s.files.config_source + " beside the weights");
-  }
-  s.config = parse_decoder_config(*s.files.config, s.files.config_source);
+  DecoderSource s;
+  // The config is parsed, and refused, before a tensor file is opened.
+  s.files = open_checkpoint(request.weights, [&](const nlohmann::json* config, const std::string& config_source) {
+    if (!config) throw Error(Status::not_found, request.weights + ": no model config: expected " + config_source + " beside the weights");
+    s.config = parse_decoder_config(*config, config_source);
+  });
   s.quant = checkpoint_declaration(s.files);
   return s;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "attention/attention_config.hpp"
 
+#include "architectures/architecture.hpp"
 #include "io/config_json.hpp"
 
 #include <metrale/status.hpp>
@@ -12,8 +13,6 @@ namespace metrale::layers {
 namespace {
 
 using config_json::Object;
-
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 uint32_t required_u32(const Object& root, const char* key) {
   const auto v = root.u32(key);
@@ -27,6 +26,8 @@ float AttentionConfig::scale() const noexcept { return static_cast<float>(1.0 / 
 
 AttentionConfig parse_attention_config(const nlohmann::json& doc, const std::string& source) {
   const Object root(doc, source, "", "a JSON object (the model config)");
+  // What the architecture's spec says; its refusals come before any shape is read.
+  const ResolvedArchitecture arch = resolve_architecture(doc, source, ArchitectureUse::decoder, /*warn=*/false);
   AttentionConfig c;
   c.source = source;
   c.model_type = root.string("model_type").value_or("");
@@ -47,26 +48,12 @@ AttentionConfig parse_attention_config(const nlohmann::json& doc, const std::str
     throw Refusal(root.where("head_dim") + " = " + std::to_string(c.head_dim) +
                   " is not supported: the attn kernels run head_dim 64 or 128");
   }
-  const bool qwen2 = starts_with(c.model_type, "qwen2");
-  const bool attention_bias = root.boolean("attention_bias").value_or(false);
-  c.qkv_bias = qwen2 || attention_bias;
-  c.o_bias = !qwen2 && attention_bias;
-  c.qk_norm = starts_with(c.model_type, "qwen3");
+  c.qkv_bias = arch.qkv_bias;
+  c.o_bias = arch.o_bias;
+  c.qk_norm = arch.spec->qk_norm;
   if (const auto eps = root.number("rms_norm_eps")) {
     if (!(*eps >= 0)) root.malformed("rms_norm_eps", "a non-negative number", root.find("rms_norm_eps"));
     c.rms_norm_eps = static_cast<float>(*eps);
-  }
-  // A sliding window changes which keys a query sees once the context passes it.
-  if (root.boolean("use_sliding_window").value_or(false)) {
-    root.unsupported("use_sliding_window", *root.find("use_sliding_window"),
-                     "metrale's attention is causal over the whole context (no sliding window)");
-  }
-  if (!starts_with(c.model_type, "qwen")) {
-    if (const auto window = root.u32("sliding_window"); window && *window < c.rope.max_position_embeddings) {
-      root.unsupported("sliding_window", *root.find("sliding_window"),
-                       "metrale's attention is causal over the whole context (no sliding window below "
-                       "max_position_embeddings)");
-    }
   }
   return c;
 }

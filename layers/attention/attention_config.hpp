@@ -21,9 +21,9 @@ struct AttentionConfig {
   uint32_t q_heads = 0;    // num_attention_heads
   uint32_t kv_heads = 0;   // num_key_value_heads (default: q_heads)
   uint32_t head_dim = 0;   // head_dim (default: hidden_size / num_attention_heads)
-  bool qkv_bias = false;   // q_proj, k_proj and v_proj carry a bias (Qwen2 always; attention_bias)
-  bool o_bias = false;     // o_proj carries one (attention_bias, never Qwen2)
-  bool qk_norm = false;    // Qwen3: RMSNorm over head_dim of every q and k head before RoPE
+  bool qkv_bias = false;   // q_proj, k_proj and v_proj carry a bias (the spec's AttentionBias)
+  bool o_bias = false;     // o_proj carries one (attention_bias: Llama, Qwen3)
+  bool qk_norm = false;    // the spec's: RMSNorm over head_dim of every q and k head before RoPE
   float rms_norm_eps = 1e-6f;
   RopeConfig rope;
 
@@ -33,11 +33,12 @@ struct AttentionConfig {
   float scale() const noexcept;
 };
 
-// Reads the keys above from a config.json document. Error(invalid_argument) naming the key for a
-// malformed or missing value (num_attention_heads, hidden_size) or heads that do not divide;
-// Refusal for what the attention kernels do not run: head_dim other than 64 or 128, an active
-// sliding window (Qwen's use_sliding_window, Mistral's sliding_window below the context), and
-// the rope types rope.hpp refuses.
+// Reads the keys above from a config.json document; the biases and the q/k norm are what the
+// architecture's spec (architectures/architecture.hpp) says, and its refusals come first (an
+// unknown model_type, an active sliding window, ...). Error(invalid_argument) naming the key for
+// a malformed or missing value (num_attention_heads, hidden_size) or heads that do not divide;
+// Refusal for what the attention kernels do not run: head_dim other than 64 or 128, and the rope
+// types rope.hpp refuses.
 AttentionConfig parse_attention_config(const nlohmann::json& doc, const std::string& source);
 
 }  // namespace metrale::layers

@@ -9,6 +9,8 @@
 
 #include <metrale/status.hpp>
 
+#include <algorithm>
+
 namespace metrale::layers {
 
 namespace {
@@ -37,10 +39,22 @@ DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string&
   const Object root(doc, source, "", "a JSON object (the model config)");
   DecoderConfig c;
   c.source = source;
+  c.architecture = resolve_architecture(doc, source);
   c.ffn = parse_model_config(doc, source);
   c.attention = parse_attention_config(doc, source);
   c.vocab_size = positive(root, "vocab_size");
   c.num_layers = positive(root, "num_hidden_layers");
+  // Each layer's FFN must be one the spec has: a dense architecture given MoE keys (which its
+  // transformers class ignores) would otherwise run experts nobody trained it with.
+  const auto& ffns = c.architecture.spec->ffns;
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    const FfnKind kind = c.ffn.for_layer(l).ffn_kind();
+    if (std::find(ffns.begin(), ffns.end(), kind) == ffns.end()) {
+      throw Refusal(source + ": layer " + std::to_string(l) + " would have a " + ffn_kind_name(kind) + " FFN (" +
+                    (kind == FfnKind::moe ? "num_experts" : "intermediate_size") + "), which " +
+                    std::string(c.architecture.spec->model_type) + " does not have");
+    }
+  }
   c.tie_word_embeddings = root.boolean("tie_word_embeddings").value_or(false);
   c.rms_norm_eps = c.attention.rms_norm_eps;
   return c;
@@ -81,18 +95,26 @@ DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig
 }  // namespace
 
 DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
+  check_tensor_names(config.architecture, *files.tensors);
   return read_layer(files, config, layer, layers_prefix(*files.tensors));
 }
 
 ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
                                 const std::function<void(uint32_t, uint32_t)>& progress) {
   const TensorSource& src = *files.tensors;
+  check_tensor_names(config.architecture, src);
   const std::string layers = layers_prefix(src), root = root_of(layers);
   const uint64_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
   ModelWeights w;
   w.quant = checkpoint_declaration(files);
   w.embed = read_bf16_tensor(src, root + "embed_tokens.weight", {vocab, hidden});
   w.final_norm = read_bf16_tensor(src, root + "norm.weight", {hidden});
+  if (config.tie_word_embeddings && src.contains("lm_head.weight") &&
+      read_bf16_tensor(src, "lm_head.weight", {vocab, hidden}) != w.embed) {
+    // transformers would use the embedding and drop lm_head: which one the model was trained with is unknowable.
+    throw Refusal(src.description() + ": tensor 'lm_head.weight' differs from '" + root + "embed_tokens.weight', but " + config.source +
+                  " ties them (tie_word_embeddings = true): one logits projection or the other would be silently dropped");
+  }
   if (!config.tie_word_embeddings) {
     if (!src.contains("lm_head.weight") && !src.contains("lm_head.qweight") && !src.contains("lm_head.weight_packed")) {
       throw Error(Status::not_found, src.description() + ": tensor 'lm_head.weight': missing, and " + config.source +

@@ -8,6 +8,7 @@
 // ...) is found from the tensor names, never from model_type.
 #pragma once
 
+#include "architectures/architecture.hpp"
 #include "attention/attention_config.hpp"
 #include "attention/attention_weights.hpp"
 
@@ -27,6 +28,7 @@
 namespace metrale::layers {
 
 struct DecoderConfig {
+  ResolvedArchitecture architecture;  // the spec, each layer's mixer, the config's biases
   ModelConfig ffn;            // the model's FFN keys (ModelConfig::for_layer gives each layer's)
   AttentionConfig attention;
   uint32_t vocab_size = 0;
@@ -36,7 +38,8 @@ struct DecoderConfig {
   std::string source;
 };
 
-// Error(invalid_argument) naming the key for a missing or malformed vocab_size /
+// The architecture's refusals first (architectures/architecture.hpp; one warning per unknown key),
+// then Error(invalid_argument) naming the key for a missing or malformed vocab_size /
 // num_hidden_layers, and whatever the FFN and attention parsers refuse.
 DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string& source);
 
@@ -54,6 +57,7 @@ struct DecoderLayerWeights {
 std::string layers_prefix(const TensorSource& src);
 
 // Layer `layer` of an opened checkpoint (its declared quantization applies to every projection).
+// Every tensor name of the checkpoint is checked against the spec's table first.
 DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer);
 
 struct ModelWeights {

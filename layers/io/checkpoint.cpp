@@ -103,15 +103,16 @@ fs::path checkpoint_directory(const fs::path& path) {
   return path.has_parent_path() ? path.parent_path() : fs::path(".");
 }
 
-CheckpointFiles open_checkpoint(const fs::path& path) {
+CheckpointFiles open_checkpoint(const fs::path& path, const ConfigCheck& check_config) {
   CheckpointFiles files;
   files.path = path;
   files.directory = checkpoint_directory(path);
-  files.tensors = std::make_shared<const TensorSource>(path);
   const fs::path config = files.directory / "config.json";
   files.config_source = config.string();
   std::error_code ec;
   if (fs::exists(config, ec)) files.config = read_json_file(config, "model config", kMaxConfigBytes);
+  if (check_config) check_config(files.config ? &*files.config : nullptr, files.config_source);
+  files.tensors = std::make_shared<const TensorSource>(path);
   return files;
 }
 

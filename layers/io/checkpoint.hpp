@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,8 +48,10 @@ struct CheckpointFiles {
   std::optional<nlohmann::json> config;  // config.json's document; nullopt: there is none
   std::string config_source;             // its path, for messages
 };
-// Opens the tensors and reads config.json (a regular file, bounded). Errors name the file.
-CheckpointFiles open_checkpoint(const std::filesystem::path& path);
+// Reads config.json (a regular file, bounded), hands it to `check_config` when given (a refusal
+// there comes before any tensor file is opened), then opens the tensors. Errors name the file.
+using ConfigCheck = std::function<void(const nlohmann::json* config, const std::string& config_source)>;
+CheckpointFiles open_checkpoint(const std::filesystem::path& path, const ConfigCheck& check_config = {});
 // The quantization_config of config.json, else quantize_config.json beside it; nullopt when
 // neither declares one. Errors name the file.
 std::optional<CheckpointQuant> read_checkpoint_quant(const std::filesystem::path& directory);

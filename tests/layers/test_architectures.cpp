@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The architecture registry (layers/architectures/): lookups, what each spec reads, the keys it
+// refuses or warns about, and the tensor table. Whole checkpoints written by transformers run in
+// tests/checkpoints/run_architecture_tests.py.
+#include <doctest/doctest.h>
+
+#include "architectures/architecture.hpp"
+#include "attention/attention_config.hpp"
+
+#include <metrale/status.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+using namespace metrale::layers;
+using nlohmann::json;
+
+namespace {
+
+json llama_like(const char* model_type) {
+  return {{"model_type", model_type}, {"hidden_size", 256}, {"intermediate_size", 512}, {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64}, {"vocab_size", 512},
+          {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}};
+}
+
+std::string refusal_of(const json& doc) {
+  try {
+    (void)resolve_architecture(doc, "config.json", ArchitectureUse::decoder, false);
+  } catch (const metrale::Refusal& r) {
+    return r.what();
+  }
+  return "(no refusal)";
+}
+
+}  // namespace
+
+TEST_CASE("every supported model_type has a spec; the registry lists each once") {
+  for (const char* type : {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3"}) {
+    CAPTURE(type);
+    const ArchitectureSpec* s = find_architecture(type);
+    REQUIRE(s != nullptr);
+    CHECK(s->model_type == type);
+    CHECK(!s->tensors.empty());
+  }
+  CHECK(find_architecture("gemma3") == nullptr);
+  CHECK(architectures().size() == 9);
+  const json listed = architectures_json();
+  CHECK(listed["architectures"].size() == 9);
+  CHECK(listed["architectures"][5]["model_type"] == "qwen3");
+  CHECK(listed["architectures"][5]["qk_norm"] == true);
+}
+
+TEST_CASE("the spec decides the attention's biases and q/k norm, not the model_type's spelling") {
+  json qwen2_moe = llama_like("qwen2_moe");
+  CHECK(parse_attention_config(qwen2_moe, "c").qkv_bias);  // qkv_bias defaults to true
+  qwen2_moe["qkv_bias"] = false;
+  CHECK(!parse_attention_config(qwen2_moe, "c").qkv_bias);
+  const AttentionConfig qwen2 = parse_attention_config(llama_like("qwen2"), "c");
+  CHECK((qwen2.qkv_bias && !qwen2.o_bias && !qwen2.qk_norm));
+  json llama = llama_like("llama");
+  llama["attention_bias"] = true;
+  const AttentionConfig biased = parse_attention_config(llama, "c");
+  CHECK((biased.qkv_bias && biased.o_bias && !biased.qk_norm));
+  CHECK(parse_attention_config(llama_like("qwen3"), "c").qk_norm);
+  json mistral = llama_like("mistral");
+  CHECK(!parse_attention_config(mistral, "c").qkv_bias);
+}
+
+TEST_CASE("layer_types: one entry per layer, each a mixer of the spec") {
+  json q = llama_like("qwen3");
+  q["layer_types"] = {"full_attention", "full_attention"};
+  const ResolvedArchitecture r = resolve_architecture(q, "config.json", ArchitectureUse::decoder, false);
+  CHECK(r.layer_mixers == std::vector<TokenMixer>{TokenMixer::full_attention, TokenMixer::full_attention});
+  q["layer_types"] = {"full_attention", "sliding_attention"};
+  CHECK(refusal_of(q) == "config.json: layer_types[1] = \"sliding_attention\" is not supported: qwen3 layers in metrale: full_attention");
+  q["layer_types"] = {"full_attention"};
+  CHECK_THROWS_WITH_AS(resolve_architecture(q, "config.json", ArchitectureUse::decoder, false),
+                       doctest::Contains("one entry per layer"), metrale::Error);
+}
+
+TEST_CASE("refusals name the file, the key, its value and what is supported") {
+  json unknown = llama_like("gemma3");
+  unknown["text_config"] = {{"model_type", "gemma3_text"}};
+  const std::string wrapper = refusal_of(unknown);
+  CHECK(wrapper.find("config.json: model_type = \"gemma3\" is not supported") == 0);
+  CHECK(wrapper.find("gemma3_text") != std::string::npos);
+  CHECK(refusal_of(json{{"hidden_size", 256}}).find("model_type is missing") != std::string::npos);
+
+  json softcap = llama_like("qwen3");
+  softcap["final_logit_softcapping"] = 30.0;
+  CHECK(refusal_of(softcap) == "config.json: final_logit_softcapping = 30.0 is not supported: null (no soft-capping) "
+                               "(qwen3 in metrale does not read final_logit_softcapping)");
+  softcap["final_logit_softcapping"] = nullptr;  // inert: passes
+  CHECK(refusal_of(softcap) == "(no refusal)");
+
+  json window = llama_like("mistral");
+  window["sliding_window"] = 4096;  // == max_position_embeddings: never reached
+  CHECK(refusal_of(window) == "(no refusal)");
+  window["sliding_window"] = 1024;
+  CHECK(refusal_of(window).find("config.json: sliding_window = 1024 is not supported") == 0);
+
+  json qwen = llama_like("qwen2");
+  qwen["sliding_window"] = 1024;  // off unless use_sliding_window
+  qwen["use_sliding_window"] = false;
+  CHECK(refusal_of(qwen) == "(no refusal)");
+  qwen["use_sliding_window"] = true;
+  CHECK(refusal_of(qwen) != "(no refusal)");
+
+  json mlp_bias = llama_like("qwen3");  // only Llama reads mlp_bias
+  mlp_bias["mlp_bias"] = true;
+  CHECK(refusal_of(mlp_bias).find("mlp_bias = true is not supported") != std::string::npos);
+  json gelu = llama_like("llama");
+  gelu["hidden_act"] = "gelu";
+  CHECK(refusal_of(gelu).find("hidden_act = \"gelu\" is not supported") != std::string::npos);
+  json partial = llama_like("llama");
+  partial["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.25}};
+  CHECK(refusal_of(partial).find("rope_parameters.partial_rotary_factor = 0.25") != std::string::npos);
+
+  json deepseek = llama_like("deepseek_v2");
+  CHECK(refusal_of(deepseek).find("multi-head latent attention") != std::string::npos);
+  CHECK(resolve_architecture(deepseek, "c", ArchitectureUse::ffn_only, false).spec->model_type == "deepseek_v2");
+}
+
+TEST_CASE("inert keys pass silently; a key in no list is reported, not read") {
+  json q = llama_like("qwen3");
+  q["transformers_version"] = "5.25.0";
+  q["bos_token_id"] = 1;
+  q["dtype"] = "bfloat16";
+  q["frobnication_level"] = 3;
+  const ResolvedArchitecture r = resolve_architecture(q, "config.json", ArchitectureUse::decoder, false);
+  CHECK(r.unknown_keys == std::vector<std::string>{"frobnication_level"});
+}

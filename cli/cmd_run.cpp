@@ -410,7 +410,7 @@ uint32_t run_schedule(Backend& b, OpenedBlock& opened, const BlockSchedule& s, c
   constexpr uint32_t kBlockSize = 16;
   uint64_t blocks = 0;
   for (uint64_t l : lengths) blocks += (l + kBlockSize - 1) / kBlockSize;
-  KvCache cache(b, KvCacheShape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
+  StatePool cache(b, StatePoolShape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
                                 static_cast<uint32_t>(blocks), 1});
   for (uint32_t i = 0; i < s.sequences; ++i) cache.add_sequence();
   const size_t row = opened.config.attention.hidden_size;
@@ -425,7 +425,7 @@ uint32_t run_schedule(Backend& b, OpenedBlock& opened, const BlockSchedule& s, c
       else runs.push_back(SequenceRows{s.sequence[r], 1});
     }
     const uint32_t rows = end - first;
-    KvBatch kv(b, cache, runs, std::span(s.positions).subspan(first, rows));
+    SequenceBatch kv(b, cache, runs, std::span(s.positions).subspan(first, rows));
     dx.ensure(b, rows * row * 2);
     dx.upload(std::span<const uint16_t>(x).subspan(first * row, rows * row));
     const DevicePtr out = opened.block().forward(LayerBatch{dx.ptr(), rows, &kv});

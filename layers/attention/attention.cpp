@@ -108,8 +108,8 @@ size_t AttentionLayer::weight_bytes() const noexcept {
   return q_.bytes_per_matrix() + k_.bytes_per_matrix() + v_.bytes_per_matrix() + o_.bytes_per_matrix();
 }
 
-void AttentionLayer::check_cache(const KvCache& cache) const {
-  const KvCacheShape& s = cache.shape();
+void AttentionLayer::check_cache(const StatePool& cache) const {
+  const StatePoolShape& s = cache.shape();
   if (s.kv_heads != config_.kv_heads || s.head_dim != config_.head_dim || layer_ >= s.layers) {
     throw Error(Status::invalid_argument,
                 "attention layer " + std::to_string(layer_) + " (" + std::to_string(config_.kv_heads) + " kv heads of " +
@@ -124,8 +124,8 @@ void AttentionLayer::add_bias(const DeviceBuffer& bias, DevicePtr rows, uint32_t
 }
 
 DevicePtr AttentionLayer::forward(const LayerBatch& batch, uint64_t stream) {
-  const auto* kv = dynamic_cast<const KvBatch*>(batch.state);
-  if (!kv) throw Error(Status::invalid_argument, "attention layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a KvBatch)");
+  const SequenceBatch* kv = batch.state;
+  if (!kv) throw Error(Status::invalid_argument, "attention layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a SequenceBatch)");
   if (kv->rows() != batch.m) {
     throw Error(Status::invalid_argument, "attention layer: " + std::to_string(batch.m) + " rows, but the batch's KV state has " +
                                               std::to_string(kv->rows()));
@@ -135,8 +135,8 @@ DevicePtr AttentionLayer::forward(const LayerBatch& batch, uint64_t stream) {
   return out_.ptr();
 }
 
-void AttentionLayer::forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream) {
-  check_cache(kv.cache());
+void AttentionLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream) {
+  check_cache(kv.pool());
   Backend& b = *backend_;
   const AttentionConfig& c = config_;
   const uint32_t m = kv.rows();
@@ -166,19 +166,19 @@ void AttentionLayer::forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out,
     b.launch(kernels_.rope, rows, q_out_.ptr(), k_out_.ptr(), kv.positions(), inv_freq_.ptr(), m, c.q_heads, c.kv_heads,
              c.head_dim, rope_scaling_);
   }
-  const KvCacheShape& s = kv.cache().shape();
-  b.launch(kernels_.kv_append, rows, k_out_.ptr(), v_out_.ptr(), kv.slot_mapping(), kv.cache().k_cache(layer_),
-           kv.cache().v_cache(layer_), m, c.kv_heads, c.head_dim, s.block_size, s.num_blocks);
+  const StatePoolShape& s = kv.pool().shape();
+  b.launch(kernels_.kv_append, rows, k_out_.ptr(), v_out_.ptr(), kv.slot_mapping(), kv.pool().k_cache(layer_),
+           kv.pool().v_cache(layer_), m, c.kv_heads, c.head_dim, s.block_size, s.num_blocks);
   attend(kv, stream);
   run_projection(b, set, o_, 0, attn_out_.ptr(), out, m, scratch_, stream);
   add_bias(o_bias_, out, m, c.hidden_size, stream);
 }
 
-void AttentionLayer::attend(const KvBatch& kv, uint64_t stream) {
+void AttentionLayer::attend(const SequenceBatch& kv, uint64_t stream) {
   Backend& b = *backend_;
   const AttentionConfig& c = config_;
-  const KvCacheShape& s = kv.cache().shape();
-  const DevicePtr kc = kv.cache().k_cache(layer_), vc = kv.cache().v_cache(layer_);
+  const StatePoolShape& s = kv.pool().shape();
+  const DevicePtr kc = kv.pool().k_cache(layer_), vc = kv.pool().v_cache(layer_);
   if (kv.is_decode()) {
     const uint32_t seqs = kv.rows(), partitions = kv.partitions();
     partials_.ensure(b, size_t{seqs} * c.q_heads * partitions * (c.head_dim + 2) * sizeof(float));
@@ -190,7 +190,7 @@ void AttentionLayer::attend(const KvBatch& kv, uint64_t stream) {
     return;
   }
   const size_t row_bytes = size_t{c.q_width()} * kBf16;
-  for (const KvBatch::Run& run : kv.runs()) {
+  for (const SequenceBatch::Run& run : kv.runs()) {
     const size_t offset = size_t{run.first_row} * row_bytes;
     b.launch(kernels_.prefill, launch_shape({ceil_div(run.rows, kPrefillRows), c.kv_heads, 1}, kBlock, stream),
              q_out_.at(offset), kc, vc, run.block_table, attn_out_.at(offset), run.rows, run.past, c.q_heads, c.kv_heads,

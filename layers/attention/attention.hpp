@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // AttentionLayer: a decoder layer's self-attention over the model's paged KV cache (docs/layers.md,
-// "The decoder"), a stateful Layer (core/layer.hpp) whose batch state is a KvBatch. For m rows of
+// "The decoder"), a stateful Layer (core/layer.hpp) whose batch state is a SequenceBatch. For m rows of
 // normalised hidden states x [m, hidden]:
 //   q, k, v  projections under the layer's tier (linear/projection_set.hpp)      -> bf16 rows
 //   bias     norm/bias_add on q, k, v when the model has biases (Qwen2)
@@ -17,7 +17,7 @@
 
 #include "attention/attention_config.hpp"
 #include "attention/attention_weights.hpp"
-#include "attention/kv_batch.hpp"
+#include "state/sequence_batch.hpp"
 
 #include "core/device_buffer.hpp"
 #include "core/device_quant_matrix.hpp"
@@ -55,11 +55,11 @@ class AttentionLayer final : public Layer {
   static AttentionLayer build(Backend& backend, const AttentionConfig& config, const AttentionWeights& weights,
                               uint32_t layer, const ActivationRequest& activations = {});
 
-  // batch.state must be a KvBatch over a cache of this layer's shape; bf16 [m, hidden] out in the
+  // batch.state must be a SequenceBatch over a cache of this layer's shape; bf16 [m, hidden] out in the
   // layer's buffer (valid until its next forward).
   DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) override;
   // The same into caller memory (bf16 [m, hidden]).
-  void forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream = 0);
+  void forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream = 0);
   std::vector<PlanStep> plan(uint32_t m) const override;
 
   const AttentionConfig& config() const noexcept { return config_; }
@@ -69,9 +69,9 @@ class AttentionLayer final : public Layer {
 
  private:
   AttentionLayer() = default;
-  void check_cache(const KvCache& cache) const;
+  void check_cache(const StatePool& cache) const;
   void add_bias(const DeviceBuffer& bias, DevicePtr rows, uint32_t m, uint32_t n, uint64_t stream);
-  void attend(const KvBatch& kv, uint64_t stream);
+  void attend(const SequenceBatch& kv, uint64_t stream);
 
   Backend* backend_ = nullptr;
   AttentionConfig config_;

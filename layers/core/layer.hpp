@@ -2,7 +2,7 @@
 // The interface a block of a decoder layer implements (docs/layers.md, "Layers"): it is built once
 // (open_layer, layers/compose.hpp), then runs forward over a batch of rows and describes the
 // kernels it takes for m rows. A block that keeps per-sequence state (attention's KV cache) gets
-// that state with each batch (BatchState). Blocks are not reentrant: one forward at a time per
+// that state with each batch (LayerBatch::state). Blocks are not reentrant: one forward at a time per
 // block (their scratch buffers are their own).
 #pragma once
 
@@ -15,21 +15,17 @@
 
 namespace metrale::layers {
 
-// What a stateful block reads and extends for the rows of one batch (attention: the KV cache's
-// slots and tables for those rows, attention/kv_batch.hpp). The caller makes it for each batch and
-// owns it, and owns the sequences' state behind it: never the block, so one block serves many
-// sequences and a sequence outlives any one batch. Stateless blocks (the FFN) take none.
-class BatchState {
- public:
-  virtual ~BatchState() = default;
-};
+class SequenceBatch;  // state/sequence_batch.hpp: the rows' sequences and their state in a StatePool
 
 // m rows of bf16 [m, hidden] in device memory of the block's backend; `state` is the batch's
-// state for a stateful block (null for stateless blocks).
+// sequences for a stateful block (attention: the pool's KV slots and tables for those rows), null
+// for stateless blocks (the FFN). The caller makes it for each batch and owns it, and owns the
+// sequences' state behind it: never the block, so one block serves many sequences and a sequence
+// outlives any one batch.
 struct LayerBatch {
   DevicePtr x;
   uint32_t m = 0;
-  const BatchState* state = nullptr;
+  const SequenceBatch* state = nullptr;
 };
 
 // One launch of a block's forward pass for m rows, as `metrale run` prints it.

@@ -64,14 +64,14 @@ std::unique_ptr<DecoderLayer> DecoderLayer::build(Backend& backend, const Decode
 }
 
 DevicePtr DecoderLayer::forward(const LayerBatch& batch, uint64_t stream) {
-  const auto* kv = dynamic_cast<const KvBatch*>(batch.state);
-  if (!kv) throw Error(Status::invalid_argument, "decoder layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a KvBatch)");
+  const SequenceBatch* kv = batch.state;
+  if (!kv) throw Error(Status::invalid_argument, "decoder layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a SequenceBatch)");
   out_.ensure(*backend_, size_t{batch.m} * hidden_ * kBf16);
   forward_into(*kv, batch.x, out_.ptr(), stream);
   return out_.ptr();
 }
 
-void DecoderLayer::forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream) {
+void DecoderLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream) {
   Backend& b = *backend_;
   const uint32_t m = kv.rows(), h = hidden_;
   const size_t bytes = size_t{m} * h * kBf16;

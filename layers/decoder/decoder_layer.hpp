@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // DecoderLayer: one layer of a Llama/Qwen-family decoder (docs/layers.md, "The decoder"), a
-// stateful Layer whose batch state is a KvBatch (attention/kv_batch.hpp). For hidden states h
+// stateful Layer whose batch state is a SequenceBatch (state/sequence_batch.hpp). For hidden states h
 // [m, hidden], with transformers' bf16 rounding points:
 //   x  = rms_norm(h, input_layernorm)                         norm/rms_norm
 //   a  = self_attn(x)                                         AttentionLayer
@@ -43,7 +43,7 @@ class DecoderLayer final : public Layer {
 
   DevicePtr forward(const LayerBatch& batch, uint64_t stream = 0) override;
   // The same into caller memory (bf16 [m, hidden]; may not alias x).
-  void forward_into(const KvBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream = 0);
+  void forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr out, uint64_t stream = 0);
   std::vector<PlanStep> plan(uint32_t m) const override;
 
   AttentionLayer& attention() noexcept { return attention_; }

@@ -48,7 +48,7 @@ int32_t argmax(std::span<const float> row) {
 }
 
 // Decode steps after the prefill: one row per sequence per step, `next` the ids to feed.
-void decode(Backend& backend, DecoderModel& model, KvCache& cache, const std::vector<uint32_t>& seqs, std::vector<int32_t>& next,
+void decode(Backend& backend, DecoderModel& model, StatePool& cache, const std::vector<uint32_t>& seqs, std::vector<int32_t>& next,
             const GenerateOptions& o, GenerateResult& r) {
   const size_t B = seqs.size();
   const uint32_t vocab = model.config().vocab_size;
@@ -60,7 +60,7 @@ void decode(Backend& backend, DecoderModel& model, KvCache& cache, const std::ve
   for (uint32_t step = 1; step < o.max_new_tokens; ++step) {
     std::vector<int32_t> positions(B);
     for (size_t p = 0; p < B; ++p) positions[p] = static_cast<int32_t>(cache.length(seqs[p]));
-    KvBatch kv(backend, cache, runs, positions);
+    SequenceBatch kv(backend, cache, runs, positions);
     ids.upload(std::span<const int32_t>(next));
     const DevicePtr hidden = model.forward(kv, ids.ptr());
     const std::vector<float> l = to_f32(backend, model.logits(hidden, static_cast<uint32_t>(B), all_rows), B * size_t{vocab});
@@ -77,7 +77,7 @@ void decode(Backend& backend, DecoderModel& model, KvCache& cache, const std::ve
 
 // The cache's shape: --kv-tokens, else every sequence's blocks as the cache will hand them out.
 // Error(out_of_memory) naming the sizes when the prompts and new tokens do not fit.
-KvCacheShape sized_cache(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o) {
+StatePoolShape sized_cache(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o) {
   uint64_t needed_blocks = 0, longest = 0, total = 0;
   for (const auto& p : prompts) {
     const uint64_t tokens = p.size() + o.max_new_tokens - 1;
@@ -85,7 +85,7 @@ KvCacheShape sized_cache(const DecoderModel& model, const std::vector<std::vecto
     longest = std::max<uint64_t>(longest, p.size());
     total += tokens;
   }
-  const KvCacheShape shape = model.cache_shape(o.kv_tokens ? o.kv_tokens : needed_blocks * o.block_size, o.block_size);
+  const StatePoolShape shape = model.cache_shape(o.kv_tokens ? o.kv_tokens : needed_blocks * o.block_size, o.block_size);
   const uint64_t capacity = shape.capacity_tokens();
   if (longest > capacity) {
     throw Error(Status::out_of_memory, "generate: a prompt of " + std::to_string(longest) + " tokens is longer than the KV cache (" +
@@ -112,7 +112,7 @@ GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std:
   if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "generate: prefill_chunk must be at least 1");
   GenerateResult r;
   r.cache = sized_cache(model, prompts, o);
-  KvCache cache(backend, r.cache);
+  StatePool cache(backend, r.cache);
   const size_t B = prompts.size();
   r.generated.assign(B, {});
   r.logits.assign(B, {});
@@ -132,7 +132,7 @@ GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std:
       std::vector<int32_t> positions(rows);
       for (uint32_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(first + i);
       const SequenceRows run{seqs[p], rows};
-      KvBatch kv(backend, cache, std::span(&run, 1), positions);
+      SequenceBatch kv(backend, cache, std::span(&run, 1), positions);
       ids.ensure(backend, size_t{rows} * 4);
       ids.upload(std::span<const int32_t>(prompt.data() + first, rows));
       const DevicePtr hidden = model.forward(kv, ids.ptr());

@@ -32,7 +32,7 @@ struct GenerateResult {
   std::vector<std::vector<float>> prompt_logits;
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
-  KvCacheShape cache;
+  StatePoolShape cache;
 };
 
 // Error(invalid_argument) for an empty prompt or an id outside the vocabulary (naming it and its

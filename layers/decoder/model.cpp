@@ -64,8 +64,8 @@ std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const Decode
   return m;
 }
 
-KvCacheShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) const {
-  KvCacheShape s;
+StatePoolShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) const {
+  StatePoolShape s;
   s.kv_heads = config_.attention.kv_heads;
   s.head_dim = config_.attention.head_dim;
   s.block_size = block_size;
@@ -76,7 +76,7 @@ KvCacheShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) con
   return s;
 }
 
-DevicePtr DecoderModel::forward(const KvBatch& kv, DevicePtr ids, uint64_t stream) {
+DevicePtr DecoderModel::forward(const SequenceBatch& kv, DevicePtr ids, uint64_t stream) {
   Backend& b = *backend_;
   const uint32_t m = kv.rows(), h = config_.attention.hidden_size;
   for (auto& buffer : hidden_) buffer.ensure(b, size_t{m} * h * kBf16);

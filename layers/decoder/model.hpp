@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // DecoderModel: a whole Llama/Qwen-family decoder (docs/layers.md, "The decoder"): the embedding
-// gather (embed/embedding), every DecoderLayer over one KV cache the caller owns (a KvBatch per
+// gather (embed/embedding), every DecoderLayer over one KV cache the caller owns (a SequenceBatch per
 // batch), the final RMSNorm and the logits projection (lm_head, or the embedding table when tied,
 // through the linear core like any projection). Built once; forward and logits are not reentrant.
 #pragma once
@@ -25,12 +25,12 @@ class DecoderModel {
 
   const DecoderConfig& config() const noexcept { return config_; }
   // A KV cache shape for this model holding `tokens` tokens in blocks of `block_size`.
-  KvCacheShape cache_shape(uint64_t tokens, uint32_t block_size = 16) const;
+  StatePoolShape cache_shape(uint64_t tokens, uint32_t block_size = 16) const;
 
   // The hidden states after the last layer, bf16 [rows, hidden] (the model's buffer, valid until
   // the next forward), of token ids `ids` (i32 [kv.rows()] on the device) appended by `kv`.
   // An id outside the vocabulary fails the embedding launch (the CPU backend names it).
-  DevicePtr forward(const KvBatch& kv, DevicePtr ids, uint64_t stream = 0);
+  DevicePtr forward(const SequenceBatch& kv, DevicePtr ids, uint64_t stream = 0);
   // The logits, bf16 [rows.size(), vocab] (the model's buffer), of rows `rows` of `hidden`
   // (forward's output of `hidden_rows` rows): the final norm, then the logits projection.
   DevicePtr logits(DevicePtr hidden, uint32_t hidden_rows, std::span<const uint32_t> rows, uint64_t stream = 0);

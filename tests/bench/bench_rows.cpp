@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "bench_rows.hpp"
 
-#include "attention/kv_cache.hpp"
+#include "state/state_pool.hpp"
 #include "ffn/ffn.hpp"
 #include "reference/reference.hpp"
 
@@ -274,10 +274,10 @@ double decode_cache_bytes(const AttentionShape& s, uint32_t seqs, uint32_t conte
 
 namespace {
 
-// A KvCache holding `seqs` sequences of `context` tokens, its pools filled with one random bf16
+// A StatePool holding `seqs` sequences of `context` tokens, its pools filled with one random bf16
 // pattern (the values do not change the time).
 struct FilledCache {
-  KvCache cache;
+  StatePool cache;
   std::vector<uint32_t> ids;
 
   FilledCache(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t context)
@@ -339,7 +339,7 @@ void finish(Rate& r, double seconds, double bytes, double flops, const Denominat
 Rate decode_rate(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t context, uint32_t repeat,
                  unsigned threads, const Denominators& d, CacheEvictor& evictor) {
   FilledCache filled(b, s, seqs, context);
-  const KvCache::DecodeTables tables = filled.cache.decode_tables(filled.ids);
+  const StatePool::DecodeTables tables = filled.cache.decode_tables(filled.ids);
   const uint32_t partitions = (tables.max_blocks * s.block_size + 511) / 512;  // attn_decode's 512-token splits
   const DeviceBuffer q = device_copy(b, synthetic_activations(seqs * s.q_heads, s.head_dim, 3));
   const DeviceBuffer block_tables = device_copy(b, tables.block_tables), context_lens = device_copy(b, tables.context_lens);

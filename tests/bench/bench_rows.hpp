@@ -115,7 +115,7 @@ std::vector<Rate> measure_rates(Backend& b, const RateRequest& request, unsigned
                                 CacheEvictor& evictor);
 
 // The attention rows: the attn kernels launched through the runtime on Qwen3-8B's attention
-// (32 q heads, 8 kv heads, head_dim 128) over a paged cache of 16-token blocks (a KvCache, its
+// (32 q heads, 8 kv heads, head_dim 128) over a paged cache of 16-token blocks (a StatePool, its
 // pools filled with random bf16), caches evicted before each pass. Decode (attn_decode +
 // attn_decode_combine, one query per sequence) at each context for each number of sequences,
 // in cache bytes read per second against the read bandwidth; prefill (attn_prefill of m rows

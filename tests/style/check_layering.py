@@ -5,7 +5,7 @@
 1. nothing under runtime/ includes a header of layers/ or plugins/;
 2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
 3. inside layers/, each concern includes only the ones below it (LAYER_DEPENDS): core/ nothing
-   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, architectures/ core and io, attention/ core, io, linear and architectures,
+   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, architectures/ core and io, state/ core, attention/ core, io, linear, architectures and state,
    decoder/ all but the top; the
    layers' own files include nothing of tools/ (conformance, bench) or cli/;
 4. nothing under cli/ includes a header of plugins/ (the CLI reaches a plugin through the registry
@@ -146,9 +146,10 @@ LAYER_DEPENDS = {
     "ffn": {"core", "io", "linear", "reference", "ffn"},
     "reference": {"core", "io", "reference"},
     "architectures": {"core", "io", "architectures"},
-    "attention": {"core", "io", "linear", "architectures", "attention"},
-    "decoder": {"core", "io", "linear", "ffn", "reference", "architectures", "attention", "decoder"},
-    "": {"core", "io", "linear", "ffn", "reference", "architectures", "attention", "decoder", ""},
+    "state": {"core", "state"},
+    "attention": {"core", "io", "linear", "architectures", "state", "attention"},
+    "decoder": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "decoder"},
+    "": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "decoder", ""},
 }
 
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The paged KV cache of a model's attention layers (docs/kernels.md, "Module attn"): one K and
-// one V pool per layer on a Backend, fixed blocks handed out to sequences as they grow, and the
+// The state a model's layers keep per sequence; today the paged KV cache of its attention layers
+// (docs/kernels.md, "Module attn"): one K and one V pool per layer on a Backend, fixed blocks handed out to sequences as they grow, and the
 // block tables and slot mappings the attn kernels read. A block number means the same block in
 // every layer's pools, so one block table per sequence serves all layers (as vLLM's does).
 // Host-side bookkeeping only: nothing here launches a kernel. Not thread-safe; one owner.
@@ -14,20 +14,20 @@
 
 namespace metrale::layers {
 
-struct KvCacheShape {
+struct StatePoolShape {
   uint32_t kv_heads = 0, head_dim = 0, block_size = 0, num_blocks = 0;
   uint32_t layers = 1;  // pools per pool kind: one K and one V pool per attention layer
   // Tokens the cache holds per sequence when one sequence has every block.
   uint64_t capacity_tokens() const noexcept { return uint64_t{num_blocks} * block_size; }
 };
 
-class KvCache {
+class StatePool {
  public:
   // Allocates the K and V pools of every layer, each bf16 [num_blocks][kv_heads][block_size]
   // [head_dim]. Throws Error (invalid_argument) for a shape the attn kernels refuse: head_dim
   // other than 64 or 128, block_size not a power of two from 1 to 256, zero heads, blocks or
   // layers.
-  KvCache(Backend& backend, const KvCacheShape& shape);
+  StatePool(Backend& backend, const StatePoolShape& shape);
 
   // A new, empty sequence; its id.
   uint32_t add_sequence();
@@ -51,7 +51,7 @@ class KvCache {
   DecodeTables decode_tables(std::span<const uint32_t> seqs) const;
 
   uint32_t free_blocks() const noexcept { return static_cast<uint32_t>(free_.size()); }
-  const KvCacheShape& shape() const noexcept { return shape_; }
+  const StatePoolShape& shape() const noexcept { return shape_; }
   // Layer `layer`'s pools (layer < shape().layers).
   DevicePtr k_cache(uint32_t layer = 0) const noexcept { return k_[layer].ptr(); }
   DevicePtr v_cache(uint32_t layer = 0) const noexcept { return v_[layer].ptr(); }
@@ -64,7 +64,7 @@ class KvCache {
   };
   const Sequence& sequence(uint32_t seq) const;
 
-  KvCacheShape shape_;
+  StatePoolShape shape_;
   std::vector<DeviceBuffer> k_, v_;  // per layer
   std::vector<int32_t> free_;  // a stack: the lowest block is handed out first
   std::vector<Sequence> sequences_;

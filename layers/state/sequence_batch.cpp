@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-#include "attention/kv_batch.hpp"
+#include "state/sequence_batch.hpp"
 
 #include <metrale/status.hpp>
 
@@ -17,19 +17,19 @@ constexpr uint32_t kDecodeSplitTokens = 512;
 
 }  // namespace
 
-KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows> runs, std::span<const int32_t> positions)
-    : cache_(&cache) {
+SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const SequenceRows> runs, std::span<const int32_t> positions)
+    : pool_(&pool) {
   // Everything is checked, and the blocks counted, before the first append.
   uint64_t rows = 0, blocks = 0, tokens = 0;
   std::set<uint32_t> sequences;
   bool one_row_each = !runs.empty();
   for (const SequenceRows& run : runs) {
-    if (run.rows == 0) throw Error(Status::invalid_argument, "KvBatch: a run of sequence " + std::to_string(run.sequence) + " has 0 rows");
+    if (run.rows == 0) throw Error(Status::invalid_argument, "SequenceBatch: a run of sequence " + std::to_string(run.sequence) + " has 0 rows");
     rows += run.rows;
     one_row_each = one_row_each && run.rows == 1 && sequences.insert(run.sequence).second;
   }
   if (rows != positions.size()) {
-    throw Error(Status::invalid_argument, "KvBatch: " + std::to_string(positions.size()) + " positions for " +
+    throw Error(Status::invalid_argument, "SequenceBatch: " + std::to_string(positions.size()) + " positions for " +
                                               std::to_string(rows) + " rows");
   }
   // A sequence may have several runs: count its blocks over all of them.
@@ -39,18 +39,18 @@ KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows>
     if (it == added.end()) added.emplace_back(run.sequence, run.rows);
     else it->second += run.rows;
   }
-  const uint64_t bs = cache.shape().block_size;
+  const uint64_t bs = pool.shape().block_size;
   for (const auto& [seq, count] : added) {
-    const uint64_t length = cache.length(seq), have = cache.block_table(seq).size();
+    const uint64_t length = pool.length(seq), have = pool.block_table(seq).size();
     blocks += (length + count + bs - 1) / bs - have;
     tokens += count;
   }
-  if (blocks > cache.free_blocks()) {
+  if (blocks > pool.free_blocks()) {
     throw Error(Status::out_of_memory,
                 "KV cache full: the batch adds " + std::to_string(tokens) + " tokens to " + std::to_string(added.size()) +
                     " sequence(s), which need " + std::to_string(blocks) + " new blocks of block_size " + std::to_string(bs) +
-                    "; " + std::to_string(cache.free_blocks()) + " of " + std::to_string(cache.shape().num_blocks) +
-                    " blocks are free (the cache holds " + std::to_string(cache.shape().capacity_tokens()) + " tokens)");
+                    "; " + std::to_string(pool.free_blocks()) + " of " + std::to_string(pool.shape().num_blocks) +
+                    " blocks are free (the cache holds " + std::to_string(pool.shape().capacity_tokens()) + " tokens)");
   }
   rows_ = static_cast<uint32_t>(rows);
   decode_ = one_row_each;
@@ -62,8 +62,8 @@ KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows>
     r.sequence = run.sequence;
     r.first_row = first;
     r.rows = run.rows;
-    r.past = cache.length(run.sequence);
-    const std::vector<int32_t> s = cache.append(run.sequence, run.rows);
+    r.past = pool.length(run.sequence);
+    const std::vector<int32_t> s = pool.append(run.sequence, run.rows);
     slots.insert(slots.end(), s.begin(), s.end());
     runs_.push_back(r);
     first += run.rows;
@@ -74,14 +74,14 @@ KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows>
   std::vector<size_t> offsets;
   for (const Run& r : runs_) {
     offsets.push_back(tables.size());
-    const auto t = cache.block_table(r.sequence);
+    const auto t = pool.block_table(r.sequence);
     tables.insert(tables.end(), t.begin(), t.end());
   }
   std::vector<int32_t> lens;
   if (decode_) {
     std::vector<uint32_t> seqs;
     for (const Run& r : runs_) seqs.push_back(r.sequence);
-    KvCache::DecodeTables d = cache.decode_tables(seqs);
+    StatePool::DecodeTables d = pool.decode_tables(seqs);
     max_blocks_ = d.max_blocks;
     tables = std::move(d.block_tables);
     lens = std::move(d.context_lens);
@@ -94,8 +94,8 @@ KvBatch::KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows>
   for (size_t i = 0; i < runs_.size(); ++i) runs_[i].block_table = tables_.at(offsets[i] * sizeof(int32_t));
 }
 
-uint32_t KvBatch::partitions() const noexcept {
-  const uint64_t tokens = uint64_t{max_blocks_} * cache_->shape().block_size;
+uint32_t SequenceBatch::partitions() const noexcept {
+  const uint64_t tokens = uint64_t{max_blocks_} * pool_->shape().block_size;
   return static_cast<uint32_t>((tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-#include "attention/kv_cache.hpp"
+#include "state/state_pool.hpp"
 
 #include <metrale/status.hpp>
 
@@ -11,14 +11,14 @@ namespace metrale::layers {
 
 namespace {
 
-size_t pool_bytes(const KvCacheShape& s) {
+size_t pool_bytes(const StatePoolShape& s) {
   if (s.head_dim != 64 && s.head_dim != 128)
-    throw Error(Status::invalid_argument, "KvCache: head_dim must be 64 or 128 (got " + std::to_string(s.head_dim) + ")");
+    throw Error(Status::invalid_argument, "StatePool: head_dim must be 64 or 128 (got " + std::to_string(s.head_dim) + ")");
   if (s.block_size == 0 || s.block_size > 256 || (s.block_size & (s.block_size - 1)) != 0)
     throw Error(Status::invalid_argument,
-                "KvCache: block_size must be a power of two from 1 to 256 (got " + std::to_string(s.block_size) + ")");
+                "StatePool: block_size must be a power of two from 1 to 256 (got " + std::to_string(s.block_size) + ")");
   if (s.kv_heads == 0 || s.num_blocks == 0 || s.layers == 0)
-    throw Error(Status::invalid_argument, "KvCache: kv_heads, num_blocks and layers must be at least 1 (got " +
+    throw Error(Status::invalid_argument, "StatePool: kv_heads, num_blocks and layers must be at least 1 (got " +
                                               std::to_string(s.kv_heads) + ", " + std::to_string(s.num_blocks) + ", " +
                                               std::to_string(s.layers) + ")");
   return size_t{s.num_blocks} * s.kv_heads * s.block_size * s.head_dim * 2;
@@ -26,7 +26,7 @@ size_t pool_bytes(const KvCacheShape& s) {
 
 }  // namespace
 
-KvCache::KvCache(Backend& backend, const KvCacheShape& shape) : shape_(shape) {
+StatePool::StatePool(Backend& backend, const StatePoolShape& shape) : shape_(shape) {
   const size_t bytes = pool_bytes(shape);
   for (uint32_t l = 0; l < shape.layers; ++l) {
     k_.emplace_back(backend, bytes);
@@ -36,24 +36,24 @@ KvCache::KvCache(Backend& backend, const KvCacheShape& shape) : shape_(shape) {
   for (uint32_t i = 0; i < shape.num_blocks; ++i) free_[i] = static_cast<int32_t>(shape.num_blocks - 1 - i);
 }
 
-uint32_t KvCache::add_sequence() {
+uint32_t StatePool::add_sequence() {
   sequences_.emplace_back();
   return static_cast<uint32_t>(sequences_.size() - 1);
 }
 
-const KvCache::Sequence& KvCache::sequence(uint32_t seq) const {
+const StatePool::Sequence& StatePool::sequence(uint32_t seq) const {
   if (seq >= sequences_.size() || !sequences_[seq].live)
-    throw Error(Status::invalid_argument, "KvCache: sequence " + std::to_string(seq) + " is not live");
+    throw Error(Status::invalid_argument, "StatePool: sequence " + std::to_string(seq) + " is not live");
   return sequences_[seq];
 }
 
-std::vector<int32_t> KvCache::append(uint32_t seq, uint32_t tokens) {
+std::vector<int32_t> StatePool::append(uint32_t seq, uint32_t tokens) {
   sequence(seq);
   Sequence& s = sequences_[seq];
   const uint64_t bs = shape_.block_size;
   const uint64_t needed_blocks = (uint64_t{s.length} + tokens + bs - 1) / bs - s.blocks.size();
   if (needed_blocks > free_.size())
-    throw Error(Status::out_of_memory, "KvCache: sequence " + std::to_string(seq) + " (length " + std::to_string(s.length) +
+    throw Error(Status::out_of_memory, "StatePool: sequence " + std::to_string(seq) + " (length " + std::to_string(s.length) +
                                            ") asks for " + std::to_string(tokens) + " tokens, which need " +
                                            std::to_string(needed_blocks) + " new blocks of block_size " +
                                            std::to_string(bs) + "; " + std::to_string(free_.size()) + " of " +
@@ -71,7 +71,7 @@ std::vector<int32_t> KvCache::append(uint32_t seq, uint32_t tokens) {
   return slots;
 }
 
-void KvCache::release(uint32_t seq) {
+void StatePool::release(uint32_t seq) {
   sequence(seq);
   Sequence& s = sequences_[seq];
   // Pushed back so that the lowest block comes out first again.
@@ -81,11 +81,11 @@ void KvCache::release(uint32_t seq) {
   s.live = false;
 }
 
-uint32_t KvCache::length(uint32_t seq) const { return sequence(seq).length; }
+uint32_t StatePool::length(uint32_t seq) const { return sequence(seq).length; }
 
-std::span<const int32_t> KvCache::block_table(uint32_t seq) const { return sequence(seq).blocks; }
+std::span<const int32_t> StatePool::block_table(uint32_t seq) const { return sequence(seq).blocks; }
 
-KvCache::DecodeTables KvCache::decode_tables(std::span<const uint32_t> seqs) const {
+StatePool::DecodeTables StatePool::decode_tables(std::span<const uint32_t> seqs) const {
   DecodeTables out;
   for (uint32_t seq : seqs) out.max_blocks = std::max(out.max_blocks, static_cast<uint32_t>(sequence(seq).blocks.size()));
   out.block_tables.assign(seqs.size() * size_t{out.max_blocks}, 0);

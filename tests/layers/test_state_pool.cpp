@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// KvCache (layers/attention/kv_cache.hpp) on the CPU backend: slots and block tables as the attn
+// StatePool (layers/state/state_pool.hpp) on the CPU backend: slots and block tables as the attn
 // kernels read them, a clear refusal that changes nothing when the pool is full, blocks reused
 // after release, and shapes the kernels refuse refused at construction.
 #include "backend_support.hpp"
 
-#include "attention/kv_batch.hpp"
-#include "attention/kv_cache.hpp"
+#include "state/sequence_batch.hpp"
+#include "state/state_pool.hpp"
 
 #include <metrale/status.hpp>
 
@@ -14,11 +14,11 @@
 #include <set>
 #include <string>
 
-using metrale::layers::KvCache;
-using metrale::layers::KvCacheShape;
+using metrale::layers::StatePool;
+using metrale::layers::StatePoolShape;
 
-TEST_CASE("KvCache hands out blocks per sequence and maps positions to slots") {
-  KvCache cache(*layers_test::cpu_backend(), KvCacheShape{2, 64, 16, 8});
+TEST_CASE("StatePool hands out blocks per sequence and maps positions to slots") {
+  StatePool cache(*layers_test::cpu_backend(), StatePoolShape{2, 64, 16, 8});
   const uint32_t a = cache.add_sequence(), b = cache.add_sequence();
   const auto first = cache.append(a, 20);  // two blocks
   const auto other = cache.append(b, 5);
@@ -43,8 +43,8 @@ TEST_CASE("KvCache hands out blocks per sequence and maps positions to slots") {
                                                     cache.block_table(a)[1]});
 }
 
-TEST_CASE("KvCache refuses when full, naming the sizes, and changes nothing; release frees the blocks") {
-  KvCache cache(*layers_test::cpu_backend(), KvCacheShape{1, 128, 16, 4});
+TEST_CASE("StatePool refuses when full, naming the sizes, and changes nothing; release frees the blocks") {
+  StatePool cache(*layers_test::cpu_backend(), StatePoolShape{1, 128, 16, 4});
   const uint32_t a = cache.add_sequence(), b = cache.add_sequence();
   cache.append(a, 50);  // all four blocks
   CHECK(cache.free_blocks() == 0);
@@ -67,17 +67,17 @@ TEST_CASE("KvCache refuses when full, naming the sizes, and changes nothing; rel
   CHECK(cache.append(b, 64).size() == 64);
 }
 
-TEST_CASE("KvCache refuses shapes the attn kernels refuse") {
+TEST_CASE("StatePool refuses shapes the attn kernels refuse") {
   auto& backend = *layers_test::cpu_backend();
-  CHECK_THROWS_WITH_AS(KvCache(backend, KvCacheShape{2, 96, 16, 4}), doctest::Contains("head_dim must be 64 or 128"),
+  CHECK_THROWS_WITH_AS(StatePool(backend, StatePoolShape{2, 96, 16, 4}), doctest::Contains("head_dim must be 64 or 128"),
                        metrale::Error);
-  CHECK_THROWS_WITH_AS(KvCache(backend, KvCacheShape{2, 64, 24, 4}), doctest::Contains("block_size must be a power of two"),
+  CHECK_THROWS_WITH_AS(StatePool(backend, StatePoolShape{2, 64, 24, 4}), doctest::Contains("block_size must be a power of two"),
                        metrale::Error);
-  CHECK_THROWS_AS(KvCache(backend, KvCacheShape{2, 64, 16, 0}), metrale::Error);
+  CHECK_THROWS_AS(StatePool(backend, StatePoolShape{2, 64, 16, 0}), metrale::Error);
 }
 
-TEST_CASE("KvCache keeps one pair of pools per layer, sharing the block tables") {
-  KvCache cache(*layers_test::cpu_backend(), KvCacheShape{2, 64, 16, 4, 3});
+TEST_CASE("StatePool keeps one pair of pools per layer, sharing the block tables") {
+  StatePool cache(*layers_test::cpu_backend(), StatePoolShape{2, 64, 16, 4, 3});
   std::set<uint64_t> pools;
   for (uint32_t l = 0; l < 3; ++l) {
     pools.insert(cache.k_cache(l).address);
@@ -85,19 +85,19 @@ TEST_CASE("KvCache keeps one pair of pools per layer, sharing the block tables")
   }
   CHECK(pools.size() == 6);
   CHECK(cache.shape().capacity_tokens() == 64);
-  CHECK_THROWS_AS(KvCache(*layers_test::cpu_backend(), KvCacheShape{2, 64, 16, 4, 0}), metrale::Error);
+  CHECK_THROWS_AS(StatePool(*layers_test::cpu_backend(), StatePoolShape{2, 64, 16, 4, 0}), metrale::Error);
 }
 
-TEST_CASE("KvBatch appends a batch's runs, builds decode tables, and refuses a batch that does not fit before appending") {
-  using metrale::layers::KvBatch;
+TEST_CASE("SequenceBatch appends a batch's runs, builds decode tables, and refuses a batch that does not fit before appending") {
+  using metrale::layers::SequenceBatch;
   using metrale::layers::SequenceRows;
   auto& backend = *layers_test::cpu_backend();
-  KvCache cache(backend, KvCacheShape{2, 64, 16, 4, 2});
+  StatePool cache(backend, StatePoolShape{2, 64, 16, 4, 2});
   const uint32_t a = cache.add_sequence(), b = cache.add_sequence();
   {
     const SequenceRows runs[] = {{a, 20}, {b, 3}};
     std::vector<int32_t> positions(23, 0);
-    const KvBatch prefill(backend, cache, runs, positions);
+    const SequenceBatch prefill(backend, cache, runs, positions);
     CHECK_FALSE(prefill.is_decode());
     REQUIRE(prefill.runs().size() == 2);
     CHECK(prefill.runs()[1].first_row == 20);
@@ -108,7 +108,7 @@ TEST_CASE("KvBatch appends a batch's runs, builds decode tables, and refuses a b
   {
     const SequenceRows runs[] = {{b, 1}, {a, 1}};
     const std::vector<int32_t> positions{3, 20};
-    const KvBatch decode(backend, cache, runs, positions);
+    const SequenceBatch decode(backend, cache, runs, positions);
     CHECK(decode.is_decode());
     CHECK(decode.max_blocks() == 2);
     CHECK(decode.partitions() == 1);
@@ -118,7 +118,7 @@ TEST_CASE("KvBatch appends a batch's runs, builds decode tables, and refuses a b
   const SequenceRows too_many[] = {{b, 13}, {a, 12}};
   const std::vector<int32_t> positions(25, 0);
   try {
-    KvBatch refused(backend, cache, too_many, positions);
+    SequenceBatch refused(backend, cache, too_many, positions);
     FAIL("a batch needing 2 blocks with 1 free was accepted");
   } catch (const metrale::Error& e) {
     CHECK(e.status() == metrale::Status::out_of_memory);
@@ -133,7 +133,7 @@ TEST_CASE("KvBatch appends a batch's runs, builds decode tables, and refuses a b
   // One row per sequence but a sequence twice: not a decode step.
   const SequenceRows twice[] = {{a, 1}, {a, 1}};
   const std::vector<int32_t> two{21, 22};
-  CHECK_FALSE(KvBatch(backend, cache, twice, two).is_decode());
+  CHECK_FALSE(SequenceBatch(backend, cache, twice, two).is_decode());
   const SequenceRows empty_run[] = {{a, 0}};
-  CHECK_THROWS_AS(KvBatch(backend, cache, empty_run, std::vector<int32_t>{}), metrale::Error);
+  CHECK_THROWS_AS(SequenceBatch(backend, cache, empty_run, std::vector<int32_t>{}), metrale::Error);
 }

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The rows of one batch as every attention layer of a model sees them (the BatchState of
+// The rows of one batch as every stateful layer of a model sees them (LayerBatch::state of
 // core/layer.hpp): runs of consecutive rows, each run the next tokens of one sequence of a
-// KvCache; their RoPE positions; the cache slots they are appended to; and the tables the attn
+// StatePool; their RoPE positions; the pool slots they are appended to; and the tables the attn
 // kernels read. The caller makes one per batch (appending the rows to their sequences) and passes
-// it to each layer; it owns the device copies, and the cache must outlive it.
+// it to each layer; it owns the device copies, and the pool must outlive it.
 //
 // A batch whose runs are one row each, of distinct sequences, is a decode step (attn_decode over
 // all of them in one launch); any other run is a prefill chunk (attn_prefill after that
 // sequence's earlier tokens), so prompts and decode steps may share a batch.
 #pragma once
 
-#include "attention/kv_cache.hpp"
+#include "state/state_pool.hpp"
 
 #include "core/device_buffer.hpp"
 #include "core/layer.hpp"
@@ -21,13 +21,13 @@
 
 namespace metrale::layers {
 
-// The next `rows` rows of a batch are the next tokens of cache sequence `sequence`.
+// The next `rows` rows of a batch are the next tokens of pool sequence `sequence`.
 struct SequenceRows {
   uint32_t sequence = 0;
   uint32_t rows = 0;
 };
 
-class KvBatch final : public BatchState {
+class SequenceBatch {
  public:
   struct Run {
     uint32_t sequence = 0;
@@ -36,14 +36,14 @@ class KvBatch final : public BatchState {
     DevicePtr block_table;    // i32, the sequence's blocks after the append
   };
 
-  // Appends every run's rows to its sequence (KvCache::append). When the cache cannot take them
+  // Appends every run's rows to its sequence (StatePool::append). When the pool cannot take them
   // all, throws Error(out_of_memory) naming the tokens, the blocks they need, the blocks free and
   // block_size, before anything is appended. `positions` has one entry per row (the rows' sum
   // over `runs`); Error(invalid_argument) otherwise, or for a run of 0 rows.
-  KvBatch(Backend& backend, KvCache& cache, std::span<const SequenceRows> runs, std::span<const int32_t> positions);
+  SequenceBatch(Backend& backend, StatePool& pool, std::span<const SequenceRows> runs, std::span<const int32_t> positions);
 
   uint32_t rows() const noexcept { return rows_; }
-  const KvCache& cache() const noexcept { return *cache_; }
+  const StatePool& pool() const noexcept { return *pool_; }
   std::span<const Run> runs() const noexcept { return runs_; }
   DevicePtr positions() const noexcept { return positions_.ptr(); }        // i32 [rows]
   DevicePtr slot_mapping() const noexcept { return slots_.ptr(); }         // i32 [rows]
@@ -57,7 +57,7 @@ class KvBatch final : public BatchState {
   uint32_t partitions() const noexcept;
 
  private:
-  KvCache* cache_;
+  StatePool* pool_;
   uint32_t rows_ = 0;
   bool decode_ = false;
   uint32_t max_blocks_ = 0;

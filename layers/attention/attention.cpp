@@ -6,6 +6,7 @@
 #include "core/lookup_notes.hpp"
 #include "core/levers.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
@@ -17,17 +18,15 @@ namespace {
 
 constexpr uint32_t kBlock = 128;
 constexpr std::string_view kFusedLever = "METRALE_QK_NORM_ROPE";
-using P = metrale_param_type;
-constexpr P kPtr = METRALE_PARAM_PTR, kU32 = METRALE_PARAM_U32, kF32 = METRALE_PARAM_F32;
-// Parameter lists of docs/kernels.md's catalogue.
-constexpr std::array<P, 5> kBiasAddSig{kPtr, kPtr, kPtr, kU32, kU32};
-constexpr std::array<P, 6> kRmsNormSig{kPtr, kPtr, kPtr, kU32, kU32, kF32};
-constexpr std::array<P, 9> kRopeSig{kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kF32};
-constexpr std::array<P, 12> kQkNormRopeSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kF32, kF32};
-constexpr std::array<P, 10> kAppendSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32};
-constexpr std::array<P, 14> kDecodeSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32, kU32, kU32, kF32};
-constexpr std::array<P, 7> kCombineSig{kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32};
-constexpr std::array<P, 13> kPrefillSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32, kU32, kU32, kU32, kF32};
+using catalogue::signature;
+constexpr auto kBiasAddSig = signature("norm", "bias_add");
+constexpr auto kRmsNormSig = signature("norm", "rms_norm");
+constexpr auto kRopeSig = signature("rope", "rope");
+constexpr auto kQkNormRopeSig = signature("rope", "qk_norm_rope");
+constexpr auto kAppendSig = signature("attn", "kv_append");
+constexpr auto kDecodeSig = signature("attn", "attn_decode");
+constexpr auto kCombineSig = signature("attn", "attn_decode_combine");
+constexpr auto kPrefillSig = signature("attn", "attn_prefill");
 // attn_prefill's rows per block (docs/kernels.md).
 constexpr uint32_t kPrefillRows = 64;
 

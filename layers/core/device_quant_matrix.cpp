@@ -1,19 +1,16 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "core/device_quant_matrix.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
-#include <array>
 #include <utility>
 
 namespace metrale::layers {
 
 namespace {
 
-// w4a16_repack(qweight_in, scales_in, qweight_out, scales_out, n, k, count): docs/kernels.md.
-constexpr std::array<metrale_param_type, 7> kW4a16RepackSignature{
-    METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
-    METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+constexpr auto kW4a16RepackSignature = catalogue::signature("w4a16", "w4a16_repack");
 constexpr uint32_t kRepackRowsPerBlock = 64;
 
 }  // namespace

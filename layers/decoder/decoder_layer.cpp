@@ -5,20 +5,18 @@
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
-
-#include <array>
 
 namespace metrale::layers {
 
 namespace {
 
 constexpr uint32_t kBlock = 128;
-using P = metrale_param_type;
-constexpr P kPtr = METRALE_PARAM_PTR, kU32 = METRALE_PARAM_U32, kF32 = METRALE_PARAM_F32;
-constexpr std::array<P, 6> kRmsNormSig{kPtr, kPtr, kPtr, kU32, kU32, kF32};
-constexpr std::array<P, 8> kRmsNormResidualSig{kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kF32};
-constexpr std::array<P, 5> kAddSig{kPtr, kPtr, kPtr, kU32, kU32};
+using catalogue::signature;
+constexpr auto kRmsNormSig = signature("norm", "rms_norm");
+constexpr auto kRmsNormResidualSig = signature("norm", "rms_norm_residual");
+constexpr auto kAddSig = signature("norm", "add");
 
 
 

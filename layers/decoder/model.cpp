@@ -5,9 +5,9 @@
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
-#include <array>
 #include <algorithm>
 #include <cstring>
 
@@ -15,9 +15,7 @@ namespace metrale::layers {
 
 namespace {
 
-using P = metrale_param_type;
-constexpr std::array<P, 6> kEmbeddingSig{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
-                                         METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+constexpr auto kEmbeddingSig = catalogue::signature("embed", "embedding");
 
 // The embedding table as the logits projection's weights (tie_word_embeddings): bf16-nk holds
 // the row-major values as they are.

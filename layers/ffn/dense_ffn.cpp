@@ -4,21 +4,17 @@
 #include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
-
-#include <array>
 
 namespace metrale::layers {
 
-namespace {
-constexpr std::array<metrale_param_type, 4> kActSignature{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
-                                                          METRALE_PARAM_U32};
-}  // namespace
-
 KernelHandle resolve_act(Backend& backend, Activation activation, std::source_location site) {
+  constexpr auto kSilu = catalogue::signature("act", "silu_mul"), kGelu = catalogue::signature("act", "gelu_mul");
+  const bool silu = activation == Activation::silu;
   Backend::LookupRequest request{
-      .kind = LookupKind::require, .expected = kActSignature, .lever = {}, .refuse_because = {}, .annotations = {}};
-  return backend.lookup("act", activation == Activation::silu ? "silu_mul" : "gelu_mul", request, site);
+      .kind = LookupKind::require, .expected = silu ? kSilu : kGelu, .lever = {}, .refuse_because = {}, .annotations = {}};
+  return backend.lookup("act", silu ? "silu_mul" : "gelu_mul", request, site);
 }
 
 void launch_act(Backend& backend, KernelHandle act, DevicePtr gate_up, DevicePtr out, uint32_t m, uint32_t intermediate,

@@ -5,11 +5,11 @@
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <tuple>
 
@@ -18,15 +18,12 @@ namespace metrale::layers {
 namespace {
 
 constexpr std::string_view kGroupedDecodeLever = "METRALE_FP8_MOE_GROUPED_DECODE";
-using P = metrale_param_type;
-constexpr P kPtr = METRALE_PARAM_PTR;
-constexpr P kU32 = METRALE_PARAM_U32;
-constexpr std::array<P, 6> kRouterSig{kPtr, kPtr, kPtr, kU32, kU32, kU32};
-constexpr std::array<P, 7> kTopkSig{kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32};
-constexpr std::array<P, 5> kGatherSig{kPtr, kPtr, kPtr, kU32, kU32};
-constexpr std::array<P, 7> kCombineSig{kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32};
-// moe_align(ids, topk_weights, shared_logits, offsets, rows, slots, combine_weights, active, m, e, k, shared)
-constexpr std::array<P, 12> kAlignSig{kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kU32, kU32, kU32, kU32};
+using catalogue::signature;
+constexpr auto kRouterSig = signature("moe", "router_gemm");
+constexpr auto kTopkSig = signature("moe", "topk_softmax");
+constexpr auto kGatherSig = signature("moe", "moe_gather");
+constexpr auto kCombineSig = signature("moe", "moe_combine");
+constexpr auto kAlignSig = signature("moe", "moe_align");
 // The cross-row grouped decode serves a few tokens; above this the grouped GEMM does.
 constexpr uint32_t kGroupedDecodeMaxRows = 8;
 

@@ -4,6 +4,7 @@
 #include "core/launch_shape.hpp"
 #include "linear/projection.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
 #include <array>
@@ -11,35 +12,6 @@
 namespace metrale::layers {
 
 namespace {
-
-using P = metrale_param_type;
-
-// A parameter list of `ptrs` pointers followed by `u32s` 32-bit counts: every kernel of the
-// quantized families has this shape (docs/kernels.md).
-template <size_t Ptrs, size_t U32s>
-constexpr std::array<P, Ptrs + U32s> signature() {
-  std::array<P, Ptrs + U32s> s{};
-  for (size_t i = 0; i < s.size(); ++i) s[i] = i < Ptrs ? METRALE_PARAM_PTR : METRALE_PARAM_U32;
-  return s;
-}
-
-constexpr auto kZpGemm = signature<5, 4>();      // (x, qweight, scales, zeros, y, m, n, k, group)
-constexpr auto kZpGrouped = signature<6, 4>();   // (x, qweight, scales, zeros, offsets, y, n, k, group, experts)
-constexpr auto kZpRepack = signature<6, 4>();    // (q/s/z in, q/s/z out, n, k, group, count)
-constexpr auto kA8Gemm = signature<6, 4>();      // (xq, xscale, qweight, scales, zeros, y, m, n, k, group)
-constexpr auto kA8Grouped = signature<7, 4>();   // (xq, xscale, qweight, scales, zeros, offsets, y, n, k, group, experts)
-constexpr auto kFp8Gemm = signature<4, 3>();     // (x, weight, scales, y, m, n, k)
-constexpr auto kFp8Grouped = signature<5, 3>();  // (x, weight, scales, offsets, y, n, k, experts)
-constexpr auto kFp8Repack = signature<4, 3>();   // (weight/scales in, weight/scales out, n, k, count)
-constexpr auto kFp8GroupedGemv = signature<6, 3>();  // (x, weight, scales, offsets, active, y, n, k, slots)
-constexpr auto kFp8A8Gemm = signature<5, 3>();       // (xq, xscale, weight, scales, y, m, n, k)
-constexpr auto kFp8A8Grouped = signature<6, 3>();    // (xq, xscale, weight, scales, offsets, y, n, k, experts)
-constexpr auto kW16Gemm = signature<3, 3>();        // (x, weight, y, m, n, k)
-constexpr auto kW16Grouped = signature<4, 3>();     // (x, weight, offsets, y, n, k, experts)
-constexpr auto kW16Repack = signature<2, 3>();      // (weight_in, weight_out, n, k, count)
-constexpr auto kQuantize = signature<3, 2>();        // (x, xq, xscale, m, k)
-constexpr auto kQuantizeStatic = signature<5, 2>();  // (x, scales, offsets, xq, xscale, k, groups)
-constexpr auto kGather = signature<4, 2>();          // (x, perm, offsets, out, k, groups)
 
 constexpr std::array<FamilyInfo, 10> kFamilies{{
     {KernelFamily::w4a16, "w4a16", "w4a16", WeightFormat::w4a16, ActivationQuant::bf16},
@@ -59,6 +31,15 @@ LaunchShape shape(std::array<uint32_t, 3> grid, uint64_t stream, uint32_t block 
   return launch_shape(grid, block, stream);
 }
 
+// The parameter list manifests/catalogue.json documents for `module`/`name` (names made at run time).
+std::span<const metrale_param_type> documented_signature(std::string_view module, std::string_view name) {
+  const catalogue::DocumentedKernel* kernel = catalogue::find(module, name);
+  if (kernel == nullptr) {
+    throw Error(Status::internal, std::string(module) + "/" + std::string(name) + " is not in manifests/catalogue.json");
+  }
+  return kernel->types;
+}
+
 struct Lookup {
   Backend& backend;
   const FamilyRequest& request;
@@ -66,55 +47,57 @@ struct Lookup {
   KernelMiss& missing;
   std::vector<KernelMiss>& absent;
 
-  Backend::Resolution find(std::string_view module, const std::string& name, std::span<const P> signature) const {
-    return backend.resolve(module, name, noted_request(request.notes, LookupKind::try_lookup, signature), site);
+  // Expects the parameters of `params_of`, a documented kernel of `module` (empty: `name` itself).
+  Backend::Resolution find(std::string_view module, const std::string& name, std::string_view params_of = {}) const {
+    const auto expected = documented_signature(module, params_of.empty() ? std::string_view(name) : params_of);
+    return backend.resolve(module, name, noted_request(request.notes, LookupKind::try_lookup, expected), site);
   }
   // A kernel the family runs without: a miss is kept with its reason.
-  KernelHandle get(std::string_view module, const std::string& name, std::span<const P> signature) const {
-    Backend::Resolution r = find(module, name, signature);
+  KernelHandle get(std::string_view module, const std::string& name, std::string_view params_of = {}) const {
+    Backend::Resolution r = find(module, name, params_of);
     if (!r) absent.push_back({std::string(module) + "/" + name, std::move(r.reason)});
     return r.handle;
   }
   // A kernel the family cannot run without: the first one missing is kept with its reason.
-  KernelHandle need(std::string_view module, const std::string& name, std::span<const P> signature) const {
-    Backend::Resolution r = find(module, name, signature);
+  KernelHandle need(std::string_view module, const std::string& name) const {
+    Backend::Resolution r = find(module, name);
     if (!r && missing.kernel.empty()) missing = {std::string(module) + "/" + name, std::move(r.reason)};
     return r.handle;
   }
 };
 
 void resolve_zp(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
-  const bool a8 = f.activations != ActivationQuant::bf16;
   const std::string p(f.prefix);
-  k.gemv = l.get(f.module, p + "_gemv", a8 ? std::span<const P>(kA8Gemm) : std::span<const P>(kZpGemm));
-  k.gemm = l.need(f.module, p + "_gemm", a8 ? std::span<const P>(kA8Gemm) : std::span<const P>(kZpGemm));
-  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm", a8 ? std::span<const P>(kA8Grouped) : std::span<const P>(kZpGrouped));
-  k.repack = l.get(f.module, p + "_repack", kZpRepack);
+  // The GEMV takes the GEMM's parameters: w4afp8 documents no GEMV, yet a backend may offer one.
+  k.gemv = l.get(f.module, p + "_gemv", p + "_gemm");
+  k.gemm = l.need(f.module, p + "_gemm");
+  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm");
+  k.repack = l.get(f.module, p + "_repack");
 }
 
 void resolve_fp8(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   if (f.activations == ActivationQuant::fp8) {
     // Scales per 128 columns of the activations: the GEMMs that read them.
     const std::string groups = l.request.scaling.group128 ? "_group128" : "";
-    k.gemv = l.get(f.module, "fp8_gemv_a8" + groups, kFp8A8Gemm);
-    k.gemm = l.need(f.module, "fp8_gemm_a8" + groups, kFp8A8Gemm);
-    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8" + groups, kFp8A8Grouped);
+    k.gemv = l.get(f.module, "fp8_gemv_a8" + groups);
+    k.gemm = l.need(f.module, "fp8_gemm_a8" + groups);
+    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm_a8" + groups);
   } else {
-    k.gemv = l.get(f.module, "fp8_gemv", kFp8Gemm);
-    k.gemm = l.need(f.module, "fp8_gemm", kFp8Gemm);
-    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm", kFp8Grouped);
-    if (l.request.grouped_decode) k.grouped_gemv = l.get(f.module, "fp8_grouped_gemv", kFp8GroupedGemv);
+    k.gemv = l.get(f.module, "fp8_gemv");
+    k.gemm = l.need(f.module, "fp8_gemm");
+    if (l.request.grouped) k.grouped = l.get(f.module, "fp8_grouped_gemm");
+    if (l.request.grouped_decode) k.grouped_gemv = l.get(f.module, "fp8_grouped_gemv");
   }
-  k.repack = l.get(f.module, "fp8_repack", kFp8Repack);
+  k.repack = l.get(f.module, "fp8_repack");
 }
 
 // bf16 / f16 weights: bf16 activations only (the values need no quantized activations).
 void resolve_w16(const Lookup& l, const FamilyInfo& f, FamilyKernels& k) {
   const std::string p(f.prefix);
-  k.gemv = l.get(f.module, p + "_gemv", kW16Gemm);
-  k.gemm = l.need(f.module, p + "_gemm", kW16Gemm);
-  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm", kW16Grouped);
-  k.repack = l.get(f.module, p + "_repack", kW16Repack);
+  k.gemv = l.get(f.module, p + "_gemv");
+  k.gemm = l.need(f.module, p + "_gemm");
+  if (l.request.grouped) k.grouped = l.get(f.module, p + "_grouped_gemm");
+  k.repack = l.get(f.module, p + "_repack");
 }
 
 // quant/quantize_int8[_bf16], quantize_fp8[_group128][_bf16], quantize_*_static_bf16
@@ -200,10 +183,9 @@ std::optional<FamilyKernels> resolve_family(Backend& backend, const FamilyReques
   }
   if (f.activations != ActivationQuant::bf16) {
     k.scaling = request.scaling;
-    k.quantize = l.need("quant", quantizer_name(f.activations, request.scaling),
-                        request.scaling.static_tensor ? std::span<const P>(kQuantizeStatic) : std::span<const P>(kQuantize));
+    k.quantize = l.need("quant", quantizer_name(f.activations, request.scaling));
   }
-  if (request.act_order) k.gather = l.need("quant", "gather_k", kGather);
+  if (request.act_order) k.gather = l.need("quant", "gather_k");
   if (!missing.kernel.empty()) return std::nullopt;
   const std::string canonical = weight_format_name(f.weights);
   const std::string repack_name = std::string(f.module) + "/" + std::string(f.prefix) + "_repack";

@@ -3,19 +3,15 @@
 
 #include "core/launch_shape.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/levers.hpp>
 #include <metrale/status.hpp>
-
-#include <array>
 
 namespace metrale::layers {
 
 namespace {
 
-// moe/w4a16_grouped_gemm(x, qweight, scales, offsets, y, n, k, experts)
-constexpr std::array<metrale_param_type, 8> kW4a16GroupedSignature{
-    METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
-    METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+constexpr auto kW4a16GroupedSignature = catalogue::signature("moe", "w4a16_grouped_gemm");
 
 class W4a16Plan final : public LinearPlan {
  public:

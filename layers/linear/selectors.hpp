@@ -9,18 +9,17 @@
 #include "core/lookup_notes.hpp"
 
 #include <metrale/backend.hpp>
+#include <metrale/catalogue_signatures.h>
 
-#include <array>
 #include <cstdint>
 #include <source_location>
+#include <span>
 #include <string_view>
 
 namespace metrale::layers {
 
-// (x, qweight, scales, y, m, n, k): the one parameter list of the w4a16 GEMM family.
-inline constexpr std::array<metrale_param_type, 7> kW4a16GemmSignature{
-    METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
-    METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
+// (x, qweight, scales, y, m, n, k): the one parameter list of the w4a16 GEMM family, w4a16_gemm_t's.
+inline constexpr std::span<const metrale_param_type> kW4a16GemmSignature = catalogue::signature("w4a16", "w4a16_gemm_t");
 
 // Smallest K at which tile-GEMM sites take the deep-K k64 kernel: METRALE_W4A16_K64_MIN_K if set;
 // else 8192 when METRALE_NO_W4A16_K64 is exactly 1; else 6144. A bad value is a Refusal.

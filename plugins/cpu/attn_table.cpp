@@ -5,15 +5,10 @@
 #include "launch_checks.hpp"
 
 #include <cmath>
-#include <iterator>
 
 namespace metrale::cpu {
 
 namespace {
-
-constexpr metrale_param_type P = METRALE_PARAM_PTR;
-constexpr metrale_param_type U = METRALE_PARAM_U32;
-constexpr metrale_param_type F = METRALE_PARAM_F32;
 
 // Keeps every token position and element offset of one sequence far inside 32 bits.
 constexpr uint64_t kMaxContext = uint64_t{1} << 24;
@@ -180,35 +175,17 @@ metrale_status check_prefill(const KernelArgs& a, const MemoryView& mem, BlockRa
   return kOk;
 }
 
-constexpr const char* kAppendNames[] = {"k", "v", "slot_mapping", "k_cache", "v_cache", "tokens", "kv_heads",
-                                        "head_dim", "block_size", "num_blocks"};
-constexpr metrale_param_type kAppendTypes[] = {P, P, P, P, P, U, U, U, U, U};
-constexpr const char* kDecodeNames[] = {"q", "k_cache", "v_cache", "block_tables", "context_lens", "partials",
-                                        "seqs", "q_heads", "kv_heads", "head_dim", "block_size", "max_blocks",
-                                        "num_blocks", "scale"};
-constexpr metrale_param_type kDecodeTypes[] = {P, P, P, P, P, P, U, U, U, U, U, U, U, F};
-constexpr const char* kCombineNames[] = {"partials", "context_lens", "out", "seqs", "q_heads", "head_dim",
-                                         "partitions"};
-constexpr metrale_param_type kCombineTypes[] = {P, P, P, U, U, U, U};
-constexpr const char* kPrefillNames[] = {"q", "k_cache", "v_cache", "block_table", "out", "m", "past",
-                                         "q_heads", "kv_heads", "head_dim", "block_size", "num_blocks", "scale"};
-constexpr metrale_param_type kPrefillTypes[] = {P, P, P, P, P, U, U, U, U, U, U, U, F};
-
-#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
-
 const KernelSpec kSpecs[] = {
-    {"attn", "kv_append", METRALE_CPU_PARAMS(Append), check_kv_append, baseline::kv_append, -1, "(tokens, 1)"},
-    {"attn", "attn_decode", METRALE_CPU_PARAMS(Decode), check_decode, baseline::attn_decode,
+    {METRALE_CPU_KERNEL(attn, kv_append), check_kv_append, baseline::kv_append, -1, "(tokens, 1)"},
+    {METRALE_CPU_KERNEL(attn, attn_decode), check_decode, baseline::attn_decode,
      static_cast<int>(Simd::attn_decode),
      "(ceil(max_blocks*block_size/512), seqs*kv_heads)"},
-    {"attn", "attn_decode_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::attn_decode_combine, -1,
+    {METRALE_CPU_KERNEL(attn, attn_decode_combine), check_combine, baseline::attn_decode_combine, -1,
      "(q_heads, seqs)"},
-    {"attn", "attn_prefill", METRALE_CPU_PARAMS(Prefill), check_prefill, baseline::attn_prefill,
+    {METRALE_CPU_KERNEL(attn, attn_prefill), check_prefill, baseline::attn_prefill,
      static_cast<int>(Simd::attn_prefill),
      "(ceil(m/64), kv_heads)"},
 };
-
-#undef METRALE_CPU_PARAMS
 
 }  // namespace
 

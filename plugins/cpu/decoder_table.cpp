@@ -4,15 +4,10 @@
 #include "launch_checks.hpp"
 
 #include <cmath>
-#include <iterator>
 
 namespace metrale::cpu {
 
 namespace {
-
-constexpr metrale_param_type P = METRALE_PARAM_PTR;
-constexpr metrale_param_type U = METRALE_PARAM_U32;
-constexpr metrale_param_type F = METRALE_PARAM_F32;
 
 bool finite_ok(float value, const char* name, bool non_negative, std::string& error) {
   if (std::isfinite(value) && (!non_negative || value >= 0.0f)) return true;
@@ -115,38 +110,18 @@ metrale_status check_embedding(const KernelArgs& a, const MemoryView& mem, Block
   return kOk;
 }
 
-constexpr const char* kRmsNormNames[] = {"x", "weight", "y", "m", "h", "eps"};
-constexpr metrale_param_type kRmsNormTypes[] = {P, P, P, U, U, F};
-constexpr const char* kRmsNormResidualNames[] = {"x", "residual", "weight", "y", "residual_out", "m", "h", "eps"};
-constexpr metrale_param_type kRmsNormResidualTypes[] = {P, P, P, P, P, U, U, F};
-constexpr const char* kAddNames[] = {"x", "residual", "out", "m", "h"};
-constexpr metrale_param_type kAddTypes[] = {P, P, P, U, U};
-constexpr const char* kBiasAddNames[] = {"x", "bias", "out", "m", "n"};
-constexpr metrale_param_type kBiasAddTypes[] = {P, P, P, U, U};
-constexpr const char* kRopeNames[] = {"q", "k", "positions", "inv_freq", "t", "q_heads", "kv_heads", "head_dim", "scaling"};
-constexpr metrale_param_type kRopeTypes[] = {P, P, P, P, U, U, U, U, F};
-constexpr const char* kQkNormRopeNames[] = {"q", "k", "q_weight", "k_weight", "positions", "inv_freq",
-                                            "t", "q_heads", "kv_heads", "head_dim", "eps", "scaling"};
-constexpr metrale_param_type kQkNormRopeTypes[] = {P, P, P, P, P, P, U, U, U, U, F, F};
-constexpr const char* kEmbeddingNames[] = {"table", "ids", "out", "t", "h", "vocab"};
-constexpr metrale_param_type kEmbeddingTypes[] = {P, P, P, U, U, U};
-
-#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
-
 const KernelSpec kSpecs[] = {
-    {"norm", "rms_norm", METRALE_CPU_PARAMS(RmsNorm), check_rms_norm<false>, baseline::rms_norm, -1, "(m, 1)"},
-    {"norm", "rms_norm_residual", METRALE_CPU_PARAMS(RmsNormResidual), check_rms_norm<true>,
+    {METRALE_CPU_KERNEL(norm, rms_norm), check_rms_norm<false>, baseline::rms_norm, -1, "(m, 1)"},
+    {METRALE_CPU_KERNEL(norm, rms_norm_residual), check_rms_norm<true>,
      baseline::rms_norm_residual, -1, "(m, 1)"},
-    {"norm", "add", METRALE_CPU_PARAMS(Add), check_add, baseline::add, -1, "(m, 1)"},
-    {"norm", "bias_add", METRALE_CPU_PARAMS(BiasAdd), check_bias_add, baseline::bias_add, -1, "(m, 1)"},
-    {"rope", "rope", METRALE_CPU_PARAMS(Rope), check_rotary<false>, baseline::rope, -1, "(t, 1)"},
-    {"rope", "qk_norm_rope", METRALE_CPU_PARAMS(QkNormRope), check_rotary<true>, baseline::qk_norm_rope,
+    {METRALE_CPU_KERNEL(norm, add), check_add, baseline::add, -1, "(m, 1)"},
+    {METRALE_CPU_KERNEL(norm, bias_add), check_bias_add, baseline::bias_add, -1, "(m, 1)"},
+    {METRALE_CPU_KERNEL(rope, rope), check_rotary<false>, baseline::rope, -1, "(t, 1)"},
+    {METRALE_CPU_KERNEL(rope, qk_norm_rope), check_rotary<true>, baseline::qk_norm_rope,
      static_cast<int>(Simd::qk_norm_rope), "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
-    {"embed", "embedding", METRALE_CPU_PARAMS(Embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
+    {METRALE_CPU_KERNEL(embed, embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
 };
-
-#undef METRALE_CPU_PARAMS
 
 }  // namespace
 

@@ -7,15 +7,11 @@
 #include "quant_table.hpp"
 
 #include <array>
-#include <iterator>
 #include <vector>
 
 namespace metrale::cpu {
 
 namespace {
-
-constexpr metrale_param_type P = METRALE_PARAM_PTR;
-constexpr metrale_param_type U = METRALE_PARAM_U32;
 
 // The W4A16 family; `max_m` 0 means unbounded, `tile_m` 0 means all rows in one block.
 metrale_status check_w4a16(const KernelArgs& a, const MemoryView& mem, BlockRange& needed,
@@ -158,57 +154,36 @@ metrale_status check_combine(const KernelArgs& a, const MemoryView& mem, BlockRa
   return kOk;
 }
 
-constexpr const char* kW4Names[] = {"x", "qweight", "scales", "y", "m", "n", "k"};
-constexpr metrale_param_type kW4Types[] = {P, P, P, P, U, U, U};
-constexpr const char* kRepackNames[] = {"qweight_in", "scales_in", "qweight_out", "scales_out", "n", "k", "count"};
-constexpr metrale_param_type kRepackTypes[] = {P, P, P, P, U, U, U};
-constexpr const char* kActNames[] = {"gate_up", "out", "m", "i"};
-constexpr metrale_param_type kActTypes[] = {P, P, U, U};
-constexpr const char* kRouterNames[] = {"x", "w", "logits", "m", "e", "h"};
-constexpr metrale_param_type kRouterTypes[] = {P, P, P, U, U, U};
-constexpr const char* kTopkNames[] = {"logits", "ids", "weights", "m", "e", "k", "renormalize"};
-constexpr metrale_param_type kTopkTypes[] = {P, P, P, U, U, U, U};
-constexpr const char* kGatherNames[] = {"x", "rows", "out", "t", "h"};
-constexpr metrale_param_type kGatherTypes[] = {P, P, P, U, U};
-constexpr const char* kGroupedNames[] = {"x", "qweight", "scales", "offsets", "y", "n", "k", "experts"};
-constexpr metrale_param_type kGroupedTypes[] = {P, P, P, P, P, U, U, U};
-constexpr const char* kCombineNames[] = {"expert_out", "slots", "weights", "out", "m", "k", "h"};
-constexpr metrale_param_type kCombineTypes[] = {P, P, P, P, U, U, U};
-
-#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
-
 constexpr int slot(Simd s) { return static_cast<int>(s); }
 
 const std::array<KernelSpec, 12> kBaseSpecs{{
-    {"w4a16", "w4a16_gemv", METRALE_CPU_PARAMS(W4), check_gemv, baseline::w4a16_gemv, slot(Simd::w4a16_gemv),
+    {METRALE_CPU_KERNEL(w4a16, w4a16_gemv), check_gemv, baseline::w4a16_gemv, slot(Simd::w4a16_gemv),
      "(ceil(n/64), 1)"},
-    {"w4a16", "w4a16_gemv_b8", METRALE_CPU_PARAMS(W4), check_gemv_b8, baseline::w4a16_gemv_b8,
+    {METRALE_CPU_KERNEL(w4a16, w4a16_gemv_b8), check_gemv_b8, baseline::w4a16_gemv_b8,
      slot(Simd::w4a16_gemv_b8),
      "(ceil(n/64), 1)"},
-    {"w4a16", "w4a16_gemm_t", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t, slot(Simd::w4a16_gemm_t),
+    {METRALE_CPU_KERNEL(w4a16, w4a16_gemm_t), check_tile, baseline::w4a16_gemm_t, slot(Simd::w4a16_gemm_t),
      "(ceil(n/128), ceil(m/64))"},
-    {"w4a16", "w4a16_gemm_t_k64", METRALE_CPU_PARAMS(W4), check_tile, baseline::w4a16_gemm_t_k64,
+    {METRALE_CPU_KERNEL(w4a16, w4a16_gemm_t_k64), check_tile, baseline::w4a16_gemm_t_k64,
      slot(Simd::w4a16_gemm_t_k64), "(ceil(n/128), ceil(m/64))"},
-    {"w4a16", "w4a16_repack", METRALE_CPU_PARAMS(Repack), check_repack, baseline::w4a16_repack,
+    {METRALE_CPU_KERNEL(w4a16, w4a16_repack), check_repack, baseline::w4a16_repack,
      slot(Simd::w4a16_repack),
      "(ceil(n/64), count)"},
-    {"act", "silu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::silu_mul, slot(Simd::silu_mul),
+    {METRALE_CPU_KERNEL(act, silu_mul), check_act, baseline::silu_mul, slot(Simd::silu_mul),
      "(ceil(i/1024), m)"},
-    {"act", "gelu_mul", METRALE_CPU_PARAMS(Act), check_act, baseline::gelu_mul, slot(Simd::gelu_mul),
+    {METRALE_CPU_KERNEL(act, gelu_mul), check_act, baseline::gelu_mul, slot(Simd::gelu_mul),
      "(ceil(i/1024), m)"},
-    {"moe", "router_gemm", METRALE_CPU_PARAMS(Router), check_router, baseline::router_gemm, -1,
+    {METRALE_CPU_KERNEL(moe, router_gemm), check_router, baseline::router_gemm, -1,
      "(ceil(e/64), m)"},
-    {"moe", "topk_softmax", METRALE_CPU_PARAMS(Topk), check_topk, baseline::topk_softmax, -1,
+    {METRALE_CPU_KERNEL(moe, topk_softmax), check_topk, baseline::topk_softmax, -1,
      "(m, 1)"},
-    {"moe", "moe_gather", METRALE_CPU_PARAMS(Gather), check_gather, baseline::moe_gather, -1,
+    {METRALE_CPU_KERNEL(moe, moe_gather), check_gather, baseline::moe_gather, -1,
      "(t, 1)"},
-    {"moe", "w4a16_grouped_gemm", METRALE_CPU_PARAMS(Grouped), check_grouped,
+    {METRALE_CPU_KERNEL(moe, w4a16_grouped_gemm), check_grouped,
      baseline::w4a16_grouped_gemm, slot(Simd::w4a16_grouped_gemm), "(ceil(n/128), experts)"},
-    {"moe", "moe_combine", METRALE_CPU_PARAMS(Combine), check_combine, baseline::moe_combine, -1,
+    {METRALE_CPU_KERNEL(moe, moe_combine), check_combine, baseline::moe_combine, -1,
      "(m, 1)"},
 }};
-
-#undef METRALE_CPU_PARAMS
 
 // The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp), then attn's
 // (attn_table.cpp), then the decoder's small kernels (decoder_table.cpp).

@@ -6,6 +6,7 @@
 #include "kernels.hpp"
 #include "target.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/plugin_abi.h>
 
 #include <cstdint>
@@ -48,6 +49,12 @@ struct KernelSpec {
   int simd_slot;  // a Simd (kernels.hpp) when a SIMD tier may replace `baseline`, else -1
   const char* grid_rule;  // for messages: "(ceil(n/64), 1)"
 };
+
+// A KernelSpec's module, name and parameters for the documented kernel `module`/`kernel`: the
+// tables write no parameter list, manifests/catalogue.json does (the generated header).
+#define METRALE_CPU_KERNEL(module, kernel)                                                            \
+  #module, #kernel, METRALE_CATALOGUE_NAMES(module, kernel), METRALE_CATALOGUE_TYPES(module, kernel), \
+      METRALE_CATALOGUE_PARAM_COUNT(module, kernel)
 
 std::span<const KernelSpec> kernel_specs();
 // The same, as the ABI's descriptors (static storage).

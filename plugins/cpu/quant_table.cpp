@@ -4,15 +4,9 @@
 #include "launch_checks.hpp"
 #include "quant_calls.hpp"
 
-#include <array>
-#include <iterator>
-
 namespace metrale::cpu {
 
 namespace {
-
-constexpr metrale_param_type P = METRALE_PARAM_PTR;
-constexpr metrale_param_type U = METRALE_PARAM_U32;
 
 // The codes argument's name: plain, or a repack's input (1) or output (2). Literals: a launch
 // that passes its checks builds no string.
@@ -266,107 +260,65 @@ metrale_status check_moe_align(const KernelArgs& a, const MemoryView& mem, Block
 
 constexpr int slot(Simd s) { return static_cast<int>(s); }
 
-constexpr const char* kZpNames[] = {"x", "qweight", "scales", "zeros", "y", "m", "n", "k", "group"};
-constexpr metrale_param_type kZpTypes[] = {P, P, P, P, P, U, U, U, U};
-constexpr const char* kZpGroupedNames[] = {"x", "qweight", "scales", "zeros", "offsets", "y", "n", "k", "group", "experts"};
-constexpr metrale_param_type kZpGroupedTypes[] = {P, P, P, P, P, P, U, U, U, U};
-constexpr const char* kZpRepackNames[] = {"qweight_in", "scales_in", "zeros_in", "qweight_out", "scales_out",
-                                          "zeros_out", "n", "k", "group", "count"};
-constexpr metrale_param_type kZpRepackTypes[] = {P, P, P, P, P, P, U, U, U, U};
-constexpr const char* kFp8Names[] = {"x", "weight", "scales", "y", "m", "n", "k"};
-constexpr metrale_param_type kFp8Types[] = {P, P, P, P, U, U, U};
-constexpr const char* kFp8GroupedNames[] = {"x", "weight", "scales", "offsets", "y", "n", "k", "experts"};
-constexpr metrale_param_type kFp8GroupedTypes[] = {P, P, P, P, P, U, U, U};
-constexpr const char* kFp8ActiveNames[] = {"x", "weight", "scales", "offsets", "active", "y", "n", "k", "slots"};
-constexpr metrale_param_type kFp8ActiveTypes[] = {P, P, P, P, P, P, U, U, U};
-constexpr const char* kFp8RepackNames[] = {"weight_in", "scales_in", "weight_out", "scales_out", "n", "k", "count"};
-constexpr metrale_param_type kFp8RepackTypes[] = {P, P, P, P, U, U, U};
-constexpr const char* kW16Names[] = {"x", "weight", "y", "m", "n", "k"};
-constexpr metrale_param_type kW16Types[] = {P, P, P, U, U, U};
-constexpr const char* kW16GroupedNames[] = {"x", "weight", "offsets", "y", "n", "k", "experts"};
-constexpr metrale_param_type kW16GroupedTypes[] = {P, P, P, P, U, U, U};
-constexpr const char* kW16RepackNames[] = {"weight_in", "weight_out", "n", "k", "count"};
-constexpr metrale_param_type kW16RepackTypes[] = {P, P, U, U, U};
-constexpr const char* kI8Names[] = {"xq", "xscale", "qweight", "scales", "zeros", "y", "m", "n", "k", "group"};
-constexpr metrale_param_type kI8Types[] = {P, P, P, P, P, P, U, U, U, U};
-constexpr const char* kI8GroupedNames[] = {"xq", "xscale", "qweight", "scales", "zeros", "offsets",
-                                           "y", "n", "k", "group", "experts"};
-constexpr metrale_param_type kI8GroupedTypes[] = {P, P, P, P, P, P, P, U, U, U, U};
-constexpr const char* kFp8A8Names[] = {"xq", "xscale", "weight", "scales", "y", "m", "n", "k"};
-constexpr metrale_param_type kFp8A8Types[] = {P, P, P, P, P, U, U, U};
-constexpr const char* kFp8A8GroupedNames[] = {"xq", "xscale", "weight", "scales", "offsets", "y", "n", "k", "experts"};
-constexpr metrale_param_type kFp8A8GroupedTypes[] = {P, P, P, P, P, P, U, U, U};
-constexpr const char* kQuantizeNames[] = {"x", "xq", "xscale", "m", "k"};
-constexpr metrale_param_type kQuantizeTypes[] = {P, P, P, U, U};
-constexpr const char* kQuantizeStaticNames[] = {"x", "scales", "offsets", "xq", "xscale", "k", "groups"};
-constexpr metrale_param_type kQuantizeStaticTypes[] = {P, P, P, P, P, U, U};
-constexpr const char* kGatherKNames[] = {"x", "perm", "offsets", "out", "k", "groups"};
-constexpr metrale_param_type kGatherKTypes[] = {P, P, P, P, U, U};
-constexpr const char* kAlignNames[] = {"ids", "topk_weights", "shared_logits", "offsets", "rows", "slots",
-                                       "combine_weights", "active", "m", "e", "k", "shared"};
-constexpr metrale_param_type kAlignTypes[] = {P, P, P, P, P, P, P, P, U, U, U, U};
-
-#define METRALE_CPU_PARAMS(list) k##list##Names, k##list##Types, std::size(k##list##Types)
-#define METRALE_CPU_FAMILY(module, family, dense, grouped, repack, repack_body)                                  \
-  {module, module "_gemv", METRALE_CPU_PARAMS(dense), check_dense<Family::family, true>,                        \
+#define METRALE_CPU_FAMILY(family, repack_body)                                                                  \
+  {METRALE_CPU_KERNEL(family, family##_gemv), check_dense<Family::family, true>,                                 \
    baseline::family##_gemv, slot(Simd::family##_gemv), "(ceil(n/64), 1)"},                                       \
-  {module, module "_gemm", METRALE_CPU_PARAMS(dense), check_dense<Family::family, false>,                       \
+  {METRALE_CPU_KERNEL(family, family##_gemm), check_dense<Family::family, false>,                                \
    baseline::family##_gemm, slot(Simd::family##_gemm), "(ceil(n/128), ceil(m/64))"},                              \
-  {module, module "_grouped_gemm", METRALE_CPU_PARAMS(grouped), check_grouped<Family::family>,                  \
+  {METRALE_CPU_KERNEL(family, family##_grouped_gemm), check_grouped<Family::family>,                             \
    baseline::family##_grouped_gemm, slot(Simd::family##_grouped_gemm), "(ceil(n/128), experts)"},                 \
-  {module, module "_repack", METRALE_CPU_PARAMS(repack), check_repack<Family::family>, baseline::repack_body,    \
+  {METRALE_CPU_KERNEL(family, family##_repack), check_repack<Family::family>, baseline::repack_body,              \
    slot(Simd::family##_repack), "(ceil(n/64), count)"}
 
 const KernelSpec kSpecs[] = {
-    METRALE_CPU_FAMILY("w4a16_zp", w4a16_zp, Zp, ZpGrouped, ZpRepack, w4zp_repack),
-    METRALE_CPU_FAMILY("w8a16", w8a16, Zp, ZpGrouped, ZpRepack, w8zp_repack),
-    METRALE_CPU_FAMILY("fp8", fp8, Fp8, Fp8Grouped, Fp8Repack, fp8_repack),
-    {"fp8", "fp8_grouped_gemv", METRALE_CPU_PARAMS(Fp8Active), check_grouped_gemv, baseline::fp8_grouped_gemv,
+    METRALE_CPU_FAMILY(w4a16_zp, w4zp_repack),
+    METRALE_CPU_FAMILY(w8a16, w8zp_repack),
+    METRALE_CPU_FAMILY(fp8, fp8_repack),
+    {METRALE_CPU_KERNEL(fp8, fp8_grouped_gemv), check_grouped_gemv, baseline::fp8_grouped_gemv,
      slot(Simd::fp8_grouped_gemv), "(ceil(n/64), active[0])"},
-    METRALE_CPU_FAMILY("w4a8", w4a8, I8, I8Grouped, ZpRepack, w4zp_repack),
-    METRALE_CPU_FAMILY("w8a8", w8a8, I8, I8Grouped, ZpRepack, w8zp_repack),
-    {"w4afp8", "w4afp8_gemm", METRALE_CPU_PARAMS(I8), check_dense<Family::w4afp8, false>, baseline::w4afp8_gemm,
+    METRALE_CPU_FAMILY(w4a8, w4zp_repack),
+    METRALE_CPU_FAMILY(w8a8, w8zp_repack),
+    {METRALE_CPU_KERNEL(w4afp8, w4afp8_gemm), check_dense<Family::w4afp8, false>, baseline::w4afp8_gemm,
      slot(Simd::w4afp8_gemm), "(ceil(n/128), ceil(m/64))"},
-    {"w4afp8", "w4afp8_grouped_gemm", METRALE_CPU_PARAMS(I8Grouped), check_grouped<Family::w4afp8>,
+    {METRALE_CPU_KERNEL(w4afp8, w4afp8_grouped_gemm), check_grouped<Family::w4afp8>,
      baseline::w4afp8_grouped_gemm, slot(Simd::w4afp8_grouped_gemm), "(ceil(n/128), experts)"},
-    {"w4afp8", "w4afp8_repack", METRALE_CPU_PARAMS(ZpRepack), check_repack<Family::w4afp8>, baseline::w4zp_repack,
+    {METRALE_CPU_KERNEL(w4afp8, w4afp8_repack), check_repack<Family::w4afp8>, baseline::w4zp_repack,
      slot(Simd::w4afp8_repack), "(ceil(n/64), count)"},
-    METRALE_CPU_FAMILY("bf16", bf16, W16, W16Grouped, W16Repack, bf16_repack),
-    METRALE_CPU_FAMILY("f16", f16, W16, W16Grouped, W16Repack, f16_repack),
-    {"fp8", "fp8_gemv_a8", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8, true>, baseline::fp8_gemv_a8,
+    METRALE_CPU_FAMILY(bf16, bf16_repack),
+    METRALE_CPU_FAMILY(f16, f16_repack),
+    {METRALE_CPU_KERNEL(fp8, fp8_gemv_a8), check_dense<Family::fp8_a8, true>, baseline::fp8_gemv_a8,
      slot(Simd::fp8_gemv_a8), "(ceil(n/64), 1)"},
-    {"fp8", "fp8_gemv_a8_group128", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8_group128, true>,
+    {METRALE_CPU_KERNEL(fp8, fp8_gemv_a8_group128), check_dense<Family::fp8_a8_group128, true>,
      baseline::fp8_gemv_a8_group128, slot(Simd::fp8_gemv_a8_group128), "(ceil(n/64), 1)"},
-    {"fp8", "fp8_gemm_a8", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8, false>, baseline::fp8_gemm_a8,
+    {METRALE_CPU_KERNEL(fp8, fp8_gemm_a8), check_dense<Family::fp8_a8, false>, baseline::fp8_gemm_a8,
      slot(Simd::fp8_gemm_a8), "(ceil(n/128), ceil(m/64))"},
-    {"fp8", "fp8_grouped_gemm_a8", METRALE_CPU_PARAMS(Fp8A8Grouped), check_grouped<Family::fp8_a8>,
+    {METRALE_CPU_KERNEL(fp8, fp8_grouped_gemm_a8), check_grouped<Family::fp8_a8>,
      baseline::fp8_grouped_gemm_a8, slot(Simd::fp8_grouped_gemm_a8), "(ceil(n/128), experts)"},
-    {"fp8", "fp8_gemm_a8_group128", METRALE_CPU_PARAMS(Fp8A8), check_dense<Family::fp8_a8_group128, false>,
+    {METRALE_CPU_KERNEL(fp8, fp8_gemm_a8_group128), check_dense<Family::fp8_a8_group128, false>,
      baseline::fp8_gemm_a8_group128, slot(Simd::fp8_gemm_a8_group128), "(ceil(n/128), ceil(m/64))"},
-    {"fp8", "fp8_grouped_gemm_a8_group128", METRALE_CPU_PARAMS(Fp8A8Grouped), check_grouped<Family::fp8_a8_group128>,
+    {METRALE_CPU_KERNEL(fp8, fp8_grouped_gemm_a8_group128), check_grouped<Family::fp8_a8_group128>,
      baseline::fp8_grouped_gemm_a8_group128, slot(Simd::fp8_grouped_gemm_a8_group128), "(ceil(n/128), experts)"},
-    {"quant", "quantize_int8", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_int8,
+    {METRALE_CPU_KERNEL(quant, quantize_int8), check_quantize<0>, baseline::quantize_int8,
      slot(Simd::quantize_int8), "(m, 1)"},
-    {"quant", "quantize_int8_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_int8_bf16, slot(Simd::quantize_int8_bf16),
+    {METRALE_CPU_KERNEL(quant, quantize_int8_bf16), check_quantize<0>, baseline::quantize_int8_bf16, slot(Simd::quantize_int8_bf16),
      "(m, 1)"},
-    {"quant", "quantize_fp8", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_fp8, slot(Simd::quantize_fp8), "(m, 1)"},
-    {"quant", "quantize_fp8_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<0>, baseline::quantize_fp8_bf16, slot(Simd::quantize_fp8_bf16),
+    {METRALE_CPU_KERNEL(quant, quantize_fp8), check_quantize<0>, baseline::quantize_fp8, slot(Simd::quantize_fp8), "(m, 1)"},
+    {METRALE_CPU_KERNEL(quant, quantize_fp8_bf16), check_quantize<0>, baseline::quantize_fp8_bf16, slot(Simd::quantize_fp8_bf16),
      "(m, 1)"},
-    {"quant", "quantize_fp8_group128", METRALE_CPU_PARAMS(Quantize), check_quantize<128>, baseline::quantize_fp8_group128,
+    {METRALE_CPU_KERNEL(quant, quantize_fp8_group128), check_quantize<128>, baseline::quantize_fp8_group128,
      slot(Simd::quantize_fp8_group128), "(m, 1)"},
-    {"quant", "quantize_fp8_group128_bf16", METRALE_CPU_PARAMS(Quantize), check_quantize<128>,
+    {METRALE_CPU_KERNEL(quant, quantize_fp8_group128_bf16), check_quantize<128>,
      baseline::quantize_fp8_group128_bf16, slot(Simd::quantize_fp8_group128_bf16), "(m, 1)"},
-    {"quant", "quantize_int8_static_bf16", METRALE_CPU_PARAMS(QuantizeStatic), check_quantize_static,
+    {METRALE_CPU_KERNEL(quant, quantize_int8_static_bf16), check_quantize_static,
      baseline::quantize_int8_static_bf16, -1, "(offsets[groups], 1)"},
-    {"quant", "quantize_fp8_static_bf16", METRALE_CPU_PARAMS(QuantizeStatic), check_quantize_static,
+    {METRALE_CPU_KERNEL(quant, quantize_fp8_static_bf16), check_quantize_static,
      baseline::quantize_fp8_static_bf16, -1, "(offsets[groups], 1)"},
-    {"quant", "gather_k", METRALE_CPU_PARAMS(GatherK), check_gather_k, baseline::gather_k, -1,
+    {METRALE_CPU_KERNEL(quant, gather_k), check_gather_k, baseline::gather_k, -1,
      "(offsets[groups], 1)"},
-    {"moe", "moe_align", METRALE_CPU_PARAMS(Align), check_moe_align, baseline::moe_align, -1, "(1, 1)"},
+    {METRALE_CPU_KERNEL(moe, moe_align), check_moe_align, baseline::moe_align, -1, "(1, 1)"},
 };
 
 #undef METRALE_CPU_FAMILY
-#undef METRALE_CPU_PARAMS
 
 }  // namespace
 

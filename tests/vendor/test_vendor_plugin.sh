@@ -28,7 +28,9 @@ meson install -C "$root/vendor-build" --quiet >/dev/null
 plugins="$root/dest$prefix/$libdir/metrale/plugins"
 [ -f "$plugins/libmetrale_vendor.so" ] && [ -f "$plugins/vendor.json" ] ||
   { ls -la "$plugins" || true; fail "vendor plugin not installed into $plugins"; }
-[ -f "$root/dest$prefix/include/metrale/plugin_glue.h" ] || fail "plugin_glue.h is not installed"
+for header in plugin_glue.h catalogue_signatures.h; do
+  [ -f "$root/dest$prefix/include/metrale/$header" ] || fail "$header is not installed"
+done
 
 # The ABI contract, on the library as installed (docs/plugin-abi.md, "Conformance suite").
 "$plugin_cts" --manifest "$plugins/vendor.json" --expect-device >"$root/cts.txt" 2>&1 ||

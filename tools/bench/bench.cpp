@@ -8,6 +8,7 @@
 #include "core/w4a16.hpp"
 #include "linear/selectors.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
@@ -24,10 +25,10 @@ namespace {
 
 // Types and names both: moe/moe_combine has the same seven types but is not a GEMM.
 bool w4a16_signature(const ManifestKernel& k) {
-  static constexpr const char* kNames[] = {"x", "qweight", "scales", "y", "m", "n", "k"};
-  if (k.params.size() != kW4a16GemmSignature.size()) return false;
+  static constexpr const catalogue::DocumentedKernel& kGemm = *catalogue::find("w4a16", "w4a16_gemm_t");
+  if (k.params.size() != kGemm.types.size()) return false;
   for (size_t i = 0; i < k.params.size(); ++i)
-    if (k.params[i].type != kW4a16GemmSignature[i] || k.params[i].name != kNames[i]) return false;
+    if (k.params[i].type != kGemm.types[i] || k.params[i].name != kGemm.names[i]) return false;
   return true;
 }
 

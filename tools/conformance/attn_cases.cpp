@@ -10,10 +10,10 @@
 #include "core/numeric.hpp"
 #include "reference/attention.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 namespace metrale::conformance {
@@ -24,13 +24,10 @@ namespace {
 
 constexpr uint32_t kPartition = 512;  // attn_decode's split
 
-constexpr metrale_param_type P = METRALE_PARAM_PTR;
-constexpr metrale_param_type U = METRALE_PARAM_U32;
-constexpr metrale_param_type F = METRALE_PARAM_F32;
-constexpr std::array<metrale_param_type, 10> kAppendSignature{P, P, P, P, P, U, U, U, U, U};
-constexpr std::array<metrale_param_type, 14> kDecodeSignature{P, P, P, P, P, P, U, U, U, U, U, U, U, F};
-constexpr std::array<metrale_param_type, 7> kCombineSignature{P, P, P, U, U, U, U};
-constexpr std::array<metrale_param_type, 13> kPrefillSignature{P, P, P, P, P, U, U, U, U, U, U, U, F};
+constexpr auto kAppendSignature = catalogue::signature("attn", "kv_append");
+constexpr auto kDecodeSignature = catalogue::signature("attn", "attn_decode");
+constexpr auto kCombineSignature = catalogue::signature("attn", "attn_decode_combine");
+constexpr auto kPrefillSignature = catalogue::signature("attn", "attn_prefill");
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 

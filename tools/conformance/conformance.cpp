@@ -8,6 +8,7 @@
 #include "io/weights.hpp"
 #include "linear/selectors.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/names.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
@@ -299,10 +300,8 @@ CaseResult run_layer(Backend& b, const Case& c, CaseResult r) {
 }
 
 CaseResult run_topk_ties(Backend& b, const Case&, CaseResult r) {
-  using P = metrale_param_type;
-  constexpr std::array<P, 7> sig{METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
-                                 METRALE_PARAM_U32, METRALE_PARAM_U32, METRALE_PARAM_U32};
-  Backend::LookupRequest request{.kind = LookupKind::require, .expected = sig, .lever = {}, .refuse_because = {}, .annotations = {}};
+  Backend::LookupRequest request{.kind = LookupKind::require, .expected = catalogue::signature("moe", "topk_softmax"),
+                                 .lever = {}, .refuse_because = {}, .annotations = {}};
   const KernelHandle h = b.lookup("moe", "topk_softmax", request);
   r.kernels.push_back("moe/topk_softmax");
   constexpr uint32_t m = 3, E = 6, K = 3;

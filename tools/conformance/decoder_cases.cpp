@@ -10,10 +10,10 @@
 #include "core/numeric.hpp"
 #include "reference/decoder_reference.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
 #include <algorithm>
-#include <array>
 
 namespace metrale::conformance {
 
@@ -21,13 +21,14 @@ using namespace metrale::layers;
 
 namespace {
 
-constexpr metrale_param_type P = METRALE_PARAM_PTR, U = METRALE_PARAM_U32, F = METRALE_PARAM_F32;
-constexpr std::array<metrale_param_type, 6> kRmsNormSig{P, P, P, U, U, F};
-constexpr std::array<metrale_param_type, 8> kRmsNormResidualSig{P, P, P, P, P, U, U, F};
-constexpr std::array<metrale_param_type, 5> kAddSig{P, P, P, U, U};  // add and bias_add
-constexpr std::array<metrale_param_type, 9> kRopeSig{P, P, P, P, U, U, U, U, F};
-constexpr std::array<metrale_param_type, 12> kQkNormRopeSig{P, P, P, P, P, P, U, U, U, U, F, F};
-constexpr std::array<metrale_param_type, 6> kEmbeddingSig{P, P, P, U, U, U};
+using catalogue::signature;
+constexpr auto kRmsNormSig = signature("norm", "rms_norm");
+constexpr auto kRmsNormResidualSig = signature("norm", "rms_norm_residual");
+constexpr auto kAddSig = signature("norm", "add");
+constexpr auto kBiasAddSig = signature("norm", "bias_add");
+constexpr auto kRopeSig = signature("rope", "rope");
+constexpr auto kQkNormRopeSig = signature("rope", "qk_norm_rope");
+constexpr auto kEmbeddingSig = signature("embed", "embedding");
 constexpr float kEps = 1e-6f;
 
 // The rope settings of the cases: Qwen3's (theta 1e6, YaRN for 128K as its model card sets it)
@@ -196,7 +197,7 @@ CaseResult run_bias_add(Backend& b, const Case& c, CaseResult r) {
   dx.upload(std::span<const uint16_t>(x));
   dbias.upload(std::span<const uint16_t>(bias));
   const DevicePtr out = in_place ? dx.ptr() : dout.ptr();
-  b.launch(b.kernel("norm", "bias_add", kAddSig), rows_grid(m), dx.ptr(), dbias.ptr(), out, m, n);
+  b.launch(b.kernel("norm", "bias_add", kBiasAddSig), rows_grid(m), dx.ptr(), dbias.ptr(), out, m, n);
   b.synchronize();
   std::vector<uint16_t> got = (in_place ? dx : dout).download<uint16_t>(count + n);
   const std::vector<uint16_t> guard = split_guard(got, count);

@@ -7,9 +7,11 @@
  * different loop order: dequantize a weight row once, then run every input row against it), to be
  * swapped in with METRALE_KERNEL_SUBST=w4a16/w4a16_gemm_t=vendor/w4a16_gemm_t_alt.
  *
- * Built against nothing but the installed <metrale/plugin_abi.h> and <metrale/plugin_glue.h>
- * (pkg-config metrale-plugin). Grids are advisory here: each launch computes the whole output on
- * the calling thread. tests/plugin_cts checks it against the ABI contract. */
+ * Built against nothing but the installed <metrale/plugin_abi.h>, <metrale/plugin_glue.h> and
+ * <metrale/catalogue_signatures.h> (pkg-config metrale-plugin). Grids are advisory here: each
+ * launch computes the whole output on the calling thread. tests/plugin_cts checks it against the
+ * ABI contract. */
+#include <metrale/catalogue_signatures.h>
 #include <metrale/plugin_glue.h>
 
 #include <math.h>
@@ -73,17 +75,17 @@ static float f16_to_f32(uint16_t h) {
 
 enum kernel_id { K_GEMV = 1, K_GEMM_T, K_GEMM_T_K64, K_SILU_MUL, K_GELU_MUL, K_GEMM_T_ALT };
 
-static const metrale_param_type kGemmParams[] = {METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_PTR,
-                                                 METRALE_PARAM_PTR, METRALE_PARAM_U32, METRALE_PARAM_U32,
-                                                 METRALE_PARAM_U32};
-static const metrale_param_type kActParams[] = {METRALE_PARAM_PTR, METRALE_PARAM_PTR, METRALE_PARAM_U32,
-                                                METRALE_PARAM_U32};
-
-/* Index i of this table is kernel handle i + 1. */
+/* Index i of this table is kernel handle i + 1. The documented kernels' parameter lists come from
+ * the installed <metrale/catalogue_signatures.h>, generated from the kernel catalogue; the
+ * alternative takes w4a16_gemm_t's. */
 static const metrale_kernel_desc kKernels[] = {
-    {"w4a16", "w4a16_gemv", kGemmParams, 7},      {"w4a16", "w4a16_gemm_t", kGemmParams, 7},
-    {"w4a16", "w4a16_gemm_t_k64", kGemmParams, 7}, {"act", "silu_mul", kActParams, 4},
-    {"act", "gelu_mul", kActParams, 4},            {"vendor", "w4a16_gemm_t_alt", kGemmParams, 7},
+    METRALE_CATALOGUE_DESC(w4a16, w4a16_gemv),
+    METRALE_CATALOGUE_DESC(w4a16, w4a16_gemm_t),
+    METRALE_CATALOGUE_DESC(w4a16, w4a16_gemm_t_k64),
+    METRALE_CATALOGUE_DESC(act, silu_mul),
+    METRALE_CATALOGUE_DESC(act, gelu_mul),
+    {"vendor", "w4a16_gemm_t_alt", METRALE_CATALOGUE_TYPES(w4a16, w4a16_gemm_t),
+     METRALE_CATALOGUE_PARAM_COUNT(w4a16, w4a16_gemm_t)},
 };
 #define KERNEL_COUNT (sizeof kKernels / sizeof kKernels[0])
 

@@ -52,6 +52,7 @@ HEAD = """\
 CPP_HEAD = """
 #ifdef __cplusplus
 #include <array>
+#include <cstddef>
 #include <span>
 #include <string_view>
 
@@ -66,12 +67,20 @@ struct DocumentedKernel {
 """
 
 CPP_TAIL = """
+// The index in kKernels of the documented kernel `module`/`name`, or kNotDocumented. An index, not
+// a pointer: GCC under -fsanitize=undefined does not fold a pointer's comparison with null.
+inline constexpr std::size_t kNotDocumented = static_cast<std::size_t>(-1);
+constexpr std::size_t index_of(std::string_view module, std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kKernels.size(); ++i) {
+    if (module == kKernels[i].module && name == kKernels[i].name) return i;
+  }
+  return kNotDocumented;
+}
+
 // The documented kernel `module`/`name`, or nullptr.
 constexpr const DocumentedKernel* find(std::string_view module, std::string_view name) noexcept {
-  for (const DocumentedKernel& kernel : kKernels) {
-    if (module == kernel.module && name == kernel.name) return &kernel;
-  }
-  return nullptr;
+  const std::size_t i = index_of(module, name);
+  return i == kNotDocumented ? nullptr : &kKernels[i];
 }
 
 // Not constexpr: signature() reaching it fails to compile, and the error names it.
@@ -79,9 +88,9 @@ inline void kernel_not_in_manifests_catalogue_json() {}
 
 // `module`/`name`'s parameter types, for a lookup's expected list; compile time only.
 consteval std::span<const metrale_param_type> signature(std::string_view module, std::string_view name) {
-  const DocumentedKernel* kernel = find(module, name);
-  if (kernel == nullptr) kernel_not_in_manifests_catalogue_json();
-  return kernel->types;
+  const std::size_t i = index_of(module, name);
+  if (i == kNotDocumented) kernel_not_in_manifests_catalogue_json();
+  return kKernels[i].types;
 }
 
 }  // namespace metrale::catalogue

@@ -20,7 +20,7 @@ const ArchitectureSpec kLlama{
     .qk_norm = false,
     .attention_bias = AttentionBias::all_key,
     .keys = {{"attention_bias", "true or false (q, k, v and o biases)", nullptr},
-             {"mlp_bias", "false (the FFN's biases are not read yet)", key_checks::must_be_false}},
+             {"mlp_bias", "true or false (gate, up and down biases)", nullptr}},
     .tensors = join(decoder_tensors(false), dense_ffn_tensors()),
 };
 

@@ -5,6 +5,7 @@
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 #include "core/levers.hpp"
+#include "linear/bias.hpp"
 
 #include <metrale/catalogue_signatures.h>
 #include <metrale/levers.hpp>
@@ -19,7 +20,6 @@ namespace {
 constexpr uint32_t kBlock = 128;
 constexpr std::string_view kFusedLever = "METRALE_QK_NORM_ROPE";
 using catalogue::signature;
-constexpr auto kBiasAddSig = signature("norm", "bias_add");
 constexpr auto kRmsNormSig = signature("norm", "rms_norm");
 constexpr auto kRopeSig = signature("rope", "rope");
 constexpr auto kQkNormRopeSig = signature("rope", "qk_norm_rope");
@@ -58,7 +58,7 @@ AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig
   k.decode_combine = backend.lookup("attn", "attn_decode_combine", plain_request(LookupKind::require, kCombineSig));
   k.prefill = backend.lookup("attn", "attn_prefill", plain_request(LookupKind::require, kPrefillSig));
   k.projections = resolve_projection_set(backend, request);
-  if (c.qkv_bias || c.o_bias) k.bias_add = backend.lookup("norm", "bias_add", plain_request(LookupKind::require, kBiasAddSig));
+  if (c.qkv_bias || c.o_bias) k.bias_add = resolve_bias_add(backend);
   if (c.qk_norm) {
     const FusedQkNormRope want = fused_qk_norm_rope_request();
     if (want != FusedQkNormRope::off) {
@@ -117,11 +117,6 @@ void AttentionLayer::check_cache(const StatePool& cache) const {
   }
 }
 
-void AttentionLayer::add_bias(const DeviceBuffer& bias, DevicePtr rows, uint32_t m, uint32_t n, uint64_t stream) {
-  if (bias.bytes() == 0) return;
-  backend_->launch(kernels_.bias_add, launch_shape({m, 1, 1}, kBlock, stream), rows, bias.ptr(), rows, m, n);
-}
-
 DevicePtr AttentionLayer::forward(const LayerBatch& batch, uint64_t stream) {
   const SequenceBatch* kv = batch.state;
   if (!kv) throw Error(Status::invalid_argument, "attention layer " + std::to_string(layer_) + ": the batch carries no KV cache state (a SequenceBatch)");
@@ -147,9 +142,9 @@ void AttentionLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePt
   run_projection(b, set, q_, 0, x, q_out_.ptr(), m, scratch_, stream);
   run_projection(b, set, k_, 0, x, k_out_.ptr(), m, scratch_, stream);
   run_projection(b, set, v_, 0, x, v_out_.ptr(), m, scratch_, stream);
-  add_bias(q_bias_, q_out_.ptr(), m, c.q_width(), stream);
-  add_bias(k_bias_, k_out_.ptr(), m, c.kv_width(), stream);
-  add_bias(v_bias_, v_out_.ptr(), m, c.kv_width(), stream);
+  add_bias(*backend_, kernels_.bias_add, q_bias_, q_out_.ptr(), m, c.q_width(), stream);
+  add_bias(*backend_, kernels_.bias_add, k_bias_, k_out_.ptr(), m, c.kv_width(), stream);
+  add_bias(*backend_, kernels_.bias_add, v_bias_, v_out_.ptr(), m, c.kv_width(), stream);
   const auto rows = launch_shape({m, 1, 1}, kBlock, stream);
   if (kernels_.qk_norm_rope) {
     b.launch(kernels_.qk_norm_rope, rows, q_out_.ptr(), k_out_.ptr(), q_norm_.ptr(), k_norm_.ptr(), kv.positions(),
@@ -170,7 +165,7 @@ void AttentionLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePt
            kv.pool().v_cache(layer_), m, c.kv_heads, c.head_dim, s.block_size, s.num_blocks);
   attend(kv, stream);
   run_projection(b, set, o_, 0, attn_out_.ptr(), out, m, scratch_, stream);
-  add_bias(o_bias_, out, m, c.hidden_size, stream);
+  add_bias(*backend_, kernels_.bias_add, o_bias_, out, m, c.hidden_size, stream);
 }
 
 void AttentionLayer::attend(const SequenceBatch& kv, uint64_t stream) {

@@ -70,7 +70,6 @@ class AttentionLayer final : public Layer {
  private:
   AttentionLayer() = default;
   void check_cache(const StatePool& cache) const;
-  void add_bias(const DeviceBuffer& bias, DevicePtr rows, uint32_t m, uint32_t n, uint64_t stream);
   void attend(const SequenceBatch& kv, uint64_t stream);
 
   Backend* backend_ = nullptr;

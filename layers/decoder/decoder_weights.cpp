@@ -41,6 +41,7 @@ DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string&
   c.source = source;
   c.architecture = resolve_architecture(doc, source);
   c.ffn = parse_model_config(doc, source);
+  c.ffn.mlp_bias = c.architecture.mlp_bias;  // the spec decides (a key it does not honour is refused)
   c.attention = parse_attention_config(doc, source);
   c.vocab_size = positive(root, "vocab_size");
   c.num_layers = positive(root, "num_hidden_layers");

@@ -3,6 +3,7 @@
 
 #include "core/device_buffer.hpp"
 #include "core/launch_shape.hpp"
+#include "linear/bias.hpp"
 
 #include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
@@ -35,6 +36,7 @@ DenseFfnKernels DenseFfnLayer::resolve(Backend& backend, const std::string& name
   DenseFfnKernels k;
   k.projections = resolve_projection_set(backend, request);
   k.act = resolve_act(backend, activation, std::source_location::current());
+  if (tier.biases) k.bias_add = resolve_bias_add(backend);
   return k;
 }
 
@@ -47,10 +49,12 @@ DenseFfnLayer DenseFfnLayer::build(Backend& backend, const std::string& name, co
   layer.hidden_ = weights.hidden();
   layer.intermediate_ = weights.intermediate();
   layer.activation_ = activation;
-  const DenseFfnTier tier{weights.format(), weights.act_order(), activations};
+  const DenseFfnTier tier{weights.format(), weights.act_order(), activations, weights.has_bias()};
   layer.kernels_ = resolve(backend, name, layer.hidden_, layer.intermediate_, activation, model_type, tier);
   layer.gate_up_ = layer.kernels_.projections.upload(backend, weights.gate_up);
   layer.down_ = layer.kernels_.projections.upload(backend, weights.down);
+  layer.gate_up_bias_ = device_copy(backend, weights.gate_up_bias);
+  layer.down_bias_ = device_copy(backend, weights.down_bias);
   // Uploads may be asynchronous; the caller may free the host weights once build returns.
   backend.synchronize();
   return layer;
@@ -68,8 +72,10 @@ void DenseFfnLayer::forward_into(DevicePtr x, uint32_t m, DevicePtr out, uint64_
   gate_up_out_.ensure(b, size_t{m} * 2 * intermediate_ * kBf16);
   act_out_.ensure(b, size_t{m} * intermediate_ * kBf16);
   run_projection(b, kernels_.projections, gate_up_, 0, x, gate_up_out_.ptr(), m, scratch_, stream);
+  add_bias(b, kernels_.bias_add, gate_up_bias_, gate_up_out_.ptr(), m, 2 * intermediate_, stream);
   launch_act(b, kernels_.act, gate_up_out_.ptr(), act_out_.ptr(), m, intermediate_, stream);
   run_projection(b, kernels_.projections, down_, 0, act_out_.ptr(), out, m, scratch_, stream);
+  add_bias(b, kernels_.bias_add, down_bias_, out, m, hidden_, stream);
 }
 
 DevicePtr DenseFfnLayer::forward(DevicePtr x, uint32_t m, uint64_t stream) {
@@ -92,13 +98,18 @@ DevicePtr DenseFfnLayer::forward_prefill(DevicePtr x, uint32_t m, uint64_t strea
 std::vector<PlanStep> DenseFfnLayer::plan(uint32_t m) const {
   Backend& b = *backend_;
   std::vector<PlanStep> steps;
+  const bool biases = gate_up_bias_.bytes() > 0;
   steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".gate_up", m, 2 * intermediate_, hidden_));
+  if (biases) steps.push_back(PlanStep{name_ + ".gate_up_bias", b.kernel_name(kernels_.bias_add), "gate and up biases", {m, 1, 1}});
   steps.push_back(PlanStep{name_ + ".act", b.kernel_name(kernels_.act), activation_name(activation_),
                            {ceil_div(intermediate_, 1024), m, 1}});
   steps.push_back(describe_set_projection(b, kernels_.projections, name_ + ".down", m, hidden_, intermediate_));
+  if (biases) steps.push_back(PlanStep{name_ + ".down_bias", b.kernel_name(kernels_.bias_add), "down bias", {m, 1, 1}});
   return steps;
 }
 
-size_t DenseFfnLayer::weight_bytes() const noexcept { return gate_up_.bytes_per_matrix() + down_.bytes_per_matrix(); }
+size_t DenseFfnLayer::weight_bytes() const noexcept {
+  return gate_up_.bytes_per_matrix() + down_.bytes_per_matrix() + gate_up_bias_.bytes() + down_bias_.bytes();
+}
 
 }  // namespace metrale::layers

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // DenseFfnLayer: y = down( act(gate(x)) * up(x) ) on W4A16 weights, bf16 activations.
 //   gate_up: one fused [2I, H] projection (gate rows [0, I), up rows [I, 2I)) -> bf16 [m, 2I]
+//            (+ norm/bias_add when the FFN has biases: Llama's mlp_bias)
 //   act:     act/silu_mul or act/gelu_mul per hidden_act                        -> bf16 [m, I]
-//   down:    [H, I] projection                                                  -> bf16 [m, H]
+//   down:    [H, I] projection (+ its bias)                                     -> bf16 [m, H]
 // Kernels are resolved once in build(); forward() picks per m (projection.hpp). A layer owns
 // scratch buffers sized for the largest m seen, so forward() is not reentrant; use one layer per
 // thread. The Backend must outlive the layer.
@@ -26,6 +27,7 @@ namespace metrale::layers {
 struct DenseFfnKernels {
   ProjectionSet projections;  // gate_up and down under the layer's tier (and the family's repack)
   KernelHandle act;           // act/silu_mul or act/gelu_mul, required
+  KernelHandle bias_add;      // norm/bias_add when the FFN has biases, else not looked up
 };
 
 // How a dense FFN is asked to run: the weights' format (and whether they carry an act-order
@@ -34,6 +36,7 @@ struct DenseFfnTier {
   WeightFormat format = kDefaultWeightFormat;
   bool act_order = false;
   ActivationRequest activations;
+  bool biases = false;  // gate, up and down carry biases (norm/bias_add is required)
 };
 
 class DenseFfnLayer {
@@ -77,6 +80,7 @@ class DenseFfnLayer {
   DenseFfnKernels kernels_;
   DeviceQuantMatrix gate_up_;
   DeviceQuantMatrix down_;
+  DeviceBuffer gate_up_bias_, down_bias_;  // empty without biases
   DeviceBuffer gate_up_out_;  // bf16 [m, 2I]
   DeviceBuffer act_out_;      // bf16 [m, I]
   DeviceBuffer out_;          // bf16 [m, H]

@@ -97,7 +97,7 @@ std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& c
                                           const SyntheticFormats& formats) {
   config.validate();
   const uint64_t before = backend.audit().last_sequence();
-  const DenseFfnTier dense_tier{formats.weights, formats.act_order, options.activations};
+  DenseFfnTier dense_tier{formats.weights, formats.act_order, options.activations, config.mlp_bias};
   switch (config.ffn_kind()) {
     case FfnKind::none: break;
     case FfnKind::dense:
@@ -108,6 +108,7 @@ std::vector<AuditRow> build_ffn_for_audit(Backend& backend, const ModelConfig& c
       MoeLayer::resolve(backend, config, options.moe, formats.experts.value_or(formats.weights), formats.act_order,
                         options.activations);
       if (config.shared_expert_intermediate_size > 0) {
+        dense_tier.biases = false;  // mlp_bias is a dense architecture's key
         DenseFfnLayer::resolve(backend, "ffn.shared_expert", config.hidden_size, config.shared_expert_intermediate_size,
                                config.activation, config.model_type, dense_tier);
       }

@@ -26,13 +26,22 @@ namespace {
 struct FfnProjections {
   QuantMatrix gate_up;
   QuantMatrix down;
+  std::vector<uint16_t> gate_up_bias;  // empty unless read with biases
+  std::vector<uint16_t> down_bias;
 };
 
+// `biases`: gate, up and down carry ".bias" tensors (bf16 after reading), kept in row order.
 FfnProjections read_ffn(const TensorSource& src, const std::string& prefix, const FfnNames& names, uint32_t hidden,
-                        uint32_t inter, const CheckpointQuant& q) {
+                        uint32_t inter, const CheckpointQuant& q, bool biases = false) {
   QuantMatrix gate = read_linear(src, prefix + names.gate, inter, hidden, q);
   QuantMatrix up = read_linear(src, prefix + names.up, inter, hidden, q);
   QuantMatrix down = read_linear(src, prefix + names.down, hidden, inter, q);
+  std::vector<uint16_t> gate_bias, up_bias, down_bias;
+  if (biases) {
+    gate_bias = read_bf16_tensor(src, prefix + names.gate + ".bias", {inter});
+    up_bias = read_bf16_tensor(src, prefix + names.up + ".bias", {inter});
+    down_bias = read_bf16_tensor(src, prefix + names.down + ".bias", {hidden});
+  }
   // A W4A16 projection beside a zero-point one (scales of different dtypes, say): one format.
   for (QuantMatrix* m : {&gate, &up, &down}) {
     if (m->format == WeightFormat::w4a16 && (gate.format == WeightFormat::w4_zp || up.format == WeightFormat::w4_zp ||
@@ -45,12 +54,22 @@ FfnProjections read_ffn(const TensorSource& src, const std::string& prefix, cons
       if (m->format == WeightFormat::w4a16) *m = to_w4_zp(*m);  // a permuted set runs the zero-point family
       reorder_rows(*m, down.perm);
     }
+    // The biases follow their rows.
+    for (std::vector<uint16_t>* b : {&gate_bias, &up_bias}) {
+      if (b->empty()) continue;
+      const std::vector<uint16_t> original = *b;
+      for (size_t r = 0; r < b->size(); ++r) (*b)[r] = original[static_cast<size_t>(down.perm[r])];
+    }
     down.perm.clear();
   }
-  return FfnProjections{concat_rows(prefix + names.gate + "+" + names.up, gate, up), std::move(down)};
+  gate_bias.insert(gate_bias.end(), up_bias.begin(), up_bias.end());
+  return FfnProjections{concat_rows(prefix + names.gate + "+" + names.up, gate, up), std::move(down), std::move(gate_bias),
+                        std::move(down_bias)};
 }
 
-DenseFfnWeights dense_weights(FfnProjections&& p) { return DenseFfnWeights{std::move(p.gate_up), std::move(p.down)}; }
+DenseFfnWeights dense_weights(FfnProjections&& p) {
+  return DenseFfnWeights{std::move(p.gate_up), std::move(p.down), std::move(p.gate_up_bias), std::move(p.down_bias)};
+}
 
 // The experts' combine weights scaled by routed_scaling_factor equal their down projections
 // scaled: fold it into the down scales (f32; W4A16's fp16 scales are widened first, exactly).
@@ -197,7 +216,7 @@ LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uin
   out.weights.kind = out.config.ffn_kind();
   if (out.weights.kind == FfnKind::dense) {
     out.weights.dense = dense_weights(
-        read_ffn(src, names.block, names, out.config.hidden_size, out.config.intermediate_size, out.quant));
+        read_ffn(src, names.block, names, out.config.hidden_size, out.config.intermediate_size, out.quant, out.config.mlp_bias));
   } else if (out.weights.kind == FfnKind::moe) {
     out.weights.moe = moe_weights(src, names, out.config, out.quant);
     out.config.routed_scaling_factor = 1.0;  // folded into the experts' down projections

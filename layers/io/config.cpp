@@ -148,6 +148,7 @@ nlohmann::json ModelConfig::to_json() const {
                    {"hidden_size", hidden_size},
                    {"hidden_act", hidden_act}};
   if (ffn_kind() == FfnKind::dense) j["intermediate_size"] = intermediate_size;
+  if (mlp_bias) j["mlp_bias"] = true;
   if (ffn_kind() == FfnKind::moe) {
     j["num_experts"] = num_experts;
     j["num_experts_per_tok"] = num_experts_per_tok;
@@ -181,6 +182,8 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   // Mixtral renormalises its top-k weights without saying so.
   c.norm_topk_prob = f.boolean("norm_topk_prob").value_or(f.has("num_local_experts"));
   c.shared_expert_intermediate_size = f.u32("shared_expert_intermediate_size").value_or(0);
+  // The architecture spec decides who may set it (registry.cpp); the dense FFN reads it.
+  c.mlp_bias = f.boolean("mlp_bias").value_or(false);
   parse_moe_structure(doc, c);
   c.validate();
   return c;

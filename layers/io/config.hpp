@@ -53,6 +53,7 @@ struct ModelConfig {
   uint32_t num_experts_per_tok = 0;
   uint32_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;     // renormalise the top-k routing weights to sum to 1
+  bool mlp_bias = false;           // a dense FFN's gate, up and down carry biases (Llama's mlp_bias)
   uint32_t shared_expert_intermediate_size = 0;  // 0: no shared expert
   // DeepSeek-style routing: the routed experts' combine weights are multiplied by this.
   double routed_scaling_factor = 1.0;

@@ -43,7 +43,7 @@ SyntheticQuantOptions synthetic_options(const SyntheticFormats& f) { return {f.g
 DenseFfnWeights synthetic_dense(const std::string& prefix, uint32_t hidden, uint32_t inter, uint64_t seed,
                                 WeightFormat format, const SyntheticFormats& f) {
   return DenseFfnWeights{synthetic_quant(prefix + ".gate_up", format, gate_up_rows(inter), hidden, seed, 1, synthetic_options(f)),
-                         synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, synthetic_options(f))};
+                         synthetic_quant(prefix + ".down", format, hidden, inter, seed, 1, synthetic_options(f)), {}, {}};
 }
 
 // Router rows uniform in ±a with a = 4.5/sqrt(H): logits of inputs in ±1 then spread ~1.5,
@@ -74,7 +74,7 @@ QuantMatrix read_project_matrix(const TensorSource& src, const std::string& name
 
 DenseFfnWeights read_project_dense(const TensorSource& src, const std::string& prefix, uint32_t hidden, uint32_t inter) {
   return DenseFfnWeights{read_project_matrix(src, prefix + ".gate_up", 1, gate_up_rows(inter), hidden),
-                         read_project_matrix(src, prefix + ".down", 1, hidden, inter)};
+                         read_project_matrix(src, prefix + ".down", 1, hidden, inter), {}, {}};
 }
 
 FfnWeights load_project(const TensorSource& src, const ModelConfig& c) {
@@ -119,6 +119,11 @@ void DenseFfnWeights::validate(uint32_t hidden, uint32_t inter) const {
   expect_shape(gate_up, 1, gate_up_rows(inter), hidden);
   expect_shape(down, 1, hidden, inter);
   expect_same_format(gate_up, down);
+  if (gate_up_bias.empty() != down_bias.empty() || (has_bias() && (gate_up_bias.size() != gate_up.n || down_bias.size() != down.n))) {
+    shape_error(gate_up.name + ": the FFN's biases are " + std::to_string(gate_up_bias.size()) + " and " +
+                std::to_string(down_bias.size()) + " values, expected none or " + std::to_string(gate_up.n) + " and " +
+                std::to_string(down.n));
+  }
 }
 
 size_t MoeWeights::bytes() const noexcept {

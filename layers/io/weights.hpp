@@ -20,9 +20,14 @@ namespace metrale::layers {
 struct DenseFfnWeights {
   QuantMatrix gate_up;
   QuantMatrix down;
+  // bf16 biases (Llama's mlp_bias): gate's then up's in gate_up's row order [2I], down's [H];
+  // both empty when the FFN has none.
+  std::vector<uint16_t> gate_up_bias;
+  std::vector<uint16_t> down_bias;
   uint32_t hidden() const noexcept { return down.n; }
   uint32_t intermediate() const noexcept { return down.k; }
-  size_t bytes() const noexcept { return gate_up.bytes() + down.bytes(); }
+  bool has_bias() const noexcept { return !gate_up_bias.empty(); }
+  size_t bytes() const noexcept { return gate_up.bytes() + down.bytes() + 2 * (gate_up_bias.size() + down_bias.size()); }
   WeightFormat format() const noexcept { return gate_up.format; }  // validate(): gate_up's and down's agree
   bool act_order() const noexcept { return !gate_up.perm.empty() || !down.perm.empty(); }
   // Shapes agree with each other and with (hidden, intermediate); throws Error naming the tensor.

@@ -181,6 +181,7 @@ def model_cases():
                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                        "original_max_position_embeddings": 64})),
         "llama-attention-bias": (t.LlamaConfig, dict(attention_bias=True)),
+        "llama-mlp-bias": (t.LlamaConfig, dict(mlp_bias=True)),
         "mistral": (t.MistralConfig, dict(sliding_window=None)),
         "mixtral": (t.MixtralConfig, dict(num_local_experts=8, num_experts_per_tok=2, sliding_window=None)),
     }

@@ -105,7 +105,7 @@ TEST_CASE("MoE reference with one expert equals the dense reference") {
   FfnWeights w = synthetic_ffn_weights(c, 8);
   auto x = synthetic_activations(4, 256, 2);
   ReferenceOutput moe = reference_moe(*w.moe, c, x, 4);
-  DenseFfnWeights as_dense{w.moe->gate_up, w.moe->down};
+  DenseFfnWeights as_dense{w.moe->gate_up, w.moe->down, {}, {}};
   ReferenceOutput dense = reference_dense_ffn(as_dense, Activation::silu, x, 4);
   for (size_t i = 0; i < moe.value.size(); ++i) {
     // The MoE output is the expert's bf16-stored row times weight 1.

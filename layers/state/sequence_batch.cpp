@@ -41,8 +41,7 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
   }
   const uint64_t bs = pool.shape().block_size;
   for (const auto& [seq, count] : added) {
-    const uint64_t length = pool.length(seq), have = pool.block_table(seq).size();
-    blocks += (length + count + bs - 1) / bs - have;
+    blocks += pool.blocks_to_append(seq, static_cast<uint32_t>(count));
     tokens += count;
   }
   if (blocks > pool.free_blocks()) {

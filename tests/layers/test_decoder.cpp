@@ -10,6 +10,7 @@
 #include "compose.hpp"
 #include "decoder/generate.hpp"
 #include "embed.hpp"
+#include "state/sequence_batch.hpp"
 
 #include <metrale/status.hpp>
 
@@ -22,6 +23,28 @@ LayerRequest tiny() {
   LayerRequest r;
   r.model = "tiny-qwen3";
   return r;
+}
+
+// Feeds `ids` to sequence `seq` of `pool` in one batch; the logits of the last, as bf16 bits.
+std::vector<uint16_t> feed(Backend& backend, DecoderModel& model, StatePool& pool, uint32_t seq, const std::vector<int32_t>& ids) {
+  const auto rows = static_cast<uint32_t>(ids.size());
+  std::vector<int32_t> positions(rows);
+  for (uint32_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(pool.length(seq) + i);
+  const SequenceRows run{seq, rows};
+  const SequenceBatch batch(backend, pool, std::span(&run, 1), positions);
+  DeviceBuffer device_ids = device_copy(backend, ids);
+  const DevicePtr hidden = model.forward(batch, device_ids.ptr());
+  const uint32_t last = rows - 1;
+  std::vector<uint16_t> logits(model.config().vocab_size);
+  backend.copy_to_host(logits.data(), model.logits(hidden, rows, std::span(&last, 1)), logits.size() * 2);
+  backend.synchronize();
+  return logits;
+}
+
+std::vector<int32_t> prompt_of(uint32_t tokens) {
+  std::vector<int32_t> prompt;
+  for (uint32_t i = 0; i < tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 131 + 7) % 1024));
+  return prompt;
 }
 
 }  // namespace
@@ -78,4 +101,56 @@ TEST_CASE("generation refuses what it cannot hold, naming the sizes, before runn
   CHECK_THROWS_AS(model.generate({{1, 2, 1024}}, 2), Error);
   CHECK_THROWS_AS(model.generate({{}}, 2), Error);
   CHECK_THROWS_AS(model.generate({{1}}, 0), Error);
+}
+
+TEST_CASE("rolling a sequence back by k tokens, then decoding, gives the logits of never having decoded them") {
+  auto backend = layers_test::cpu_backend();
+  OpenedModel opened = open_model(*backend, tiny());
+  DecoderModel& model = *opened.model;
+  StatePool pool(*backend, model.cache_shape(128, 4));  // blocks of 4: the rollback ends inside a block
+  const std::vector<int32_t> prompt = prompt_of(10);
+
+  const uint32_t never = pool.add_sequence();
+  feed(*backend, model, pool, never, prompt);
+  feed(*backend, model, pool, never, {300});
+  const std::vector<uint16_t> after_d = feed(*backend, model, pool, never, {42});
+  const std::vector<uint16_t> after_e = feed(*backend, model, pool, never, {77});
+
+  const uint32_t seq = pool.add_sequence();
+  feed(*backend, model, pool, seq, prompt);
+  feed(*backend, model, pool, seq, {300});
+  feed(*backend, model, pool, seq, {5, 6, 7});  // three tokens to forget, one batch
+  feed(*backend, model, pool, seq, {8});
+  CHECK(pool.rollback(seq, 4) == 0);
+  CHECK(pool.length(seq) == 11);
+  CHECK(feed(*backend, model, pool, seq, {42}) == after_d);
+  CHECK(feed(*backend, model, pool, seq, {77}) == after_e);
+}
+
+TEST_CASE("a forked sequence shares its parent's prompt and each then decodes as if alone") {
+  auto backend = layers_test::cpu_backend();
+  OpenedModel opened = open_model(*backend, tiny());
+  DecoderModel& model = *opened.model;
+  StatePool pool(*backend, model.cache_shape(128, 4));
+  const std::vector<int32_t> prompt = prompt_of(10);  // the last block half full: both write into it
+
+  std::vector<std::vector<uint16_t>> alone;
+  for (const int32_t first : {42, 99}) {
+    const uint32_t seq = pool.add_sequence();
+    feed(*backend, model, pool, seq, prompt);
+    alone.push_back(feed(*backend, model, pool, seq, {first}));
+    alone.push_back(feed(*backend, model, pool, seq, {first + 1}));
+    pool.release(seq);
+  }
+
+  const uint32_t parent = pool.add_sequence();
+  feed(*backend, model, pool, parent, prompt);
+  const uint32_t free_before = pool.free_blocks();
+  const uint32_t child = pool.fork(parent);
+  CHECK(pool.free_blocks() == free_before);
+  CHECK(feed(*backend, model, pool, child, {99}) == alone[2]);
+  CHECK(feed(*backend, model, pool, parent, {42}) == alone[0]);
+  CHECK(feed(*backend, model, pool, child, {100}) == alone[3]);
+  CHECK(feed(*backend, model, pool, parent, {43}) == alone[1]);
+  CHECK(pool.block_table(child)[0] == pool.block_table(parent)[0]);  // the full blocks stay shared
 }

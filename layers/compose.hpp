@@ -16,7 +16,7 @@
 #include "layer_request.hpp"
 
 #include "core/tier_request.hpp"
-#include "decoder/generate.hpp"
+#include "engine/generate.hpp"
 #include "decoder/model.hpp"
 #include "ffn/ffn.hpp"
 #include "io/checkpoint.hpp"

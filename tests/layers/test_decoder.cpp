@@ -8,7 +8,7 @@
 
 #include "backend_support.hpp"
 #include "compose.hpp"
-#include "decoder/generate.hpp"
+#include "engine/generate.hpp"
 #include "embed.hpp"
 #include "state/sequence_batch.hpp"
 

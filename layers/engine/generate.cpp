@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-#include "decoder/generate.hpp"
+#include "engine/generate.hpp"
 
 #include "core/numeric.hpp"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// `metrale generate`: greedy decoding of a whole checkpoint's model from token ids (no tokenizer):
-// every prompt prefilled, then decoded together, one batched step per new token (docs/layers.md,
-// "Generating"). Prints the generated ids, prefill and decode tokens per second and the audit of
+// `metrale generate`: a whole checkpoint's model from token ids (no tokenizer), every prompt a
+// request of the engine loop: admitted at its arrival step, prefilled in chunks beside the running
+// decodes, greedy or sampled (docs/layers.md, "Generating"). Prints the generated ids, prefill and decode tokens per second and the audit of
 // every lookup the model made; --output writes the ids and the logits they were chosen from.
 #include "commands.hpp"
 #include "tier_flags.hpp"
@@ -37,6 +37,9 @@ struct GenerateCliOptions {
   uint64_t kv_tokens = 0;
   uint32_t block_size = 16;
   uint32_t prefill_chunk = 512;
+  uint32_t token_budget = 0;
+  std::string arrival_steps;
+  SamplingParams sampling;
   std::string backend;
   bool json = false;
   bool quiet = false;
@@ -44,22 +47,28 @@ struct GenerateCliOptions {
   TierFlags tiers;
 };
 
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
+// Comma-separated integers from 0 to `max` (`option` and `what` name them in the message).
+std::vector<int64_t> parse_list(const std::string& text, const char* option, const char* what, int64_t max) {
+  std::vector<int64_t> values;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t end = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, end - start);
     int64_t v = 0;
     const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0 || v > INT32_MAX) {
-      throw Error(Status::invalid_argument, "--prompt-ids '" + text + "': '" + item +
-                                                "' is not a token id (comma-separated integers from 0, e.g. 1,2,3)");
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0 || v > max) {
+      throw Error(Status::invalid_argument, std::string(option) + " '" + text + "': '" + item + "' is not " + what +
+                                                " (comma-separated integers from 0, e.g. 1,2,3)");
     }
-    ids.push_back(static_cast<int32_t>(v));
+    values.push_back(v);
     start = end + 1;
   }
-  return ids;
+  return values;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  const std::vector<int64_t> values = parse_list(text, "--prompt-ids", "a token id", INT32_MAX);
+  return std::vector<int32_t>(values.begin(), values.end());
 }
 
 // The prompts of --prompt-ids or of --batch-file's `ids` [B, L] (and `lengths` [B]).
@@ -128,6 +137,23 @@ std::string id_list(const std::vector<int32_t>& ids) {
   return s;
 }
 
+GenerateOptions generate_options(const GenerateCliOptions& o) {
+  GenerateOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.kv_tokens = o.kv_tokens;
+  g.block_size = o.block_size;
+  g.prefill_chunk = o.prefill_chunk;
+  g.token_budget = o.token_budget;
+  g.sampling = o.sampling;
+  if (!o.arrival_steps.empty()) {
+    for (int64_t step : parse_list(o.arrival_steps, "--arrival-steps", "a step", INT64_MAX)) {
+      g.arrival_steps.push_back(static_cast<uint64_t>(step));
+    }
+  }
+  g.prompt_logits = o.prompt_logits;
+  return g;
+}
+
 void generate(CliContext& ctx, const GenerateCliOptions& o) {
   if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "--max-new-tokens must be at least 1");
   if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "--prefill-chunk must be at least 1");
@@ -143,22 +169,20 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   apply_tier_flags(o.tiers, request);
   request.progress = [&progress](const std::string& stage, double fraction) { progress.report(stage, fraction); };
   OpenedModel opened = open_model(b, request);
-  GenerateOptions g;
-  g.max_new_tokens = o.max_new_tokens;
-  g.kv_tokens = o.kv_tokens;
-  g.block_size = o.block_size;
-  g.prefill_chunk = o.prefill_chunk;
-  g.prompt_logits = o.prompt_logits;
+  GenerateOptions g = generate_options(o);
   g.progress = request.progress;
-  const GenerateResult r = generate_greedy(b, *opened.model, prompts, g);
-  progress.finish("decode");
+  const GenerateResult r = generate_tokens(b, *opened.model, prompts, g);
+  progress.finish("generate");
   const uint32_t vocab = opened.model->config().vocab_size;
   if (!o.output.empty()) write_output(o.output, r, vocab, o.max_new_tokens);
   const double prefill_tps = r.prefill_seconds > 0 ? r.prefill_tokens / r.prefill_seconds : 0;
   const double decode_tps = r.decode_seconds > 0 ? r.decode_tokens / r.decode_seconds : 0;
   if (o.json || ctx.json) {
     nlohmann::json seqs = nlohmann::json::array();
-    for (size_t p = 0; p < prompts.size(); ++p) seqs.push_back({{"prompt", prompts[p]}, {"generated", r.generated[p]}});
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      seqs.push_back({{"prompt", prompts[p]}, {"generated", r.generated[p]}, {"admitted_step", r.admitted_step[p]},
+                      {"finished_step", r.finished_step[p]}});
+    }
     const nlohmann::json out{{"backend", b.name()},
                              {"target", b.target()},
                              {"weights", {{"source", opened.weights_source}, {"quantization", opened.quantization},
@@ -166,6 +190,8 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
                              {"tiers", opened.model->tiers()},
                              {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
                                            {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
+                             {"sampling", o.sampling.describe()},
+                             {"steps", r.steps},
                              {"sequences", seqs},
                              {"prefill_tokens", r.prefill_tokens},
                              {"prefill_seconds", r.prefill_seconds},
@@ -189,6 +215,7 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
             << (r.cache.num_blocks == 1 ? " block" : " blocks") << " of " << r.cache.block_size << ", " << r.cache.layers
             << " layers\n\naudit: the lookups made building the model\n"
             << render_audit_table(opened.audit) << '\n';
+  if (!o.sampling.greedy()) std::cout << "sampling " << o.sampling.describe() << '\n';
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::cout << "sequence " << p << ": prompt " << prompts[p].size() << " tokens, generated " << id_list(r.generated[p]) << '\n';
   }
@@ -204,7 +231,7 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
 
 void register_generate(CLI::App& app, CliContext& ctx) {
   auto o = std::make_shared<GenerateCliOptions>();
-  auto* cmd = app.add_subcommand("generate", "Greedy decoding of a checkpoint's whole model from token ids");
+  auto* cmd = app.add_subcommand("generate", "A checkpoint's whole model from token ids: greedy or sampled, continuously batched");
   std::string preset_names;
   for (const auto& p : decoder_presets()) preset_names += "\n  " + std::string(p.name) + ": " + std::string(p.description);
   auto* weights = cmd->add_option("--weights", o->weights,
@@ -223,7 +250,19 @@ void register_generate(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--prompt-logits", o->prompt_logits, "Keep the logits of every prompt position (for --output)");
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache capacity in tokens (default: the prompts plus the new tokens)");
   cmd->add_option("--block-size", o->block_size, "KV cache block size in tokens (a power of two, 1..256)")->capture_default_str();
-  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per prefill batch")->capture_default_str();
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens of one sequence per step, at most")->capture_default_str();
+  cmd->add_option("--token-budget", o->token_budget,
+                  "Rows per step: the running decodes first, prefill chunks in the rest (default: --prefill-chunk plus one per prompt)");
+  cmd->add_option("--arrival-steps", o->arrival_steps,
+                  "The step each prompt arrives at, comma-separated, one per prompt (default: all at step 0); "
+                  "a prompt is admitted once it has arrived and the cache can reserve its tokens");
+  cmd->add_option("--temperature", o->sampling.temperature, "0: greedy; > 0: sample from softmax(logits / temperature)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "Sample among the most likely tokens whose probabilities reach p")
+      ->capture_default_str();
+  cmd->add_option("--sample-seed", o->sampling.seed, "Seed of the sampling draws (each request's n-th draw is fixed by it)")
+      ->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend (default: METRALE_BACKEND or the highest priority)");
   cmd->add_flag("--per-expert", o->per_expert, "MoE: skip the grouped-expert kernel and launch per expert");
   add_tier_flags(*cmd, o->tiers);

@@ -126,7 +126,7 @@ Generation EmbeddedModel::generate(const std::vector<std::vector<int32_t>>& prom
   GenerateOptions options;
   options.max_new_tokens = max_new_tokens;
   options.kv_tokens = kv_tokens;
-  GenerateResult r = generate_greedy(*impl_->backend, *impl_->model.model, prompts, options);
+  GenerateResult r = generate_tokens(*impl_->backend, *impl_->model.model, prompts, options);
   return Generation{std::move(r.generated), std::move(r.logits), r.prefill_tokens, r.decode_tokens, r.prefill_seconds,
                     r.decode_seconds};
 }

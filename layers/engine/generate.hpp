@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Greedy decoding with a DecoderModel (docs/layers.md, "Generating"): every prompt prefilled into
-// its own sequence of a KV cache (in chunks, each a batch of its own), then one batched decode
-// step per new token for all sequences at once; each new id is the argmax of its logits (the
-// first of equal maxima, as torch.argmax). No tokenizer: ids in, ids out.
+// Generation from token ids with a DecoderModel (docs/layers.md, "Generating"): each prompt a
+// request of the engine loop (engine/engine.hpp) - admitted at its arrival step when the cache can
+// reserve its tokens, prefilled in chunks that share steps with the running decodes, retired when
+// it has its tokens. Tokens are greedy (the argmax, the first of equal maxima as torch.argmax)
+// or sampled (engine/sampling.hpp). No tokenizer: ids in, ids out.
 #pragma once
 
 #include "decoder/model.hpp"
+#include "engine/sampling.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -18,9 +20,12 @@ struct GenerateOptions {
   uint32_t max_new_tokens = 16;
   uint64_t kv_tokens = 0;       // the cache's capacity; 0: every prompt plus max_new_tokens each
   uint32_t block_size = 16;
-  uint32_t prefill_chunk = 512; // prompt tokens per prefill batch
+  uint32_t prefill_chunk = 512; // prompt tokens of one sequence per step
+  uint32_t token_budget = 0;    // rows per step (decodes first); 0: prefill_chunk plus one per prompt
+  std::vector<uint64_t> arrival_steps;  // per prompt, the step it arrives at; empty: all at step 0
+  SamplingParams sampling;      // every prompt's; greedy by default
   bool prompt_logits = false;   // keep the logits of every prompt position
-  // Told when a stage progresses: ("prefill sequence 2", 0.5).
+  // Told as tokens are generated: ("generate", fraction of all new tokens).
   std::function<void(const std::string& stage, double fraction)> progress;
 };
 
@@ -30,15 +35,18 @@ struct GenerateResult {
   std::vector<std::vector<float>> logits;
   // With prompt_logits: [prompt][position][vocab].
   std::vector<std::vector<float>> prompt_logits;
+  std::vector<uint64_t> admitted_step, finished_step;  // per prompt
+  uint64_t steps = 0;
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   StatePoolShape cache;
 };
 
 // Error(invalid_argument) for an empty prompt or an id outside the vocabulary (naming it and its
-// place), Error(out_of_memory) when the prompts and new tokens do not fit the cache (naming the
-// tokens, the capacity and the block size), before anything runs.
-GenerateResult generate_greedy(Backend& backend, DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+// place), for arrival_steps not one per prompt; Error(out_of_memory) when a prompt and its new
+// tokens do not fit the cache even alone (naming the tokens, the capacity and the block size),
+// before anything runs.
+GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                const GenerateOptions& options);
 
 }  // namespace metrale::layers

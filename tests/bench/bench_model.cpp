@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The whole-model rows of metrale-bench-layers (variant `model`): a decoder preset on synthetic
-// bf16 weights (decoder/decoder_weights.hpp), greedy generation through generate_greedy as
+// bf16 weights (decoder/decoder_weights.hpp), greedy generation through generate_tokens as
 // `metrale generate` runs it. Prefill: one prompt of each --model-prompt length, tokens per second
 // and its FLOP rate against the bf16 dot peak (2 per weight per token, plus causal attention).
 // Decode: --model-seqs sequences after such a prompt each, tokens per second and the bytes a step
@@ -70,7 +70,7 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
       GenerateOptions g;
       g.max_new_tokens = request.new_tokens;
       g.prefill_chunk = prompt;
-      const GenerateResult out = generate_greedy(b, model, prompts, g);
+      const GenerateResult out = generate_tokens(b, model, prompts, g);
       if (seqs == 1) {
         Rate r = model_rate(request.preset, "prefill", prompt, prompt, threads);
         r.median_s = out.prefill_seconds;

@@ -142,7 +142,7 @@ std::vector<Rate> measure_attention_rates(Backend& b, const AttentionRequest& re
 
 // The whole-model rows (variant `model`, bench_model.cpp): a decoder preset (qwen3-0.6b by
 // default: Qwen3-0.6B's shapes, 1.2 GB of bf16 weights) on synthetic bf16 weights, run by
-// generate_greedy as `metrale generate` runs it. Prefill of each prompt length: tokens per second
+// generate_tokens as `metrale generate` runs it. Prefill of each prompt length: tokens per second
 // (the rows' kernels column), FLOP per second against the bf16 dot peak (2 per weight per token
 // and the causal attention). Decode of each count of sequences after such prompts: tokens per
 // second, and the bytes one step reads (every weight once, each sequence's KV cache at the

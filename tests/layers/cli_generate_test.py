@@ -137,6 +137,30 @@ def main():
                if row.get("outcome") == "resolved"}
     check("rope/rope" in kernels, f"without the fused kernel rope/rope serves: {sorted(kernels)}")
 
+    # Continuous batching from the CLI: two prompts in a batch file, the second arriving at step 3,
+    # in a cache with room for one at a time, give the ids each gets alone; seeded sampling repeats.
+    batch = os.path.join(work, "batch.safetensors")
+    save(batch, {"ids": Tensor("I32", np.array([[5, 9, 2, 7, 1, 3], [8, 8, 4, 0, 0, 0]], np.int32)),
+                 "lengths": Tensor("I32", np.array([6, 3], np.int32))})
+    both = metrale("generate", "--weights", ckpt, "--batch-file", batch, "--arrival-steps", "0,3", "--max-new-tokens", "5",
+                   "--kv-tokens", "12", "--block-size", "4", "--prefill-chunk", "2", "--json", "--quiet", "--backend", "cpu")
+    seqs = json.loads(both.stdout or "{}").get("sequences", [{}, {}])
+    for i, prompt in enumerate(("5,9,2,7,1,3", "8,8,4")):
+        one = metrale("generate", "--weights", ckpt, "--prompt-ids", prompt, "--max-new-tokens", "5", "--prefill-chunk", "2",
+                      "--json", "--quiet", "--backend", "cpu")
+        alone = json.loads(one.stdout or "{}").get("sequences", [{}])[0]
+        check(seqs[i].get("generated") == alone.get("generated"), f"sequence {i} batched {seqs[i]} vs alone {alone}")
+    check(seqs[1].get("admitted_step", 0) > seqs[0].get("finished_step", 99),
+          f"the second prompt waited for the first's room: {seqs}")
+    sampled = [metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--temperature", "1.5",
+                       "--top-k", "20", "--sample-seed", "7", "--json", "--quiet", "--backend", "cpu").stdout for _ in range(2)]
+    docs = [json.loads(t or "{}") for t in sampled]
+    check(docs[0].get("sequences") == docs[1].get("sequences") and "seed 7" in docs[0].get("sampling", ""),
+          f"seeded sampling repeats: {docs[0].get('sequences')} vs {docs[1].get('sequences')}")
+    metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--temperature", "-1", "--quiet", "--backend", "cpu", expect=1)
+    metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--arrival-steps", "0,1", "--quiet", "--backend", "cpu",
+            expect=1)
+
     # A prompt longer than the cache, and other bad input.
     proc = metrale("generate", "--weights", ckpt, "--prompt-ids", ",".join(["1"] * 20), "--kv-tokens", "16", "--quiet",
                    "--backend", "cpu", expect=1)

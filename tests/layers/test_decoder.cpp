@@ -78,8 +78,8 @@ TEST_CASE("chunked prefill gives the ids of one whole-prompt prefill") {
   GenerateOptions chunked = whole;
   chunked.prefill_chunk = 7;  // 6 chunks, the last of 5 rows, each after the earlier ones
   chunked.block_size = 4;
-  const GenerateResult w = generate_greedy(*backend, *opened.model, {prompt}, whole);
-  const GenerateResult c = generate_greedy(*backend, *opened.model, {prompt}, chunked);
+  const GenerateResult w = generate_tokens(*backend, *opened.model, {prompt}, whole);
+  const GenerateResult c = generate_tokens(*backend, *opened.model, {prompt}, chunked);
   CHECK(w.generated == c.generated);
   REQUIRE(w.logits[0].size() == c.logits[0].size());
   // Other chunk boundaries sum the attention in another order: the same ids, logits within bf16 noise.

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+#include "engine/engine.hpp"
+
+#include "core/numeric.hpp"
+#include "state/sequence_batch.hpp"
+
+#include <metrale/status.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace metrale::layers {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t request_tokens(uint64_t prompt, uint32_t max_new_tokens) noexcept { return prompt + max_new_tokens - 1; }
+
+}  // namespace
+
+uint64_t request_blocks(uint64_t prompt, uint32_t max_new_tokens, uint32_t block_size) noexcept {
+  return (request_tokens(prompt, max_new_tokens) + block_size - 1) / block_size;
+}
+
+Engine::Engine(Backend& backend, DecoderModel& model, StatePool& pool, const EngineOptions& options)
+    : backend_(&backend), model_(&model), pool_(&pool), options_(options) {
+  if (options.token_budget == 0) throw Error(Status::invalid_argument, "engine: token_budget must be at least 1");
+  if (options.prefill_chunk == 0) throw Error(Status::invalid_argument, "engine: prefill_chunk must be at least 1");
+}
+
+uint32_t Engine::submit(EngineRequest r) {
+  const auto id = static_cast<uint32_t>(requests_.size());
+  const std::string name = "request " + std::to_string(id);
+  const uint32_t vocab = model_->config().vocab_size;
+  if (r.prompt.empty()) throw Error(Status::invalid_argument, name + ": the prompt is empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    const int32_t t = r.prompt[i];
+    if (t < 0 || static_cast<uint32_t>(t) >= vocab) {
+      throw Error(Status::invalid_argument, name + ": prompt position " + std::to_string(i) + ": id " + std::to_string(t) +
+                                                " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+    }
+  }
+  if (r.max_new_tokens == 0) throw Error(Status::invalid_argument, name + ": max_new_tokens must be at least 1");
+  r.sampling.validate();
+  const StatePoolShape& shape = pool_->shape();
+  const uint64_t blocks = request_blocks(r.prompt.size(), r.max_new_tokens, shape.block_size);
+  if (blocks > shape.num_blocks) {
+    throw Error(Status::out_of_memory, name + ": a prompt of " + std::to_string(r.prompt.size()) + " tokens and " +
+                                           std::to_string(r.max_new_tokens) + " new tokens need " +
+                                           std::to_string(request_tokens(r.prompt.size(), r.max_new_tokens)) + " tokens in " +
+                                           std::to_string(blocks) + " blocks of " + std::to_string(shape.block_size) +
+                                           ", but the KV cache holds " + std::to_string(shape.capacity_tokens()) + " tokens (" +
+                                           std::to_string(shape.num_blocks) + " blocks)");
+  }
+  expected_ += r.max_new_tokens;
+  requests_.push_back(std::move(r));
+  completions_.emplace_back();
+  waiting_.push_back(id);
+  return id;
+}
+
+void Engine::admit() {
+  // First come, first served: a request the pool cannot reserve yet holds back those after it.
+  while (!waiting_.empty() && requests_[waiting_.front()].arrival_step <= step_) {
+    const uint32_t id = waiting_.front();
+    const EngineRequest& r = requests_[id];
+    const uint64_t tokens = request_tokens(r.prompt.size(), r.max_new_tokens);
+    if (request_blocks(r.prompt.size(), r.max_new_tokens, pool_->shape().block_size) > pool_->free_blocks()) return;
+    Running run;
+    run.id = id;
+    run.sequence = pool_->add_sequence(static_cast<uint32_t>(tokens));
+    running_.push_back(run);
+    completions_[id].admitted_step = step_;
+    waiting_.pop_front();
+  }
+}
+
+Engine::StepRows Engine::schedule() {
+  // The step's rows: every decode, then prefill chunks in the budget left.
+  StepRows out;
+  auto& [runs, ids, positions, wanted, decode_rows, prefill_rows] = out;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Running& r = running_[i];
+    if (r.prefilled < requests_[r.id].prompt.size()) continue;
+    wanted.push_back({i, static_cast<uint32_t>(ids.size()), true, false});
+    runs.push_back({r.sequence, 1});
+    ids.push_back(r.next);
+    positions.push_back(static_cast<int32_t>(pool_->length(r.sequence)));
+    ++decode_rows;
+  }
+  uint64_t budget = options_.token_budget > decode_rows ? options_.token_budget - decode_rows : 0;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Running& r = running_[i];
+    const EngineRequest& q = requests_[r.id];
+    if (r.prefilled >= q.prompt.size()) continue;
+    const auto rows = static_cast<uint32_t>(std::min<uint64_t>({options_.prefill_chunk, q.prompt.size() - r.prefilled, budget}));
+    const bool last = r.prefilled + rows == q.prompt.size();
+    for (uint32_t k = 0; k < rows; ++k) {
+      const bool chooses = last && k + 1 == rows;
+      if (q.keep_prompt_logits || chooses) wanted.push_back({i, static_cast<uint32_t>(ids.size()), chooses, true});
+      ids.push_back(q.prompt[r.prefilled + k]);
+      positions.push_back(static_cast<int32_t>(r.prefilled + k));
+    }
+    runs.push_back({r.sequence, rows});
+    r.prefilled += rows;
+    prefill_rows += rows;
+    budget -= rows;
+  }
+  return out;
+}
+
+bool Engine::step() {
+  if (running_.empty()) {
+    if (waiting_.empty()) return false;
+    step_ = std::max(step_, requests_[waiting_.front()].arrival_step);  // idle until the next arrival
+  }
+  admit();
+  if (running_.empty()) {
+    throw Error(Status::internal, "engine: request " + std::to_string(waiting_.front()) +
+                                      " cannot be admitted into an empty pool");  // submit() rules this out
+  }
+  const auto start = Clock::now();
+  const StepRows rows = schedule();
+  const SequenceBatch batch(*backend_, *pool_, rows.runs, rows.positions);
+  DeviceBuffer device_ids = device_copy(*backend_, rows.ids);
+  const DevicePtr hidden = model_->forward(batch, device_ids.ptr());
+  const std::vector<WantedRow>& wanted = rows.wanted;
+  std::vector<float> logits;
+  const uint32_t vocab = model_->config().vocab_size;
+  if (!wanted.empty()) {
+    std::vector<uint32_t> wanted_rows;
+    for (const WantedRow& w : wanted) wanted_rows.push_back(w.row);
+    std::vector<uint16_t> bits(wanted_rows.size() * size_t{vocab});
+    backend_->copy_to_host(bits.data(), model_->logits(hidden, batch.rows(), wanted_rows), bits.size() * kBf16);
+    backend_->synchronize();
+    logits.resize(bits.size());
+    bf16_to_f32(bits, logits);
+    stats_.logit_rows_copied += wanted_rows.size();
+  }
+  choose_tokens(wanted, logits);
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  (rows.prefill_rows > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += seconds;
+  stats_.prefill_tokens += rows.prefill_rows;
+  stats_.decode_tokens += rows.decode_rows;
+  ++stats_.steps;
+  ++step_;
+  if (progress) progress(generated_, expected_);
+  return true;
+}
+
+void Engine::choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits) {
+  const uint32_t vocab = model_->config().vocab_size;
+  std::vector<size_t> retired;
+  for (size_t w = 0; w < wanted.size(); ++w) {
+    Running& r = running_[wanted[w].running];
+    const EngineRequest& q = requests_[r.id];
+    Completion& c = completions_[r.id];
+    const std::span<const float> row(logits.data() + w * vocab, vocab);
+    if (wanted[w].prompt && q.keep_prompt_logits) c.prompt_logits.insert(c.prompt_logits.end(), row.begin(), row.end());
+    if (!wanted[w].chooses) continue;
+    const int32_t token = sample_token(row, q.sampling, c.generated.size());
+    c.generated.push_back(token);
+    if (q.keep_logits) c.logits.insert(c.logits.end(), row.begin(), row.end());
+    ++generated_;
+    r.next = token;
+    if (c.generated.size() == q.max_new_tokens) {
+      c.finished = true;
+      c.finished_step = step_;
+      pool_->release(r.sequence);
+      retired.push_back(wanted[w].running);
+    }
+  }
+  std::sort(retired.begin(), retired.end(), std::greater<>());
+  for (size_t i : retired) running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Engine::run() {
+  while (step()) {
+  }
+}
+
+const Completion& Engine::completion(uint32_t id) const {
+  if (id >= completions_.size()) throw Error(Status::invalid_argument, "engine: no request " + std::to_string(id));
+  return completions_[id];
+}
+
+const EngineRequest& Engine::request(uint32_t id) const {
+  if (id >= requests_.size()) throw Error(Status::invalid_argument, "engine: no request " + std::to_string(id));
+  return requests_[id];
+}
+
+}  // namespace metrale::layers

@@ -24,7 +24,7 @@ json llama_like(const char* model_type) {
           {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}};
 }
 
-std::string refusal_of(const json& doc) {
+std::string architecture_refusal_of(const json& doc) {
   try {
     (void)resolve_architecture(doc, "config.json", ArchitectureUse::decoder, false);
   } catch (const metrale::Refusal& r) {
@@ -73,7 +73,7 @@ TEST_CASE("layer_types: one entry per layer, each a mixer of the spec") {
   const ResolvedArchitecture r = resolve_architecture(q, "config.json", ArchitectureUse::decoder, false);
   CHECK(r.layer_mixers == std::vector<TokenMixer>{TokenMixer::full_attention, TokenMixer::full_attention});
   q["layer_types"] = {"full_attention", "sliding_attention"};
-  CHECK(refusal_of(q) == "config.json: layer_types[1] = \"sliding_attention\" is not supported: qwen3 layers in metrale: full_attention");
+  CHECK(architecture_refusal_of(q) == "config.json: layer_types[1] = \"sliding_attention\" is not supported: qwen3 layers in metrale: full_attention");
   q["layer_types"] = {"full_attention"};
   CHECK_THROWS_WITH_AS(resolve_architecture(q, "config.json", ArchitectureUse::decoder, false),
                        doctest::Contains("one entry per layer"), metrale::Error);
@@ -82,43 +82,43 @@ TEST_CASE("layer_types: one entry per layer, each a mixer of the spec") {
 TEST_CASE("refusals name the file, the key, its value and what is supported") {
   json unknown = llama_like("gemma3");
   unknown["text_config"] = {{"model_type", "gemma3_text"}};
-  const std::string wrapper = refusal_of(unknown);
+  const std::string wrapper = architecture_refusal_of(unknown);
   CHECK(wrapper.find("config.json: model_type = \"gemma3\" is not supported") == 0);
   CHECK(wrapper.find("gemma3_text") != std::string::npos);
-  CHECK(refusal_of(json{{"hidden_size", 256}}).find("model_type is missing") != std::string::npos);
+  CHECK(architecture_refusal_of(json{{"hidden_size", 256}}).find("model_type is missing") != std::string::npos);
 
   json softcap = llama_like("qwen3");
   softcap["final_logit_softcapping"] = 30.0;
-  CHECK(refusal_of(softcap) == "config.json: final_logit_softcapping = 30.0 is not supported: null (no soft-capping) "
+  CHECK(architecture_refusal_of(softcap) == "config.json: final_logit_softcapping = 30.0 is not supported: null (no soft-capping) "
                                "(qwen3 in metrale does not read final_logit_softcapping)");
   softcap["final_logit_softcapping"] = nullptr;  // inert: passes
-  CHECK(refusal_of(softcap) == "(no refusal)");
+  CHECK(architecture_refusal_of(softcap) == "(no refusal)");
 
   json window = llama_like("mistral");
   window["sliding_window"] = 4096;  // == max_position_embeddings: never reached
-  CHECK(refusal_of(window) == "(no refusal)");
+  CHECK(architecture_refusal_of(window) == "(no refusal)");
   window["sliding_window"] = 1024;
-  CHECK(refusal_of(window).find("config.json: sliding_window = 1024 is not supported") == 0);
+  CHECK(architecture_refusal_of(window).find("config.json: sliding_window = 1024 is not supported") == 0);
 
   json qwen = llama_like("qwen2");
   qwen["sliding_window"] = 1024;  // off unless use_sliding_window
   qwen["use_sliding_window"] = false;
-  CHECK(refusal_of(qwen) == "(no refusal)");
+  CHECK(architecture_refusal_of(qwen) == "(no refusal)");
   qwen["use_sliding_window"] = true;
-  CHECK(refusal_of(qwen) != "(no refusal)");
+  CHECK(architecture_refusal_of(qwen) != "(no refusal)");
 
   json mlp_bias = llama_like("qwen3");  // only Llama reads mlp_bias
   mlp_bias["mlp_bias"] = true;
-  CHECK(refusal_of(mlp_bias).find("mlp_bias = true is not supported") != std::string::npos);
+  CHECK(architecture_refusal_of(mlp_bias).find("mlp_bias = true is not supported") != std::string::npos);
   json gelu = llama_like("llama");
   gelu["hidden_act"] = "gelu";
-  CHECK(refusal_of(gelu).find("hidden_act = \"gelu\" is not supported") != std::string::npos);
+  CHECK(architecture_refusal_of(gelu).find("hidden_act = \"gelu\" is not supported") != std::string::npos);
   json partial = llama_like("llama");
   partial["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.25}};
-  CHECK(refusal_of(partial).find("rope_parameters.partial_rotary_factor = 0.25") != std::string::npos);
+  CHECK(architecture_refusal_of(partial).find("rope_parameters.partial_rotary_factor = 0.25") != std::string::npos);
 
   json deepseek = llama_like("deepseek_v2");
-  CHECK(refusal_of(deepseek).find("multi-head latent attention") != std::string::npos);
+  CHECK(architecture_refusal_of(deepseek).find("multi-head latent attention") != std::string::npos);
   CHECK(resolve_architecture(deepseek, "c", ArchitectureUse::ffn_only, false).spec->model_type == "deepseek_v2");
 }
 

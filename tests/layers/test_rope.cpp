@@ -23,7 +23,7 @@ RopeParameters from(const json& config) { return rope_parameters(parse_rope_conf
 // base^(-2i/dim) in double.
 double plain(double base, uint32_t i, uint32_t dim) { return std::pow(base, -2.0 * i / dim); }
 
-std::string refusal_of(const json& config) {
+std::string rope_refusal_of(const json& config) {
   try {
     (void)from(config);
   } catch (const metrale::Refusal& e) {
@@ -188,11 +188,11 @@ TEST_CASE("rope yarn equals transformers 5: factor given, factor absent (the con
 }
 
 TEST_CASE("rope refuses other rope types by name, partial rotary, and says which field is malformed") {
-  CHECK(refusal_of({{"head_dim", 128}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}}) ==
+  CHECK(rope_refusal_of({{"head_dim", 128}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}}) ==
         "config.json: rope_scaling.rope_type = \"linear\" is not supported: \"default\", \"llama3\" or \"yarn\"");
-  CHECK(refusal_of({{"head_dim", 128}, {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}).find("\"dynamic\"") !=
+  CHECK(rope_refusal_of({{"head_dim", 128}, {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}).find("\"dynamic\"") !=
         std::string::npos);
-  CHECK(refusal_of({{"head_dim", 128}, {"partial_rotary_factor", 0.5}}).find("partial_rotary_factor") != std::string::npos);
+  CHECK(rope_refusal_of({{"head_dim", 128}, {"partial_rotary_factor", 0.5}}).find("partial_rotary_factor") != std::string::npos);
   CHECK_THROWS_WITH_AS(from({{"head_dim", 128}, {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}),
                        doctest::Contains("low_freq_factor"), metrale::Error);
   CHECK_THROWS_AS(from({{"head_dim", 127}}), metrale::Error);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "instance.hpp"
+#include "memory_blocks.hpp"
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -21,8 +22,6 @@ namespace metrale::cpu {
 
 namespace {
 
-constexpr size_t kAlignment = 64;
-constexpr size_t kHugePage = size_t{2} << 20;
 // Handles carry a tag so a stray integer is not taken for a kernel ("cpu" in the high bytes).
 constexpr uint64_t kHandleBase = 0x6370750000000000ull;
 constexpr unsigned kMaxThreads = 1024;
@@ -183,7 +182,7 @@ Instance::Instance(const metrale_host_callbacks* host, Tier tier, CpuFeatures fe
 Instance::~Instance() {
   pool_.reset();
   for (const auto& [address, bytes] : allocations_)
-    if (!borrowed_.contains(address)) std::free(reinterpret_cast<void*>(address));
+    if (!borrowed_.contains(address)) free_block(address, bytes);
 }
 
 void Instance::log(metrale_log_level level, const std::string& message) const {
@@ -258,21 +257,20 @@ metrale_status Instance::mem_alloc(size_t bytes, uint64_t* device_ptr) {
   // Weight-sized buffers go on 2 MiB boundaries and ask for transparent huge pages: the W4A16
   // kernels stream several panels (and MoE experts) at once across hundreds of MB, and 4 KiB
   // pages would cost a TLB walk every few cache lines. Where THP is off the advice is a no-op.
-  const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
-  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* block = std::aligned_alloc(alignment, rounded);
+  const size_t rounded = block_bytes(bytes);
+  void* block = allocate_block(bytes);
   if (block == nullptr)
     return fail(METRALE_STATUS_OUT_OF_MEMORY,
                 "mem_alloc: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
 #if defined(MADV_HUGEPAGE)
-  if (alignment == kHugePage) ::madvise(block, rounded, MADV_HUGEPAGE);
+  if (bytes >= kHugePage) ::madvise(block, rounded, MADV_HUGEPAGE);
 #endif
   const auto address = reinterpret_cast<uint64_t>(block);
   try {
     std::unique_lock lock(memory_mutex_);
     allocations_.emplace(address, bytes);
   } catch (...) {
-    std::free(block);
+    free_block(address, bytes);
     throw;
   }
   *device_ptr = address;
@@ -290,9 +288,10 @@ metrale_status Instance::mem_free(uint64_t device_ptr) {
                                                        "unregister it, its owner frees it");
     }
     if (it != allocations_.end()) {
+      const size_t bytes = it->second;
       allocations_.erase(it);
       lock.unlock();
-      std::free(reinterpret_cast<void*>(device_ptr));
+      free_block(device_ptr, bytes);
       return METRALE_STATUS_OK;
     }
   }

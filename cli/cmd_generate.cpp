@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+
+#include <sys/resource.h>
 #include <iostream>
 
 namespace metrale::cli {
@@ -137,6 +139,19 @@ std::string id_list(const std::vector<int32_t>& ids) {
   return s;
 }
 
+// Peak resident memory of the process so far (getrusage's maximum resident set, KiB on Linux).
+uint64_t peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+nlohmann::json memory_json(const LoadReport& load) {
+  return {{"checkpoint_tensor_bytes", load.tensor_bytes}, {"bytes_read", load.bytes_read},
+          {"bytes_mapped", load.bytes_mapped},           {"bytes_uploaded", load.bytes_uploaded},
+          {"device_weight_bytes", load.device_weight_bytes}, {"peak_resident_bytes", peak_resident_bytes()}};
+}
+
 GenerateOptions generate_options(const GenerateCliOptions& o) {
   GenerateOptions g;
   g.max_new_tokens = o.max_new_tokens;
@@ -190,6 +205,7 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
                              {"tiers", opened.model->tiers()},
                              {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
                                            {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
+                             {"memory", memory_json(opened.load)},
                              {"sampling", o.sampling.describe()},
                              {"steps", r.steps},
                              {"sequences", seqs},

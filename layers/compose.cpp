@@ -259,7 +259,7 @@ namespace {
 
 // A model without a checkpoint: a decoder preset or a config.json, with seeded weights in the
 // format asked for (--weight-quantization; default bf16).
-ModelWeights synthetic_model(const LayerRequest& request, DecoderConfig& config, OpenedModel& out) {
+std::unique_ptr<ModelWeightSource> synthetic_model(const LayerRequest& request, DecoderConfig& config, OpenedModel& out) {
   if (request.model.empty()) {
     throw Error(Status::invalid_argument, "the model needs a checkpoint (--weights DIR) or a model (--model PRESET|config.json) "
                                           "to run on synthetic weights");
@@ -281,10 +281,7 @@ ModelWeights synthetic_model(const LayerRequest& request, DecoderConfig& config,
   out.weights_source = "synthetic (seed " + std::to_string(request.seed) + ")";
   out.quantization = weight_tier_name(format);
   out.activations = activation_request(request.activations);
-  report(request, "generating synthetic weights", 0.0);
-  ModelWeights w = synthetic_model_weights(config, request.seed, format);
-  report(request, "generating synthetic weights", 1.0);
-  return w;
+  return synthetic_model_weights(config, request.seed, format);
 }
 
 }  // namespace
@@ -292,7 +289,11 @@ ModelWeights synthetic_model(const LayerRequest& request, DecoderConfig& config,
 OpenedModel open_model(Backend& backend, const LayerRequest& request) {
   OpenedModel out;
   DecoderConfig config;
-  ModelWeights weights;
+  std::unique_ptr<ModelWeightSource> weights;
+  std::shared_ptr<const TensorSource> tensors;
+  // Reading and uploading go layer by layer, as one stage.
+  const std::string stage = (request.weights.empty() ? "building the model on " : "loading " + request.weights + " onto ") +
+                            backend.name();
   if (request.weights.empty()) {
     weights = synthetic_model(request, config, out);
   } else {
@@ -301,19 +302,22 @@ OpenedModel open_model(Backend& backend, const LayerRequest& request) {
     out.weights_source = request.weights;
     out.quantization = src.quant.summary() + " (" + src.quant.source + ")";
     out.activations = declared_activations(request, src.quant);
-    const std::string loading = "loading " + request.weights;
-    weights = read_model_weights(src.files, src.config, [&](uint32_t done, uint32_t total) {
-      report(request, loading, static_cast<double>(done) / total);
-    });
-    report(request, loading, 1.0);
+    tensors = src.files.tensors;
+    out.load.tensor_bytes = tensors->tensor_bytes();
+    weights = checkpoint_model_weights(src.files, src.config, src.quant);
   }
-  const std::string stage = "building the model on " + backend.name();
-  const uint64_t before = backend.audit().last_sequence();
+  const uint64_t before = backend.audit().last_sequence(), uploaded = backend.bytes_copied_to_device();
   const FfnBuildOptions options{MoeBuildOptions{.use_grouped_kernel = !request.per_expert}, out.activations};
-  out.model = DecoderModel::build(backend, config, weights, options, [&](uint32_t done, uint32_t total) {
+  out.model = DecoderModel::build(backend, config, *weights, options, [&](uint32_t done, uint32_t total) {
     report(request, stage, static_cast<double>(done) / total);
   });
   report(request, stage, 1.0);
+  out.load.bytes_uploaded = backend.bytes_copied_to_device() - uploaded;
+  out.load.device_weight_bytes = out.model->weight_bytes();
+  if (tensors) {
+    out.load.bytes_read = tensors->bytes_read();
+    if (out.model->embedding().mapped()) out.load.bytes_mapped = out.model->embedding().bytes();
+  }
   out.audit = rows_after(backend, before);
   enforce_lock(backend, out.audit);
   return out;

@@ -91,12 +91,21 @@ OpenedBlock open_block(Backend& backend, const LayerRequest& request);
 // The whole model of the checkpoint in request.weights, or without weights of request.model (a
 // decoder preset, decoder/decoder_weights.hpp, or a config.json) on synthetic weights from
 // request.seed in request.weight_format (default bf16). request.layer is ignored.
+// What loading a model moved: a checkpoint's tensors are read once (bytes_read, the files'
+// headers included) or used in place from the file's mapping (bytes_mapped, the embedding table);
+// bytes_uploaded is what went to the device, device_weight_bytes what stays there.
+struct LoadReport {
+  uint64_t tensor_bytes = 0;  // the checkpoint's tensors; 0 for synthetic weights
+  uint64_t bytes_read = 0, bytes_mapped = 0, bytes_uploaded = 0, device_weight_bytes = 0;
+};
+
 struct OpenedModel {
   std::string weights_source;
   std::string quantization;
   ActivationRequest activations;
   std::unique_ptr<DecoderModel> model;
   std::vector<AuditRow> audit;
+  LoadReport load;
 };
 OpenedModel open_model(Backend& backend, const LayerRequest& request);
 

@@ -10,6 +10,7 @@
 #include <metrale/status.hpp>
 
 #include <algorithm>
+#include <cstring>
 
 namespace metrale::layers {
 
@@ -74,7 +75,7 @@ namespace {
 
 // Layer `layer` under `layers` ("model.layers."), found once per checkpoint.
 DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer,
-                               const std::string& layers) {
+                               const std::string& layers, const CheckpointQuant& quant) {
   if (layer >= config.num_layers) {
     throw Error(Status::invalid_argument, "layer " + std::to_string(layer) + ": " + config.source + " has num_hidden_layers = " +
                                               std::to_string(config.num_layers));
@@ -84,7 +85,7 @@ DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig
   const uint64_t hidden = config.attention.hidden_size;
   DecoderLayerWeights w;
   w.layer = layer;
-  LoadedCheckpoint ffn = load_checkpoint(files, layer, config.ffn);
+  LoadedCheckpoint ffn = load_checkpoint(files, layer, config.ffn, &quant);
   w.ffn_config = ffn.config;
   w.ffn = std::move(ffn.weights);
   w.attention = read_attention_weights(src, prefix + "self_attn.", config.attention, ffn.quant);
@@ -97,37 +98,125 @@ DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig
 
 DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
   check_tensor_names(config.architecture, *files.tensors);
-  return read_layer(files, config, layer, layers_prefix(*files.tensors));
+  return read_layer(files, config, layer, layers_prefix(*files.tensors), checkpoint_declaration(files));
 }
 
-ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
-                                const std::function<void(uint32_t, uint32_t)>& progress) {
-  const TensorSource& src = *files.tensors;
-  check_tensor_names(config.architecture, src);
-  const std::string layers = layers_prefix(src), root = root_of(layers);
-  const uint64_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
-  ModelWeights w;
-  w.quant = checkpoint_declaration(files);
-  w.embed = read_bf16_tensor(src, root + "embed_tokens.weight", {vocab, hidden});
-  w.final_norm = read_bf16_tensor(src, root + "norm.weight", {hidden});
-  if (config.tie_word_embeddings && src.contains("lm_head.weight") &&
-      read_bf16_tensor(src, "lm_head.weight", {vocab, hidden}) != w.embed) {
-    // transformers would use the embedding and drop lm_head: which one the model was trained with is unknowable.
-    throw Refusal(src.description() + ": tensor 'lm_head.weight' differs from '" + root + "embed_tokens.weight', but " + config.source +
-                  " ties them (tie_word_embeddings = true): one logits projection or the other would be silently dropped");
-  }
-  if (!config.tie_word_embeddings) {
-    if (!src.contains("lm_head.weight") && !src.contains("lm_head.qweight") && !src.contains("lm_head.weight_packed")) {
+namespace {
+
+// The logits projection from an embedding table's bf16 values (tie_word_embeddings): bf16-nk
+// holds the row-major values as they are.
+QuantMatrix tied_head(const std::vector<uint16_t>& embed, uint32_t vocab, uint32_t hidden) {
+  QuantMatrix m = quant_zeros("lm_head (tied: embed_tokens)", WeightFormat::bf16, vocab, hidden);
+  std::memcpy(m.qweight.data(), embed.data(), embed.size() * sizeof(uint16_t));
+  return m;
+}
+
+class CheckpointWeights final : public ModelWeightSource {
+ public:
+  CheckpointWeights(const CheckpointFiles& files, const DecoderConfig& config, const CheckpointQuant& quant,
+                    std::function<void(uint32_t, uint32_t)> progress)
+      : files_(files), config_(config), progress_(std::move(progress)), quant_(quant) {
+    const TensorSource& src = *files.tensors;
+    check_tensor_names(config.architecture, src);
+    layers_ = layers_prefix(src);
+    root_ = root_of(layers_);
+    if (!config.tie_word_embeddings && !src.contains("lm_head.weight") && !src.contains("lm_head.qweight") &&
+        !src.contains("lm_head.weight_packed")) {
       throw Error(Status::not_found, src.description() + ": tensor 'lm_head.weight': missing, and " + config.source +
                                          " does not set tie_word_embeddings (the logits projection would be the embedding)");
     }
-    w.lm_head = read_lm_head(src, w.quant, config.vocab_size, config.attention.hidden_size);
   }
-  for (uint32_t l = 0; l < config.num_layers; ++l) {
-    w.layers.push_back(read_layer(files, config, l, layers));
-    if (progress) progress(l + 1, config.num_layers);
+
+  QuantMatrix head() override {
+    const TensorSource& src = *files_.tensors;
+    const uint32_t vocab = config_.vocab_size, hidden = config_.attention.hidden_size;
+    if (!config_.tie_word_embeddings) return read_lm_head(src, quant_, vocab, hidden);
+    const std::vector<uint16_t> embed = read_bf16_tensor(src, embed_name(), {vocab, hidden});
+    if (src.contains("lm_head.weight") && read_bf16_tensor(src, "lm_head.weight", {vocab, hidden}) != embed) {
+      // transformers would use the embedding and drop lm_head: which one the model was trained with is unknowable.
+      throw Refusal(src.description() + ": tensor 'lm_head.weight' differs from '" + embed_name() + "', but " +
+                    config_.source + " ties them (tie_word_embeddings = true): one logits projection or the other " +
+                    "would be silently dropped");
+    }
+    return tied_head(embed, vocab, hidden);
   }
-  return w;
+
+  EmbeddingTable embedding() override {
+    return EmbeddingTable(files_.tensors, embed_name(), config_.vocab_size, config_.attention.hidden_size);
+  }
+
+  std::vector<uint16_t> final_norm() override {
+    return read_bf16_tensor(*files_.tensors, root_ + "norm.weight", {config_.attention.hidden_size});
+  }
+
+  DecoderLayerWeights layer(uint32_t l) override {
+    DecoderLayerWeights w = read_layer(files_, config_, l, layers_, quant_);
+    if (progress_) progress_(l + 1, config_.num_layers);
+    return w;
+  }
+
+ private:
+  std::string embed_name() const { return root_ + "embed_tokens.weight"; }
+
+  CheckpointFiles files_;
+  DecoderConfig config_;
+  std::function<void(uint32_t, uint32_t)> progress_;
+  CheckpointQuant quant_;
+  std::string layers_, root_;
+};
+
+class SyntheticWeights final : public ModelWeightSource {
+ public:
+  SyntheticWeights(const DecoderConfig& config, uint64_t seed, WeightFormat format)
+      : config_(config), seed_(seed), format_(format) {}
+
+  QuantMatrix head() override {
+    const uint32_t vocab = config_.vocab_size, hidden = config_.attention.hidden_size;
+    if (!config_.tie_word_embeddings) return synthetic_quant("lm_head", WeightFormat::bf16, vocab, hidden, seed_);
+    return tied_head(embed_values(), vocab, hidden);
+  }
+
+  EmbeddingTable embedding() override { return EmbeddingTable(embed_values(), config_.vocab_size, config_.attention.hidden_size); }
+
+  std::vector<uint16_t> final_norm() override {
+    return synthetic_bf16_values(seed_, "norm", config_.attention.hidden_size, 1.0, 0.2);
+  }
+
+  DecoderLayerWeights layer(uint32_t l) override {
+    const uint32_t hidden = config_.attention.hidden_size;
+    const uint64_t layer_seed = derive_seed(seed_, "layer " + std::to_string(l));
+    SyntheticFormats formats;
+    formats.weights = format_;
+    DecoderLayerWeights d;
+    d.layer = l;
+    d.ffn_config = config_.ffn.for_layer(l);
+    d.ffn = synthetic_ffn_weights(d.ffn_config, layer_seed, formats);
+    d.attention = synthetic_attention_weights(config_.attention, layer_seed, format_);
+    d.input_norm = synthetic_bf16_values(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
+    d.post_norm = synthetic_bf16_values(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
+    return d;
+  }
+
+ private:
+  std::vector<uint16_t> embed_values() const {
+    return synthetic_bf16_values(seed_, "embed_tokens", size_t{config_.vocab_size} * config_.attention.hidden_size, 0.0, 1.7);
+  }
+
+  DecoderConfig config_;
+  uint64_t seed_;
+  WeightFormat format_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelWeightSource> checkpoint_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
+                                                            const CheckpointQuant& quant,
+                                                            std::function<void(uint32_t, uint32_t)> progress) {
+  return std::make_unique<CheckpointWeights>(files, config, quant, std::move(progress));
+}
+
+std::unique_ptr<ModelWeightSource> synthetic_model_weights(const DecoderConfig& config, uint64_t seed, WeightFormat format) {
+  return std::make_unique<SyntheticWeights>(config, seed, format);
 }
 
 namespace {
@@ -157,28 +246,6 @@ std::optional<nlohmann::json> decoder_preset(std::string_view name) {
   if (name == "qwen3-0.6b") return qwen3_shape(1024, 28, 16, 8, 3072, 151936, true);
   if (name == "qwen3-1.7b") return qwen3_shape(2048, 28, 16, 8, 6144, 151936, true);
   return std::nullopt;
-}
-
-ModelWeights synthetic_model_weights(const DecoderConfig& c, uint64_t seed, WeightFormat format) {
-  const uint32_t hidden = c.attention.hidden_size;
-  ModelWeights w;
-  w.embed = synthetic_bf16_values(seed, "embed_tokens", size_t{c.vocab_size} * hidden, 0.0, 1.7);  // unit spread
-  w.final_norm = synthetic_bf16_values(seed, "norm", hidden, 1.0, 0.2);
-  if (!c.tie_word_embeddings) w.lm_head = synthetic_quant("lm_head", WeightFormat::bf16, c.vocab_size, hidden, seed);
-  SyntheticFormats formats;
-  formats.weights = format;
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const uint64_t layer_seed = derive_seed(seed, "layer " + std::to_string(l));
-    DecoderLayerWeights d;
-    d.layer = l;
-    d.ffn_config = c.ffn.for_layer(l);
-    d.ffn = synthetic_ffn_weights(d.ffn_config, layer_seed, formats);
-    d.attention = synthetic_attention_weights(c.attention, layer_seed, format);
-    d.input_norm = synthetic_bf16_values(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
-    d.post_norm = synthetic_bf16_values(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
-    w.layers.push_back(std::move(d));
-  }
-  return w;
 }
 
 }  // namespace metrale::layers

@@ -11,6 +11,7 @@
 #include "architectures/architecture.hpp"
 #include "attention/attention_config.hpp"
 #include "attention/attention_weights.hpp"
+#include "decoder/embedding_table.hpp"
 
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,12 +62,17 @@ std::string layers_prefix(const TensorSource& src);
 // Every tensor name of the checkpoint is checked against the spec's table first.
 DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer);
 
-struct ModelWeights {
-  std::vector<uint16_t> embed;       // bf16 [vocab, hidden]
-  std::vector<uint16_t> final_norm;  // bf16 [hidden]
-  std::optional<QuantMatrix> lm_head;  // [vocab, hidden]; nullopt when tied to the embedding
-  std::vector<DecoderLayerWeights> layers;
-  CheckpointQuant quant;             // what the checkpoint declares
+// Where a model's weights come from, one part at a time, so a load never holds the whole model
+// on the host: DecoderModel::build takes the head first, then the table and each layer, uploads
+// each part and drops it. Each part is asked for once.
+class ModelWeightSource {
+ public:
+  virtual ~ModelWeightSource() = default;
+  // The logits projection [vocab, hidden]: lm_head, or the embedding table as bf16 when tied.
+  virtual QuantMatrix head() = 0;
+  virtual EmbeddingTable embedding() = 0;
+  virtual std::vector<uint16_t> final_norm() = 0;  // bf16 [hidden]
+  virtual DecoderLayerWeights layer(uint32_t layer) = 0;
 };
 
 // Whole-model presets for synthetic weights (`metrale generate --model NAME`, the benches): their
@@ -79,11 +86,16 @@ const std::vector<DecoderPreset>& decoder_presets();
 std::optional<nlohmann::json> decoder_preset(std::string_view name);
 
 // Seeded weights of `format` for every layer (attention and FFN), the embedding (unit spread),
-// the norms (near 1) and the logits projection (untied: bf16).
-ModelWeights synthetic_model_weights(const DecoderConfig& config, uint64_t seed, WeightFormat format);
+// the norms (near 1) and the logits projection (untied: bf16), each made when asked for.
+std::unique_ptr<ModelWeightSource> synthetic_model_weights(const DecoderConfig& config, uint64_t seed, WeightFormat format);
 
-// Every layer of the checkpoint; `progress(done, total)` after each layer when given.
-ModelWeights read_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
-                                const std::function<void(uint32_t, uint32_t)>& progress = {});
+// The checkpoint's weights: every tensor name checked against the spec's table, the tied
+// lm_head's agreement with the embedding, and an untied one's presence, before any part is given;
+// each tensor read once (the embedding mapped in place, and read once more only as a tied head),
+// `quant` the checkpoint's declaration (checkpoint_declaration(files), parsed once by the caller).
+// `progress(done, total)` after each layer.
+std::unique_ptr<ModelWeightSource> checkpoint_model_weights(const CheckpointFiles& files, const DecoderConfig& config,
+                                                            const CheckpointQuant& quant,
+                                                            std::function<void(uint32_t, uint32_t)> progress = {});
 
 }  // namespace metrale::layers

@@ -5,61 +5,52 @@
 #include "core/launch_shape.hpp"
 #include "core/lookup_notes.hpp"
 
-#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
 #include <algorithm>
-#include <cstring>
 
 namespace metrale::layers {
 
-namespace {
-
-constexpr auto kEmbeddingSig = catalogue::signature("embed", "embedding");
-
-// The embedding table as the logits projection's weights (tie_word_embeddings): bf16-nk holds
-// the row-major values as they are.
-QuantMatrix tied_head(const std::vector<uint16_t>& embed, uint32_t vocab, uint32_t hidden) {
-  QuantMatrix m = quant_zeros("lm_head (tied: embed_tokens)", WeightFormat::bf16, vocab, hidden);
-  std::memcpy(m.qweight.data(), embed.data(), embed.size() * kBf16);
-  return m;
-}
-
-}  // namespace
-
-std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const DecoderConfig& config, const ModelWeights& weights,
+std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const DecoderConfig& config, ModelWeightSource& weights,
                                                   const FfnBuildOptions& options,
                                                   const std::function<void(uint32_t, uint32_t)>& progress) {
   const uint32_t hidden = config.attention.hidden_size, vocab = config.vocab_size;
-  if (weights.embed.size() != size_t{vocab} * hidden || weights.final_norm.size() != hidden ||
-      weights.layers.size() != config.num_layers) {
-    throw Error(Status::invalid_argument, config.source + ": the model's weights do not match its config (embedding, final "
-                                                          "norm or layer count)");
-  }
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->backend_ = &backend;
   m->config_ = config;
-  m->embed_table_ = device_copy(backend, weights.embed);
-  m->final_norm_ = device_copy(backend, weights.final_norm);
-  for (const DecoderLayerWeights& w : weights.layers) {
-    m->layers_.push_back(DecoderLayer::build(backend, config, w, options));
-    if (progress) progress(static_cast<uint32_t>(m->layers_.size()), config.num_layers);
+  // Layer 0 first: its attention's kernels are the ones a backend is likeliest to lack, and are
+  // named first when it does. Then the head, while little else is on the device (a tied one is the
+  // embedding's size again on the host as it uploads), then the table and the other layers.
+  m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(0), options));
+  if (progress) progress(1, config.num_layers);
+  m->upload_head(weights.head(), options);
+  m->embedding_ = weights.embedding();
+  const std::vector<uint16_t> final_norm = weights.final_norm();
+  if (m->embedding_.vocab() != vocab || m->embedding_.hidden() != hidden || final_norm.size() != hidden) {
+    throw Error(Status::invalid_argument, config.source + ": the model's weights do not match its config (embedding or "
+                                                          "final norm)");
   }
-  m->embedding_ = backend.lookup("embed", "embedding",
-                                 plain_request(LookupKind::require, kEmbeddingSig));
+  m->final_norm_ = device_copy(backend, final_norm);
+  for (uint32_t l = 1; l < config.num_layers; ++l) {
+    m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(l), options));
+    if (progress) progress(l + 1, config.num_layers);
+  }
   m->norms_ = resolve_decoder_norms(backend);
-  const QuantMatrix head = weights.lm_head ? *weights.lm_head : tied_head(weights.embed, vocab, hidden);
+  backend.synchronize();
+  return m;
+}
+
+void DecoderModel::upload_head(const QuantMatrix& head, const FfnBuildOptions& options) {
   ProjectionSetRequest request;
   request.name = "lm_head";
   request.format = head.format;
   request.act_order = !head.perm.empty();
-  request.shapes = {ProjectionShape{"lm_head", vocab, hidden}};
-  request.model_type = config.attention.model_type;
+  request.shapes = {ProjectionShape{"lm_head", config_.vocab_size, config_.attention.hidden_size}};
+  request.model_type = config_.attention.model_type;
   request.activations = options.activations;
-  m->head_set_ = resolve_projection_set(backend, request);
-  m->head_ = m->head_set_.upload(backend, head);
-  backend.synchronize();
-  return m;
+  head_set_ = resolve_projection_set(*backend_, request);
+  head_ = head_set_.upload(*backend_, head);
+  backend_->synchronize();
 }
 
 StatePoolShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) const {
@@ -74,11 +65,16 @@ StatePoolShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) c
   return s;
 }
 
-DevicePtr DecoderModel::forward(const SequenceBatch& kv, DevicePtr ids, uint64_t stream) {
+DevicePtr DecoderModel::forward(const SequenceBatch& kv, std::span<const int32_t> ids, uint64_t stream) {
   Backend& b = *backend_;
   const uint32_t m = kv.rows(), h = config_.attention.hidden_size;
+  if (ids.size() != m) {
+    throw Error(Status::invalid_argument, "forward: " + std::to_string(ids.size()) + " ids for a batch of " + std::to_string(m) + " rows");
+  }
   for (auto& buffer : hidden_) buffer.ensure(b, size_t{m} * h * kBf16);
-  b.launch(embedding_, launch_shape({m, 1, 1}, 128, stream), embed_table_.ptr(), ids, hidden_[0].ptr(), m, h, config_.vocab_size);
+  gathered_.resize(size_t{m} * h);
+  embedding_.gather(ids, gathered_);
+  b.copy_to_device(hidden_[0].ptr(), gathered_.data(), gathered_.size() * kBf16, stream);
   int current = 0;
   for (auto& layer : layers_) {
     layer->forward_into(kv, hidden_[current].ptr(), hidden_[1 - current].ptr(), stream);
@@ -107,7 +103,7 @@ DevicePtr DecoderModel::logits(DevicePtr hidden, uint32_t hidden_rows, std::span
 std::vector<PlanStep> DecoderModel::plan(uint32_t m, uint32_t logit_rows) const {
   Backend& b = *backend_;
   std::vector<PlanStep> steps;
-  steps.push_back(PlanStep{"embed", b.kernel_name(embedding_), "embed_tokens gather", {m, 1, 1}});
+  steps.push_back(PlanStep{"embed", "host", "embed_tokens rows gathered on the host, uploaded", {m, 1, 1}});
   for (const auto& layer : layers_) {
     for (auto& s : layer->plan(m)) {
       s.step = "layers." + std::to_string(layer->layer()) + "." + s.step;
@@ -133,7 +129,7 @@ std::vector<std::string> DecoderModel::tiers() const {
 }
 
 size_t DecoderModel::weight_bytes() const noexcept {
-  size_t bytes = embed_table_.bytes() + final_norm_.bytes() + head_.bytes_per_matrix();
+  size_t bytes = final_norm_.bytes() + head_.bytes_per_matrix();
   for (const auto& layer : layers_) bytes += layer->weight_bytes();
   return bytes;
 }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // DecoderModel: a whole Llama/Qwen-family decoder (docs/layers.md, "The decoder"): the embedding
-// gather (embed/embedding), every DecoderLayer over one KV cache the caller owns (a SequenceBatch per
-// batch), the final RMSNorm and the logits projection (lm_head, or the embedding table when tied,
-// through the linear core like any projection). Built once; forward and logits are not reentrant.
+// rows gathered on the host from the table read in place (decoder/embedding_table.hpp) and
+// uploaded, every DecoderLayer over the state the caller owns (a SequenceBatch per batch), the
+// final RMSNorm and the logits projection (lm_head, or the embedding table when tied, through the
+// linear core like any projection). Built once; forward and logits are not reentrant.
 #pragma once
 
 #include "decoder/decoder_layer.hpp"
@@ -18,8 +19,10 @@ namespace metrale::layers {
 
 class DecoderModel {
  public:
-  // Uploads every weight; `progress(done, total)` after each layer.
-  static std::unique_ptr<DecoderModel> build(Backend& backend, const DecoderConfig& config, const ModelWeights& weights,
+  // Takes each part of `weights` once - layer 0, the head, the embedding table, the final norm,
+  // the other layers - uploads it and drops the host copy before the next; `progress(done,
+  // total)` after each layer.
+  static std::unique_ptr<DecoderModel> build(Backend& backend, const DecoderConfig& config, ModelWeightSource& weights,
                                              const FfnBuildOptions& options = {},
                                              const std::function<void(uint32_t, uint32_t)>& progress = {});
 
@@ -28,9 +31,9 @@ class DecoderModel {
   StatePoolShape cache_shape(uint64_t tokens, uint32_t block_size = 16) const;
 
   // The hidden states after the last layer, bf16 [rows, hidden] (the model's buffer, valid until
-  // the next forward), of token ids `ids` (i32 [kv.rows()] on the device) appended by `kv`.
-  // An id outside the vocabulary fails the embedding launch (the CPU backend names it).
-  DevicePtr forward(const SequenceBatch& kv, DevicePtr ids, uint64_t stream = 0);
+  // the next forward), of token ids `ids` (one per row of `kv`, on the host) appended by `kv`.
+  // Error(invalid_argument) naming an id outside the vocabulary and its row, before any launch.
+  DevicePtr forward(const SequenceBatch& kv, std::span<const int32_t> ids, uint64_t stream = 0);
   // The logits, bf16 [rows.size(), vocab] (the model's buffer), of rows `rows` of `hidden`
   // (forward's output of `hidden_rows` rows): the final norm, then the logits projection.
   DevicePtr logits(DevicePtr hidden, uint32_t hidden_rows, std::span<const uint32_t> rows, uint64_t stream = 0);
@@ -40,15 +43,19 @@ class DecoderModel {
   std::vector<PlanStep> plan(uint32_t m, uint32_t logit_rows) const;
   // Each projection set's tier, once ("attn: bf16 activations", ...).
   std::vector<std::string> tiers() const;
+  // Bytes of weights on the device (the embedding table is not: it stays on the host).
   size_t weight_bytes() const noexcept;
+  const EmbeddingTable& embedding() const noexcept { return embedding_; }
 
  private:
   DecoderModel() = default;
+  void upload_head(const QuantMatrix& head, const FfnBuildOptions& options);
   Backend* backend_ = nullptr;
   DecoderConfig config_;
-  KernelHandle embedding_;
+  EmbeddingTable embedding_;
+  std::vector<uint16_t> gathered_;  // the batch's embedding rows, bf16 [rows, hidden]
   DecoderNormKernels norms_;
-  DeviceBuffer embed_table_, final_norm_;
+  DeviceBuffer final_norm_;
   ProjectionSet head_set_;
   DeviceQuantMatrix head_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;

@@ -123,8 +123,7 @@ bool Engine::step() {
   const auto start = Clock::now();
   const StepRows rows = schedule();
   const SequenceBatch batch(*backend_, *pool_, rows.runs, rows.positions);
-  DeviceBuffer device_ids = device_copy(*backend_, rows.ids);
-  const DevicePtr hidden = model_->forward(batch, device_ids.ptr());
+  const DevicePtr hidden = model_->forward(batch, rows.ids);
   const std::vector<WantedRow>& wanted = rows.wanted;
   std::vector<float> logits;
   const uint32_t vocab = model_->config().vocab_size;

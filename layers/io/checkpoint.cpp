@@ -200,12 +200,12 @@ LoadedCheckpoint load_checkpoint(const fs::path& path, std::optional<uint32_t> l
 }
 
 LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uint32_t> layer,
-                                 const std::optional<ModelConfig>& config) {
+                                 const std::optional<ModelConfig>& config, const CheckpointQuant* declared) {
   const TensorSource& src = *files.tensors;
   LoadedCheckpoint out;
   out.description = src.description();
   const std::vector<uint32_t> layers = ffn_layers(src);
-  out.quant = checkpoint_declaration(files);
+  out.quant = declared ? *declared : checkpoint_declaration(files);
   out.layer = layer.value_or(layers.front());
   if (!config && !files.config) {
     throw Error(Status::not_found, files.config_source + ": no model config beside " + src.description());

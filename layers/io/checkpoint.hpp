@@ -74,8 +74,10 @@ ActivationScaling declared_activation_scaling(const CheckpointQuant& quant) noex
 // layer's: for_layer() is applied here).
 LoadedCheckpoint load_checkpoint(const std::filesystem::path& path, std::optional<uint32_t> layer = std::nullopt,
                                  const std::optional<ModelConfig>& config = std::nullopt);
-// The same from files already opened; without `config`, the model is files.config's.
+// The same from files already opened; without `config`, the model is files.config's; with
+// `declared`, the checkpoint's declaration already parsed (a model's loader parses it once).
 LoadedCheckpoint load_checkpoint(const CheckpointFiles& files, std::optional<uint32_t> layer = std::nullopt,
-                                 const std::optional<ModelConfig>& config = std::nullopt);
+                                 const std::optional<ModelConfig>& config = std::nullopt,
+                                 const CheckpointQuant* declared = nullptr);
 
 }  // namespace metrale::layers

@@ -95,8 +95,8 @@ std::string SafetensorsReader::where(std::string_view tensor) const {
   return path_.string() + ": tensor '" + display_name(tensor) + "': ";
 }
 
-std::vector<std::byte> SafetensorsReader::read_raw(std::string_view name, std::initializer_list<Dtype> accepted,
-                                                   std::optional<std::vector<uint64_t>> shape) {
+const TensorInfo& SafetensorsReader::checked_info(std::string_view name, std::initializer_list<Dtype> accepted,
+                                                  const std::optional<std::vector<uint64_t>>& shape) const {
   const TensorInfo& t = info(name);
   if (std::find(accepted.begin(), accepted.end(), t.dtype) == accepted.end()) {
     throw Error(Status::invalid_argument, where(name) + "dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
@@ -106,6 +106,23 @@ std::vector<std::byte> SafetensorsReader::read_raw(std::string_view name, std::i
     throw Error(Status::invalid_argument, where(name) + "shape " + shape_string(t.shape) + ", expected " +
                                               shape_string(*shape));
   }
+  return t;
+}
+
+std::span<const std::byte> SafetensorsReader::mapped(std::string_view name, std::initializer_list<Dtype> accepted,
+                                                     std::optional<std::vector<uint64_t>> shape) const {
+  const TensorInfo& t = checked_info(name, accepted, shape);
+  return file_.mapping().subspan(data_start_ + t.begin, t.end - t.begin);
+}
+
+void SafetensorsReader::release_mapped(std::string_view name) const {
+  const TensorInfo& t = info(name);
+  file_.release_mapped(data_start_ + t.begin, t.end - t.begin);
+}
+
+std::vector<std::byte> SafetensorsReader::read_raw(std::string_view name, std::initializer_list<Dtype> accepted,
+                                                   std::optional<std::vector<uint64_t>> shape) {
+  const TensorInfo& t = checked_info(name, accepted, shape);
   std::vector<std::byte> out(t.end - t.begin);
   try {
     file_.read_at(data_start_ + t.begin, out);

@@ -44,6 +44,14 @@ class SafetensorsReader {
   // shape equals `shape`.
   std::vector<std::byte> read_raw(std::string_view name, std::initializer_list<Dtype> accepted,
                                   std::optional<std::vector<uint64_t>> shape = std::nullopt);
+  // The bytes of `name`, checked as read_raw checks them, in place in the file's read-only mapping
+  // (read from disk as they are touched; valid while the reader lives).
+  std::span<const std::byte> mapped(std::string_view name, std::initializer_list<Dtype> accepted,
+                                    std::optional<std::vector<uint64_t>> shape = std::nullopt) const;
+  // Gives back the mapped pages of `name` that were touched (they would be read again).
+  void release_mapped(std::string_view name) const;
+  // Bytes read from the file so far (the header and read_raw's), not the mapping's.
+  uint64_t bytes_read() const noexcept { return file_.bytes_read(); }
   // Typed reads with the checks above.
   std::vector<uint32_t> read_u32(std::string_view name, std::initializer_list<Dtype> accepted,
                                  const std::vector<uint64_t>& shape);
@@ -56,6 +64,9 @@ class SafetensorsReader {
   std::string where(std::string_view tensor) const;
 
  private:
+  const TensorInfo& checked_info(std::string_view name, std::initializer_list<Dtype> accepted,
+                                 const std::optional<std::vector<uint64_t>>& shape) const;
+
   std::filesystem::path path_;
   RegularFile file_;
   uint64_t data_start_ = 0;

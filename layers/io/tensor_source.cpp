@@ -139,6 +139,21 @@ std::vector<std::string> TensorSource::names() const {
   return out;
 }
 
+uint64_t TensorSource::bytes_read() const noexcept {
+  uint64_t total = 0;
+  for (const auto& reader : readers_) total += reader->bytes_read();
+  return total;
+}
+
+uint64_t TensorSource::tensor_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, reader] : owner_) {
+    const TensorInfo& t = reader->info(name);
+    total += t.end - t.begin;
+  }
+  return total;
+}
+
 const std::map<std::string, std::string>* TensorSource::metadata() const {
   return readers_.size() == 1 ? &readers_[0]->metadata() : nullptr;
 }

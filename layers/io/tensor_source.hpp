@@ -46,6 +46,10 @@ class TensorSource {
   const std::map<std::string, std::string>* metadata() const;
   // The index, the single file or the directory, for messages.
   const std::string& description() const { return description_; }
+  // Bytes read from every file so far (headers and tensors; not mapped tensors' pages).
+  uint64_t bytes_read() const noexcept;
+  // The tensors' bytes in every file (the data sections), what a load reads once.
+  uint64_t tensor_bytes() const;
 
  private:
   std::string description_;

@@ -380,11 +380,13 @@ void Backend::free(DevicePtr ptr) {
 void Backend::copy_to_device(DevicePtr dst, const void* src, size_t bytes, uint64_t stream) {
   guard().require("copy_to_device(" + std::to_string(bytes) + " bytes)",
                   [&] { return table().copy_to_device(instance(), dst.address, src, bytes, stream); });
+  bytes_to_device_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Backend::copy_to_host(void* dst, DevicePtr src, size_t bytes, uint64_t stream) {
   guard().require("copy_to_host(" + std::to_string(bytes) + " bytes)",
                   [&] { return table().copy_to_host(instance(), dst, src.address, bytes, stream); });
+  bytes_to_host_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Backend::copy_device(DevicePtr dst, DevicePtr src, size_t bytes, uint64_t stream) {

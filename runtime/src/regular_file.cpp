@@ -3,6 +3,7 @@
 #include <metrale/status.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,22 +66,45 @@ RegularFile::RegularFile(std::filesystem::path path, std::string_view what) : pa
 }
 
 RegularFile::~RegularFile() {
+  if (mapped_ != nullptr) ::munmap(mapped_, size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
 RegularFile::RegularFile(RegularFile&& other) noexcept
     : path_(std::move(other.path_)), what_(std::move(other.what_)), fd_(std::exchange(other.fd_, -1)),
-      size_(other.size_) {}
+      size_(other.size_), bytes_read_(other.bytes_read_), mapped_(std::exchange(other.mapped_, nullptr)) {}
 
 RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
   if (this != &other) {
+    if (mapped_ != nullptr) ::munmap(mapped_, size_);
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     what_ = std::move(other.what_);
     fd_ = std::exchange(other.fd_, -1);
     size_ = other.size_;
+    bytes_read_ = other.bytes_read_;
+    mapped_ = std::exchange(other.mapped_, nullptr);
   }
   return *this;
+}
+
+std::span<const std::byte> RegularFile::mapping() const {
+  if (size_ == 0) return {};
+  if (mapped_ == nullptr) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (p == MAP_FAILED) {
+      throw Error(Status::invalid_argument, path_.string() + ": cannot map the " + what_ + ": " + errno_text(errno));
+    }
+    mapped_ = p;
+  }
+  return {static_cast<const std::byte*>(mapped_), size_};
+}
+
+void RegularFile::release_mapped(uint64_t offset, uint64_t bytes) const noexcept {
+  if (mapped_ == nullptr || offset >= size_) return;
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = (offset + page - 1) / page * page, end = std::min(offset + bytes, size_) / page * page;
+  if (end > first) ::madvise(static_cast<std::byte*>(mapped_) + first, end - first, MADV_DONTNEED);
 }
 
 void RegularFile::read_at(uint64_t offset, std::span<std::byte> out) const {
@@ -99,6 +123,7 @@ void RegularFile::read_at(uint64_t offset, std::span<std::byte> out) const {
     }
     done += static_cast<size_t>(n);
   }
+  bytes_read_ += out.size();
 }
 
 std::string RegularFile::read_all(std::size_t max_bytes) const {
@@ -124,6 +149,7 @@ std::string RegularFile::read_all(std::size_t max_bytes) const {
     used += static_cast<size_t>(n);
   }
   text.resize(used);
+  bytes_read_ += used;
   return text;
 }
 

@@ -32,8 +32,7 @@ std::vector<uint16_t> feed(Backend& backend, DecoderModel& model, StatePool& poo
   for (uint32_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(pool.length(seq) + i);
   const SequenceRows run{seq, rows};
   const SequenceBatch batch(backend, pool, std::span(&run, 1), positions);
-  DeviceBuffer device_ids = device_copy(backend, ids);
-  const DevicePtr hidden = model.forward(batch, device_ids.ptr());
+  const DevicePtr hidden = model.forward(batch, ids);
   const uint32_t last = rows - 1;
   std::vector<uint16_t> logits(model.config().vocab_size);
   backend.copy_to_host(logits.data(), model.logits(hidden, rows, std::span(&last, 1)), logits.size() * 2);

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "core/numeric.hpp"
+#include "decoder/embedding_table.hpp"
+#include "io/tensor_source.hpp"
 #include "io/safetensors.hpp"
 #include "io/quant_config.hpp"
 #include "io/weights.hpp"
@@ -413,4 +415,43 @@ TEST_CASE("modules a quantization declaration leaves unquantized match as each t
   ct.ignore = {"re:("};
   ct.source = "config.json";
   CHECK(contains(error_of([&] { (void)ct.leaves_unquantized("lm_head"); }), "quantization_config.ignore entry \"re:(\" is not a regular expression"));
+}
+
+TEST_CASE("an embedding table is used in place from the file's mapping, and gathers rows by id") {
+  TempDir dir;
+  // bf16 [4, 8]: row r holds r*8 .. r*8+7 as bf16; an F32 copy of the same values beside it.
+  std::vector<uint16_t> bf16(32);
+  std::vector<float> f32(32);
+  for (size_t i = 0; i < 32; ++i) {
+    f32[i] = static_cast<float>(i);
+    bf16[i] = f32_to_bf16(f32[i]);
+  }
+  SafetensorsWriter w;
+  w.add("small", Dtype::bf16, {3}, std::span<const uint16_t>(bf16.data(), 3));  // the next tensor starts unaligned to 8
+  w.add("table", Dtype::bf16, {4, 8}, std::span<const uint16_t>(bf16));
+  w.add("table32", Dtype::f32, {4, 8}, std::span<const float>(f32));
+  w.write(dir / "e.safetensors");
+  auto source = std::make_shared<const TensorSource>(dir / "e.safetensors");
+  const uint64_t read_before = source->bytes_read();
+  CHECK(source->tensor_bytes() == 6 + 64 + 128);
+
+  const EmbeddingTable mapped(source, "table", 4, 8);
+  CHECK(mapped.mapped());
+  CHECK(source->bytes_read() == read_before);  // nothing read through pread: the mapping's pages
+  std::vector<uint16_t> out(3 * 8);
+  const std::vector<int32_t> ids{3, 0, 3};
+  mapped.gather(ids, out);
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 8; ++c) CHECK(out[r * 8 + c] == bf16[static_cast<size_t>(ids[r]) * 8 + c]);
+
+  const EmbeddingTable rounded(source, "table32", 4, 8);  // F32: rounded to bf16 once, held
+  CHECK_FALSE(rounded.mapped());
+  std::vector<uint16_t> again(3 * 8);
+  rounded.gather(ids, again);
+  CHECK(again == out);
+
+  const std::vector<int32_t> outside{1, 4};
+  std::vector<uint16_t> two(16);
+  CHECK(contains(error_of([&] { mapped.gather(outside, two); }), "row 1: id 4 is outside the vocabulary (0..3)"));
+  CHECK(contains(error_of([&] { EmbeddingTable(source, "table", 4, 9); }), "shape [4, 8], expected [4, 9]"));
 }

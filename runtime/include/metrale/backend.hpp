@@ -16,6 +16,7 @@
 #include <metrale/status.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -183,6 +184,10 @@ class Backend {
   void copy_to_host(void* dst, DevicePtr src, size_t bytes, uint64_t stream = 0);
   void copy_device(DevicePtr dst, DevicePtr src, size_t bytes, uint64_t stream = 0);
   void memset(DevicePtr dst, uint8_t value, size_t bytes, uint64_t stream = 0);
+  // Bytes copy_to_device / copy_to_host have copied so far on this Backend (a load's uploads, a
+  // step's logits), for reports; thread-safe.
+  uint64_t bytes_copied_to_device() const noexcept { return bytes_to_device_.load(std::memory_order_relaxed); }
+  uint64_t bytes_copied_to_host() const noexcept { return bytes_to_host_.load(std::memory_order_relaxed); }
   uint64_t stream_create();
   void stream_destroy(uint64_t stream);
   void synchronize(uint64_t stream = 0);
@@ -266,6 +271,7 @@ class Backend {
   // the handles' pointers into it stay valid and launches read it without the mutex.
   std::vector<KernelRecord> records_;
   mutable std::mutex mutex_;
+  std::atomic<uint64_t> bytes_to_device_{0}, bytes_to_host_{0};
   mutable std::string library_checksum_;
   std::map<KernelKey, Cached, KernelKeyLess> resolutions_;
 };

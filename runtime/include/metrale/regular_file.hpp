@@ -35,12 +35,22 @@ class RegularFile {
   void read_at(uint64_t offset, std::span<std::byte> out) const;
   // The whole file; Error(invalid_argument) when it holds more than max_bytes.
   std::string read_all(std::size_t max_bytes) const;
+  // The whole file mapped read-only, mapped on the first call and unmapped with the object: its
+  // pages are read when touched and count as resident only while they are. Error(invalid_argument)
+  // naming the file when it cannot be mapped. Not thread-safe on the first call.
+  std::span<const std::byte> mapping() const;
+  // Gives the mapped pages of [offset, offset + bytes) back (they are read again if touched).
+  void release_mapped(uint64_t offset, uint64_t bytes) const noexcept;
+  // Bytes read_at and read_all have read (not the mapping's pages); not thread-safe.
+  uint64_t bytes_read() const noexcept { return bytes_read_; }
 
  private:
   std::filesystem::path path_;
   std::string what_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  mutable uint64_t bytes_read_ = 0;
+  mutable void* mapped_ = nullptr;
 };
 
 // RegularFile(path, what).read_all(max_bytes).

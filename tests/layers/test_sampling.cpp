@@ -73,7 +73,7 @@ TEST_CASE("greedy sampling is the first of equal maxima") {
   CHECK(sample_token(ties, SamplingParams{}, 7) == 1);
 }
 
-TEST_CASE("a seeded draw depends on the seed and the draw index only") {
+TEST_CASE("a seeded draw depends on its seed and the draw index only") {
   SamplingParams p;
   p.temperature = 1.0f;
   p.seed = 42;

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 #include "engine/engine.hpp"
 
+#include "core/launch_shape.hpp"
+#include "core/lookup_notes.hpp"
 #include "core/numeric.hpp"
 #include "state/sequence_batch.hpp"
 
+#include <metrale/catalogue_signatures.h>
 #include <metrale/status.hpp>
 
 #include <algorithm>
@@ -15,9 +18,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr auto kEngineArgmaxSig = catalogue::signature("sample", "argmax");
+constexpr uint32_t kEngineArgmaxBlock = 256;  // one block per row; argmax takes any 1-D block (docs/kernels.md)
+
 uint64_t request_tokens(uint64_t prompt, uint32_t max_new_tokens) noexcept { return prompt + max_new_tokens - 1; }
 
 }  // namespace
+
+KernelHandle try_argmax_kernel(Backend& backend, std::source_location site) {
+  return backend.lookup("sample", "argmax", plain_request(LookupKind::try_lookup, kEngineArgmaxSig), site);
+}
 
 uint64_t request_blocks(uint64_t prompt, uint32_t max_new_tokens, uint32_t block_size) noexcept {
   return (request_tokens(prompt, max_new_tokens) + block_size - 1) / block_size;
@@ -27,6 +37,8 @@ Engine::Engine(Backend& backend, DecoderModel& model, StatePool& pool, const Eng
     : backend_(&backend), model_(&model), pool_(&pool), options_(options) {
   if (options.token_budget == 0) throw Error(Status::invalid_argument, "engine: token_budget must be at least 1");
   if (options.prefill_chunk == 0) throw Error(Status::invalid_argument, "engine: prefill_chunk must be at least 1");
+  // Tried, not required: without it greedy tokens are chosen on the host; the audit row says which.
+  argmax_ = try_argmax_kernel(backend);
 }
 
 uint32_t Engine::submit(EngineRequest r) {
@@ -126,18 +138,13 @@ bool Engine::step() {
   const DevicePtr hidden = model_->forward(batch, rows.ids);
   const std::vector<WantedRow>& wanted = rows.wanted;
   std::vector<float> logits;
-  const uint32_t vocab = model_->config().vocab_size;
-  if (!wanted.empty()) {
-    std::vector<uint32_t> wanted_rows;
-    for (const WantedRow& w : wanted) wanted_rows.push_back(w.row);
-    std::vector<uint16_t> bits(wanted_rows.size() * size_t{vocab});
-    backend_->copy_to_host(bits.data(), model_->logits(hidden, batch.rows(), wanted_rows), bits.size() * kBf16);
-    backend_->synchronize();
-    logits.resize(bits.size());
-    bf16_to_f32(bits, logits);
-    stats_.logit_rows_copied += wanted_rows.size();
+  std::vector<int32_t> ids;
+  if (backend_chooses(wanted)) {
+    ids = backend_ids(hidden, batch.rows(), wanted);
+  } else if (!wanted.empty()) {
+    logits = host_logits(hidden, batch.rows(), wanted);
   }
-  choose_tokens(wanted, logits);
+  choose_tokens(wanted, logits, ids);
 
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   (rows.prefill_rows > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += seconds;
@@ -149,17 +156,63 @@ bool Engine::step() {
   return true;
 }
 
-void Engine::choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits) {
+bool Engine::backend_chooses(std::span<const WantedRow> wanted) const {
+  if (!argmax_ || wanted.empty()) return false;
+  return std::all_of(wanted.begin(), wanted.end(), [&](const WantedRow& w) {
+    const EngineRequest& q = requests_[running_[w.running].id];
+    return w.chooses && q.sampling.greedy() && !q.keep_logits && !q.keep_prompt_logits;
+  });
+}
+
+std::vector<uint32_t> Engine::batch_rows(std::span<const WantedRow> wanted) {
+  std::vector<uint32_t> out;
+  out.reserve(wanted.size());
+  for (const WantedRow& w : wanted) out.push_back(w.row);
+  return out;
+}
+
+std::vector<float> Engine::host_logits(DevicePtr hidden, uint32_t hidden_rows, std::span<const WantedRow> wanted) {
+  const std::vector<uint32_t> rows = batch_rows(wanted);
+  std::vector<uint16_t> bits(rows.size() * size_t{model_->config().vocab_size});
+  backend_->copy_to_host(bits.data(), model_->logits(hidden, hidden_rows, rows), bits.size() * kBf16);
+  backend_->synchronize();
+  std::vector<float> logits(bits.size());
+  bf16_to_f32(bits, logits);
+  stats_.logit_rows_copied += rows.size();
+  return logits;
+}
+
+std::vector<int32_t> Engine::backend_ids(DevicePtr hidden, uint32_t hidden_rows, std::span<const WantedRow> wanted) {
+  const std::vector<uint32_t> rows = batch_rows(wanted);
+  const auto m = static_cast<uint32_t>(rows.size());
   const uint32_t vocab = model_->config().vocab_size;
+  const DevicePtr logits = model_->logits(hidden, hidden_rows, rows);
+  chosen_.ensure(*backend_, size_t{m} * sizeof(int32_t));
+  backend_->launch(argmax_, launch_shape({m, 1, 1}, kEngineArgmaxBlock, 0), logits, chosen_.ptr(), m, vocab);
+  std::vector<int32_t> ids = chosen_.download<int32_t>(m);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= vocab) {  // a wrong id would reach the next step's embedding
+      throw Error(Status::internal, "engine: sample/argmax on backend '" + backend_->name() + "' chose id " +
+                                        std::to_string(ids[i]) + " for row " + std::to_string(rows[i]) +
+                                        ", outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+    }
+  }
+  stats_.ids_chosen_on_backend += m;
+  return ids;
+}
+
+void Engine::choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits, std::span<const int32_t> ids) {
+  const uint32_t vocab = model_->config().vocab_size;
+  const bool on_host = ids.empty();
   std::vector<size_t> retired;
   for (size_t w = 0; w < wanted.size(); ++w) {
     Running& r = running_[wanted[w].running];
     const EngineRequest& q = requests_[r.id];
     Completion& c = completions_[r.id];
-    const std::span<const float> row(logits.data() + w * vocab, vocab);
+    const std::span<const float> row = on_host ? logits.subspan(w * vocab, vocab) : std::span<const float>{};
     if (wanted[w].prompt && q.keep_prompt_logits) c.prompt_logits.insert(c.prompt_logits.end(), row.begin(), row.end());
     if (!wanted[w].chooses) continue;
-    const int32_t token = sample_token(row, q.sampling, c.generated.size());
+    const int32_t token = on_host ? sample_token(row, q.sampling, c.generated.size()) : ids[w];
     c.generated.push_back(token);
     if (q.keep_logits) c.logits.insert(c.logits.end(), row.begin(), row.end());
     ++generated_;

@@ -5,11 +5,13 @@
 // and retires when it has its tokens, its state freed; a step's rows are every running decode
 // first, then prefill chunks of the admitted prompts (at most prefill_chunk tokens of one prompt)
 // in what is left of the token budget, so prompts and decodes share steps (as vLLM schedules).
-// Tokens are chosen by engine/sampling.hpp from the logits of the rows that need one; logits are
-// copied to the host for those rows only.
+// Greedy tokens are chosen on the backend by sample/argmax (a try lookup, audited) when every row
+// choosing one in a step is greedy and keeps no logits: only the ids are copied back. Otherwise
+// engine/sampling.hpp chooses them on the host from the logits of those rows, copied for them only.
 // One owner, not thread-safe. The backend, the model and the pool must outlive the engine.
 #pragma once
 
+#include "core/device_buffer.hpp"
 #include "decoder/model.hpp"
 #include "engine/sampling.hpp"
 #include "state/sequence_batch.hpp"
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,7 +55,8 @@ struct EngineStats {
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   // A step's time counts as prefill when it has prompt rows, as decode otherwise.
   double prefill_seconds = 0, decode_seconds = 0;
-  uint64_t logit_rows_copied = 0;  // rows of logits copied to the host
+  uint64_t logit_rows_copied = 0;      // rows of logits copied to the host
+  uint64_t ids_chosen_on_backend = 0;  // tokens chosen by sample/argmax (only the ids copied)
 };
 
 class Engine {
@@ -76,6 +80,8 @@ class Engine {
   uint32_t requests() const noexcept { return static_cast<uint32_t>(requests_.size()); }
   uint64_t current_step() const noexcept { return step_; }
   const EngineStats& stats() const noexcept { return stats_; }
+  // Whether the backend serves sample/argmax (resolved once, at construction).
+  bool argmax_on_backend() const noexcept { return static_cast<bool>(argmax_); }
   // Told after each step: (tokens generated so far, tokens all requests will have generated).
   std::function<void(uint64_t, uint64_t)> progress;
 
@@ -102,13 +108,24 @@ class Engine {
   };
   void admit();
   StepRows schedule();
-  // The tokens of the rows that choose one; retires the requests that have all theirs.
-  void choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits);
+  // Whether this step's tokens can be chosen by sample/argmax: it resolved, and every wanted row
+  // chooses a token for a greedy request that keeps no logits.
+  bool backend_chooses(std::span<const WantedRow> wanted) const;
+  static std::vector<uint32_t> batch_rows(std::span<const WantedRow> wanted);  // their rows of the batch
+  // The wanted rows' logits as f32, copied to the host.
+  std::vector<float> host_logits(DevicePtr hidden, uint32_t hidden_rows, std::span<const WantedRow> wanted);
+  // The wanted rows' greedy ids, chosen by sample/argmax on the backend.
+  std::vector<int32_t> backend_ids(DevicePtr hidden, uint32_t hidden_rows, std::span<const WantedRow> wanted);
+  // The tokens of the rows that choose one (`ids` when the backend chose them, else from
+  // `logits`); retires the requests that have all theirs.
+  void choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits, std::span<const int32_t> ids);
 
   Backend* backend_;
   DecoderModel* model_;
   StatePool* pool_;
   EngineOptions options_;
+  KernelHandle argmax_;   // sample/argmax, null when the backend does not serve it
+  DeviceBuffer chosen_;   // its i32 output, one per row
   std::vector<EngineRequest> requests_;
   std::vector<Completion> completions_;
   std::deque<uint32_t> waiting_;  // submission order
@@ -117,6 +134,10 @@ class Engine {
   uint64_t generated_ = 0, expected_ = 0;
   EngineStats stats_;
 };
+
+// sample/argmax tried (not required) on `backend`, as the engine resolves it: the null handle when
+// the backend does not serve it; the audit row names `site`.
+KernelHandle try_argmax_kernel(Backend& backend, std::source_location site = std::source_location::current());
 
 // Blocks of `block_size` a request of `prompt` tokens and `max_new_tokens` new ones reserves (its
 // last token is never fed back).

@@ -31,7 +31,11 @@ std::string SamplingParams::describe() const {
 }
 
 int32_t argmax(std::span<const float> logits) noexcept {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // torch.argmax's order, which sample/argmax follows too: NaN above every number, the first wins.
+  size_t best = 0;
+  for (size_t j = 1; j < logits.size() && !std::isnan(logits[best]); ++j)
+    if (logits[j] > logits[best] || std::isnan(logits[j])) best = j;
+  return static_cast<int32_t>(best);
 }
 
 double sampling_uniform(uint64_t seed, uint64_t draw) noexcept {

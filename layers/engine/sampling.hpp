@@ -25,7 +25,8 @@ struct SamplingParams {
   std::string describe() const;  // "greedy" or "temperature 0.7, top_k 40, top_p 0.9, seed 1"
 };
 
-// The first index of the largest value.
+// The first index of the largest value, as torch.argmax: NaN counts above every number (the
+// first NaN's index); 0 for an empty row.
 int32_t argmax(std::span<const float> logits) noexcept;
 
 // The token for draw `draw` (the request's n-th sampled token) of `logits` under `params`.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Baseline bodies of the decoder's small kernels (docs/kernels.md, modules norm and rope), with
+// Baseline bodies of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample), with
 // the rounding points of transformers' bf16 modules: RMSNorm normalises in f32 and rounds to bf16
 // before the weight multiplies; rotary cos/sin are f32, rounded to bf16, and every product and
 // the sum of q·cos + rotate_half(q)·sin round to bf16. Arguments were validated at launch.
@@ -128,6 +128,23 @@ void rope(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch)
 // row (the same inverse_rms) followed by rope.
 void qk_norm_rope(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch) {
   qk_norm_rope_token(args, bx, scratch, normalise_rotate);
+}
+
+// (logits, ids, m, vocab): ids[bx] = the first index of row bx's largest value, torch.argmax's
+// choice: NaN above every number (the first NaN ends the scan), ties to the lower index.
+void argmax(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  const uint32_t vocab = arg_u32(args, 3);
+  const uint16_t* row = arg_ptr<const uint16_t>(args, 0) + size_t{bx} * vocab;
+  uint32_t best = 0;
+  float top = bf16_to_f32(row[0]);
+  for (uint32_t j = 1; j < vocab && !std::isnan(top); ++j) {
+    const float v = bf16_to_f32(row[j]);
+    if (v > top || std::isnan(v)) {
+      top = v;
+      best = j;
+    }
+  }
+  arg_ptr<int32_t>(args, 1)[bx] = static_cast<int32_t>(best);
 }
 
 }  // namespace metrale::cpu::baseline

@@ -110,6 +110,23 @@ metrale_status check_embedding(const KernelArgs& a, const MemoryView& mem, Block
   return kOk;
 }
 
+// argmax (logits, ids, m, vocab): one i32 per row of the [m][vocab] bf16 logits. ids must not
+// overlap logits: one row's block writes its id while others still read their rows.
+metrale_status check_argmax(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 2), vocab = arg_u32(a, 3);
+  if (!at_least_one({{"m", m}, {"vocab", vocab}}, error)) return kInvalid;
+  const uint64_t logit_bytes = product({m, vocab, 2}), id_bytes = product({m, 4});
+  if (!buffer(a, mem, 0, "logits", logit_bytes, "m*vocab bf16", error) || !buffer(a, mem, 1, "ids", id_bytes, "m i32", error))
+    return kInvalid;
+  if (!disjoint(a.v[0], logit_bytes, a.v[1], id_bytes)) {
+    error = "logits (" + hex(a.v[0]) + ", " + std::to_string(logit_bytes) + " bytes) and ids (" + hex(a.v[1]) + ", " +
+            std::to_string(id_bytes) + " bytes) overlap";
+    return kInvalid;
+  }
+  needed = {m, 1};
+  return kOk;
+}
+
 const KernelSpec kSpecs[] = {
     {METRALE_CPU_KERNEL(norm, rms_norm), check_rms_norm<false>, baseline::rms_norm, -1, "(m, 1)"},
     {METRALE_CPU_KERNEL(norm, rms_norm_residual), check_rms_norm<true>,
@@ -121,6 +138,7 @@ const KernelSpec kSpecs[] = {
      static_cast<int>(Simd::qk_norm_rope), "(t, 1)"},
     // A row gather: moe_gather's body reads (x, rows, out, t, h) from the same argument slots.
     {METRALE_CPU_KERNEL(embed, embedding), check_embedding, baseline::moe_gather, -1, "(t, 1)"},
+    {METRALE_CPU_KERNEL(sample, argmax), check_argmax, baseline::argmax, -1, "(m, 1)"},
 };
 
 }  // namespace

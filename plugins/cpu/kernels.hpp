@@ -156,6 +156,8 @@ void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void bias_add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void qk_norm_rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// sample/argmax (baseline_decoder.cpp): greedy choice per row.
+void argmax(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)

@@ -73,6 +73,13 @@ TEST_CASE("the conformance cases cover rows, odd N, both sides of the k64 switch
   }
 }
 
+TEST_CASE("the sample/argmax cases cover a vocab no multiple of a vector width and a real one, several rows") {
+  std::set<uint32_t> vocabs;
+  for (const auto& c : cases())
+    if (c.module == "sample" && c.kernel == "argmax" && c.m >= 6) vocabs.insert(c.n);  // 6: every edge row once
+  CHECK(vocabs == std::set<uint32_t>{1001, 151936});
+}
+
 TEST_CASE("the attn cases cover the paged cache's edges, every head grouping and prefill after past tokens") {
   constexpr uint32_t kPartition = 512;  // attn_decode's split
   std::set<uint32_t> ratios, head_dims, prefill_rows;

@@ -78,7 +78,7 @@ TEST_CASE("the CPU backend is consistent and serves every path") {
   REQUIRE(cpu);
   for (const auto& r : manifest_checks(*cpu)) FAIL_CHECK(r.name << ": " << r.detail);
   const auto rows = coverage(*cpu);
-  CHECK(rows.size() == 21);
+  CHECK(rows.size() == 22);
   for (const auto& r : rows) CHECK_MESSAGE(r.status == PathStatus::serves, r.path << ": " << path_status_name(r.status) << " " << r.detail);
   CHECK(row(rows, "dense/decode").kernels.front() == "w4a16/w4a16_gemv");
   CHECK(row(rows, "moe/device_routing").kernels.front() == "moe/moe_align");
@@ -87,6 +87,7 @@ TEST_CASE("the CPU backend is consistent and serves every path") {
   CHECK(row(rows, "quant/f16").kernels.front() == "f16/f16_gemv");
   CHECK(row(rows, "decoder/qk_norm_rope").kernels.front() == "rope/qk_norm_rope");
   CHECK(row(rows, "decoder/bias").kernels.front() == "norm/bias_add");
+  CHECK(row(rows, "engine/greedy").kernels.front() == "sample/argmax");
 }
 
 TEST_CASE("a backend that claims the decoder's kernels but cannot run them fails the decoder paths") {
@@ -199,6 +200,11 @@ TEST_CASE("a claimed path that cannot be built fails; paths fall back visibly; t
   CHECK(row(rows, "act/gelu").status == PathStatus::serves);
   CHECK(row(rows, "moe/grouped").status == PathStatus::cannot_run);
   CHECK(row(rows, "quant/w4a8").detail == "the manifest does not list w4a8/w4a8_gemm");
+  // Without sample/argmax the engine chooses greedy tokens on the host: a visible fallback.
+  const CoverageRow& greedy = row(rows, "engine/greedy");
+  CHECK(greedy.status == PathStatus::falls_back);
+  CHECK(greedy.kernels.front() == "argmax on the host");
+  CHECK(greedy.detail == "the manifest does not list sample/argmax");
   CHECK(path_failures(rows).empty());
 }
 

@@ -106,7 +106,7 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill",
 
       "norm/rms_norm", "norm/rms_norm_residual", "norm/add", "norm/bias_add", "rope/rope", "rope/qk_norm_rope",
-      "embed/embedding"};
+      "embed/embedding", "sample/argmax"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

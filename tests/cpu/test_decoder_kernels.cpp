@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The decoder's small kernels (docs/kernels.md, modules norm, rope, embed) on every tier, bit for
+// The decoder's small kernels (docs/kernels.md, modules norm, rope, embed, sample) on every tier, bit for
 // bit against the f32 mirror of their contracts (tests/support/decoder_mirror.hpp), on inputs
 // that make it exact. The double-precision comparison is the conformance cases'.
 #include "support.hpp"
@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -213,6 +214,48 @@ TEST_CASE("embed/embedding copies rows and refuses an id outside the table, nami
   CHECK(b.last_error().find("ids[0] = -1") != std::string::npos);
   b.free(dt);
   b.free(dout);
+}
+
+TEST_CASE("sample/argmax: torch.argmax's choice per row (ties, first and last index, inf, NaN), on every tier") {
+  // 1001: no multiple of any vector width; 64: the smallest the rows allow.
+  for (const uint32_t vocab : {1001u, 64u}) {
+    CAPTURE(vocab);
+    const auto rows = mirror::argmax_rows(vocab, 31);
+    for (const std::string& tier : supported_tiers()) {
+      CAPTURE(tier);
+      Backend& b = tier_backend(tier);
+      const uint64_t dl = b.upload(rows.logits), di = b.upload(std::vector<int32_t>(rows.m, -7));
+      Args args;
+      args.ptr(dl).ptr(di).u32(rows.m).u32(vocab);
+      require_ok(b, b.launch(b.kernel("sample", "argmax"), {rows.m, 1}, args));
+      CHECK(b.download<int32_t>(di, rows.m) == rows.ids);
+      CHECK(b.download<uint16_t>(dl, rows.logits.size()) == rows.logits);  // read only
+      for (uint64_t a : {dl, di}) b.free(a);
+    }
+  }
+}
+
+TEST_CASE("sample/argmax's launch check: the bounds of logits and ids, no overlap, m and vocab at least 1") {
+  Backend& b = tier_backend(supported_tiers().front());
+  const uint64_t logits = b.alloc(4 * 100 * 2), ids = b.alloc(16);
+  const auto launch = [&](uint64_t l, uint64_t i, uint32_t m, uint32_t vocab) {
+    Args args;
+    args.ptr(l).ptr(i).u32(m).u32(vocab);
+    return b.launch(b.kernel("sample", "argmax"), {std::max(m, 1u), 1}, args);
+  };
+  CHECK(launch(logits, ids, 4, 100) == METRALE_STATUS_OK);
+  CHECK(launch(logits, ids, 4, 101) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("argument 'logits'") != std::string::npos);
+  CHECK(b.last_error().find("808 bytes (m*vocab bf16)") != std::string::npos);
+  CHECK(launch(logits, ids, 5, 80) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("argument 'ids'") != std::string::npos);
+  CHECK(b.last_error().find("20 bytes (m i32)") != std::string::npos);
+  CHECK(launch(logits, logits + 8, 4, 90) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(b.last_error().find("overlap") != std::string::npos);
+  CHECK(launch(logits, ids, 0, 100) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(launch(logits, ids, 4, 0) == METRALE_STATUS_INVALID_ARGUMENT);
+  b.free(logits);
+  b.free(ids);
 }
 
 TEST_CASE("the decoder kernels' launch checks name the argument and what was expected") {

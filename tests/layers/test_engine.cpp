@@ -3,13 +3,15 @@
 // weights: requests admitted at different steps, with prompts of different lengths, prefilled in
 // chunks under a token budget beside the running decodes, give each the ids it gets running alone;
 // a pool too small for all of them admits each when an earlier one has retired; a request the pool
-// could never hold is refused naming the sizes; seeded sampling is reproducible.
+// could never hold is refused naming the sizes; seeded sampling is reproducible; greedy ids chosen
+// by sample/argmax on the backend equal those chosen on the host.
 #include <doctest/doctest.h>
 
 #include "backend_support.hpp"
 #include "compose.hpp"
 #include "engine/engine.hpp"
 
+#include <metrale/audit.hpp>
 #include <metrale/status.hpp>
 
 #include <cmath>
@@ -44,6 +46,7 @@ struct Ran {
   std::vector<Completion> completions;
   EngineStats stats;
   uint32_t free_blocks = 0, num_blocks = 0;
+  bool argmax_on_backend = false;
 };
 
 Ran run(Backend& backend, DecoderModel& model, const std::vector<EngineRequest>& requests, const EngineOptions& options,
@@ -55,6 +58,7 @@ Ran run(Backend& backend, DecoderModel& model, const std::vector<EngineRequest>&
   Ran out;
   for (uint32_t i = 0; i < engine.requests(); ++i) out.completions.push_back(engine.completion(i));
   out.stats = engine.stats();
+  out.argmax_on_backend = engine.argmax_on_backend();
   out.free_blocks = pool.free_blocks();
   out.num_blocks = pool.shape().num_blocks;
   return out;
@@ -175,4 +179,73 @@ TEST_CASE("seeded sampling in the engine is reproducible and independent of what
     not_argmax += argmax(row) != c.generated[t];
   }
   CHECK(not_argmax > 0);
+}
+
+TEST_CASE("greedy ids chosen by sample/argmax on the backend equal the host's argmax; the stats say which path ran") {
+  auto backend = layers_test::cpu_backend();
+  OpenedModel opened = open_model(*backend, tiny());
+  DecoderModel& model = *opened.model;
+  std::vector<EngineRequest> kept{request(23, 1, 8, 0), request(5, 2, 6, 2), request(17, 3, 5, 3), request(1, 4, 4, 9)};
+  std::vector<EngineRequest> ids_only = kept;
+  for (EngineRequest& r : ids_only) r.keep_logits = false;
+  EngineOptions options;
+  options.prefill_chunk = 6;
+  options.token_budget = 9;
+  backend->audit().clear();
+  const Ran on_backend = run(*backend, model, ids_only, options, 512);
+  const Ran on_host = run(*backend, model, kept, options, 512);
+  constexpr uint64_t kTokens = 8 + 6 + 5 + 4;
+  CHECK(on_backend.argmax_on_backend);
+  CHECK(on_backend.stats.ids_chosen_on_backend == kTokens);
+  CHECK(on_backend.stats.logit_rows_copied == 0);
+  CHECK(on_host.stats.ids_chosen_on_backend == 0);
+  CHECK(on_host.stats.logit_rows_copied == kTokens);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    CAPTURE(i);
+    const Completion& b = on_backend.completions[i];
+    const Completion& h = on_host.completions[i];
+    CHECK(b.generated == h.generated);
+    CHECK(b.logits.empty());
+    // The host's ids are the argmax of the logits it kept: both paths chose the same way.
+    REQUIRE(h.logits.size() == h.generated.size() * 1024);
+    for (size_t t = 0; t < h.generated.size(); ++t)
+      CHECK(argmax(std::span<const float>(h.logits.data() + t * 1024, 1024)) == h.generated[t]);
+  }
+  // Each engine's try lookup is one audit row: resolved, a try, from the engine.
+  size_t rows = 0;
+  for (const AuditRow& row : backend->audit().snapshot()) {
+    if (row.module != "sample" || row.kernel != "argmax") continue;
+    ++rows;
+    CHECK(row.kind == LookupKind::try_lookup);
+    CHECK(row.outcome == LookupOutcome::resolved);
+    CHECK(row.site.file.find("engine.cpp") != std::string::npos);
+  }
+  CHECK(rows == 2);
+}
+
+TEST_CASE("a step with a row that keeps its logits or samples chooses every token of it on the host") {
+  auto backend = layers_test::cpu_backend();
+  OpenedModel opened = open_model(*backend, tiny());
+  DecoderModel& model = *opened.model;
+  EngineRequest greedy = request(7, 5, 6, 0);
+  greedy.keep_logits = false;
+  EngineRequest keeps = request(7, 6, 6, 0);  // keep_logits
+  EngineRequest sampled = request(7, 7, 6, 0);
+  sampled.keep_logits = false;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 3;
+  EngineRequest prompt_logits = request(7, 8, 6, 0);
+  prompt_logits.keep_logits = false;
+  prompt_logits.keep_prompt_logits = true;
+  EngineOptions options;
+  options.token_budget = 16;
+  const Completion alone_on_backend = run(*backend, model, {greedy}, options, 256).completions.at(0);
+  for (const EngineRequest& other : {keeps, sampled, prompt_logits}) {
+    // Same prompt length and new tokens: every step has a row of each, so every step is on the host.
+    const Ran mixed = run(*backend, model, {greedy, other}, options, 256);
+    CHECK(mixed.stats.ids_chosen_on_backend == 0);
+    CHECK(mixed.stats.logit_rows_copied >= 12);
+    CHECK(mixed.completions[0].generated == alone_on_backend.generated);
+  }
+  CHECK(run(*backend, model, {greedy}, options, 256).stats.ids_chosen_on_backend == 6);
 }

@@ -11,6 +11,7 @@
 #include <metrale/status.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 using namespace metrale::layers;
@@ -71,6 +72,19 @@ TEST_CASE("greedy sampling is the first of equal maxima") {
   const std::vector<float> ties{0.0f, 3.0f, 1.0f, 3.0f};
   CHECK(argmax(ties) == 1);
   CHECK(sample_token(ties, SamplingParams{}, 7) == 1);
+}
+
+TEST_CASE("greedy follows torch.argmax on NaN, infinities and signed zeros") {
+  // Each expected index is what torch.argmax (torch 2.15) answers for the same row, f32 and bf16 alike.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  CHECK(argmax(std::vector<float>{1, nan, 3, nan}) == 1);
+  CHECK(argmax(std::vector<float>{nan, 1, 5}) == 0);
+  CHECK(argmax(std::vector<float>{nan, nan}) == 0);
+  CHECK(argmax(std::vector<float>{inf, nan, inf}) == 1);
+  CHECK(argmax(std::vector<float>{1, 2, inf, inf}) == 2);
+  CHECK(argmax(std::vector<float>{-inf, -inf}) == 0);
+  CHECK(argmax(std::vector<float>{-0.0f, 0.0f}) == 0);
+  CHECK(argmax(std::vector<float>{0.0f, -0.0f}) == 0);
 }
 
 TEST_CASE("a draw depends on the sampling seed and the draw index only") {

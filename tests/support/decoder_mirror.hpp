@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The contracts of the decoder's small kernels (docs/kernels.md, modules norm and rope) written
+// The contracts of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample) written
 // once more in plain f32 for the backends' tests, independently of any backend's code, with the
 // inputs that make them exact: rows of multiples of 1/8, whose sums of squares are exact in f32
 // in any order, so a kernel's block reduction and this loop agree bit for bit and every bf16
@@ -7,6 +7,7 @@
 // reduce nothing, so they agree on any inputs; `spread` makes their sums round.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -123,6 +124,43 @@ inline std::vector<uint16_t> rope(std::vector<uint16_t> x, const std::vector<int
       }
     }
   return x;
+}
+
+// sample/argmax's rows and the ids torch.argmax gives for them: each row's expected id is
+// written by hand for the edge cases (not computed by an argmax), so a kernel and a mirror that
+// share a mistake cannot agree on it. `vocab` at least 64.
+struct ArgmaxRows {
+  uint32_t m = 0, vocab = 0;
+  std::vector<uint16_t> logits;  // bf16 [m][vocab]
+  std::vector<int32_t> ids;      // expected, one per row
+};
+
+inline ArgmaxRows argmax_rows(uint32_t vocab, uint64_t stream) {
+  constexpr uint16_t kNan = 0x7fc0, kNegNan = 0xffc0, kInf = 0x7f80, kNegInf = 0xff80, kNegZero = 0x8000, kZero = 0;
+  const uint16_t big = to_bf16(100.0f), neg = to_bf16(-1.0f);
+  ArgmaxRows out;
+  out.vocab = vocab;
+  std::vector<uint16_t> noise = eighths(size_t{vocab} * 11, stream);  // values in [-4, 4)
+  const auto row = [&](int32_t id, auto&& edit) {
+    std::vector<uint16_t> r(noise.begin() + std::ptrdiff_t{out.m} * vocab, noise.begin() + std::ptrdiff_t{out.m + 1} * vocab);
+    edit(r);
+    out.logits.insert(out.logits.end(), r.begin(), r.end());
+    out.ids.push_back(id);
+    ++out.m;
+  };
+  const int32_t last = static_cast<int32_t>(vocab - 1);
+  row(0, [&](auto& r) { r[0] = big; });                                        // the first index
+  row(last, [&](auto& r) { r[vocab - 1] = big; });                             // the last index
+  row(5, [&](auto& r) { r[5] = r[37] = r[vocab - 1] = big; });                 // ties: the lowest
+  row(0, [&](auto& r) { std::fill(r.begin(), r.end(), neg); });                // all equal
+  row(3, [&](auto& r) { std::fill(r.begin(), r.end(), neg); r[3] = kNegZero; r[9] = kZero; });  // -0 == +0
+  row(last - 1, [&](auto& r) { r[vocab - 2] = r[vocab - 1] = kInf; });         // +inf twice
+  row(0, [&](auto& r) { std::fill(r.begin(), r.end(), kNegInf); });            // all -inf
+  row(17, [&](auto& r) { r[2] = kInf; r[17] = kNan; r[40] = kNegNan; });       // NaN above +inf, the first
+  row(last, [&](auto& r) { r[vocab - 1] = kNegNan; });                         // a NaN at the end
+  row(0, [&](auto& r) { std::fill(r.begin(), r.end(), kNan); });               // all NaN
+  row(last - 2, [&](auto& r) { r[vocab - 3] = to_bf16(4.0f); });               // just above the noise's range
+  return out;
 }
 
 }  // namespace decoder_mirror

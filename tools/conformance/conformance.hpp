@@ -19,6 +19,8 @@
 //                                 bias_add (in place too), rope on real configs' frequencies,
 //                                 qk_norm_rope (the two fused),
 //                                 embedding and its refusal of an id
+//   sample/argmax/...             greedy ids against the host's argmax: ties, the first and last
+//                                 index, +inf, NaN (decoder_cases.cpp)
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or
 // when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin

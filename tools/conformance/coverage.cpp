@@ -3,6 +3,7 @@
 
 #include "attention/attention.hpp"
 #include "decoder/decoder_layer.hpp"
+#include "engine/engine.hpp"
 #include "io/config.hpp"
 #include "ffn/dense_ffn.hpp"
 #include "ffn/moe.hpp"
@@ -168,6 +169,16 @@ Probe decoder_norms_probe(Backend& b) {
   return p;
 }
 
+// Greedy tokens: sample/argmax as the engine tries it, else the host's argmax on copied logits.
+Probe greedy_probe(Backend& b) {
+  const KernelHandle h = try_argmax_kernel(b);
+  Probe p;
+  p.kernels.push_back(h ? name_of(b, h) : "argmax on the host");
+  p.native = static_cast<bool>(h);
+  p.primary = "sample/argmax";
+  return p;
+}
+
 std::vector<PathSpec> paths() {
   using A = Activation;
   const std::vector<Need> dense{kTileGemm, kAct};
@@ -221,6 +232,8 @@ std::vector<PathSpec> paths() {
          p.kernels.push_back(b.kernel_name(b.kernel("embed", "embedding")));
          return p;
        }},
+      {"engine/greedy", "greedy tokens chosen on the device, only ids copied back", {{"sample/argmax"}},
+       [](Backend& b, A) { return greedy_probe(b); }},
   };
 }
 

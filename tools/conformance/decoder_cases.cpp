@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Conformance cases of the decoder's small kernels (docs/kernels.md, modules norm, rope, embed):
-// each launched directly on synthetic bf16 data against the double-precision reference with the
-// contract's rounding points (reference/decoder_reference.hpp). The rope cases take inv_freq and
+// Conformance cases of the decoder's small kernels (docs/kernels.md, modules norm, rope, embed,
+// sample): each launched directly on synthetic bf16 data against the double-precision reference
+// with the contract's rounding points (reference/decoder_reference.hpp); sample/argmax's ids
+// against the host's argmax (engine/sampling.hpp), which the engine falls back to. The rope cases take inv_freq and
 // the attention scaling from real configs' rope settings through layers/attention/rope.hpp.
 #include "conformance/conformance.hpp"
 
 #include "attention/rope.hpp"
 #include "core/device_buffer.hpp"
 #include "core/numeric.hpp"
+#include "engine/sampling.hpp"
 #include "reference/decoder_reference.hpp"
 
 #include <metrale/catalogue_signatures.h>
@@ -29,6 +31,7 @@ constexpr auto kBiasAddSig = signature("norm", "bias_add");
 constexpr auto kRopeSig = signature("rope", "rope");
 constexpr auto kQkNormRopeSig = signature("rope", "qk_norm_rope");
 constexpr auto kEmbeddingSig = signature("embed", "embedding");
+constexpr auto kArgmaxSig = signature("sample", "argmax");
 constexpr float kEps = 1e-6f;
 
 // The rope settings of the cases: Qwen3's (theta 1e6, YaRN for 128K as its model card sets it)
@@ -314,6 +317,61 @@ CaseResult run_embedding(Backend& b, const Case& c, CaseResult r) {
   return checked(std::move(r), got, ref, &guard);
 }
 
+// Logits with the contract's edges, row by row: the maximum at the first index, at the last, tied
+// at three places (the lowest wins), +inf twice, a NaN (it wins, as in torch.argmax), a random row
+// (at a real vocabulary its largest bf16 values often tie).
+std::vector<uint16_t> argmax_logits(const Case& c) {
+  const uint32_t vocab = c.n;
+  std::vector<uint16_t> logits = synthetic_activations(c.m, vocab, stream_of(c));
+  const uint16_t top = f32_to_bf16(64.0f), inf = 0x7f80, nan = 0x7fc0;
+  for (uint32_t r = 0; r < c.m; ++r) {
+    uint16_t* x = logits.data() + size_t{r} * vocab;
+    switch (r % 6) {
+      case 0: x[0] = top; break;
+      case 1: x[vocab - 1] = top; break;
+      case 2: x[vocab / 3] = x[vocab / 2] = x[vocab - 1] = top; break;
+      case 3: x[vocab / 2] = x[vocab - 1] = inf; break;
+      case 4:
+        x[1] = inf;
+        x[vocab / 4] = nan;
+        break;
+      default: break;
+    }
+  }
+  return logits;
+}
+
+// sample/argmax: every id must be the host's, and nothing written past the m-th.
+CaseResult run_argmax(Backend& b, const Case& c, CaseResult r) {
+  constexpr int32_t kIdCanary = -0x5a5a5a5b;
+  const uint32_t m = c.m, vocab = c.n;
+  const std::vector<uint16_t> logits = argmax_logits(c);
+  DeviceBuffer dl(b, logits.size() * 2), di(b, (size_t{m} + 1) * 4);
+  dl.upload(std::span<const uint16_t>(logits));
+  di.upload(std::span<const int32_t>(std::vector<int32_t>(size_t{m} + 1, kIdCanary)));
+  b.launch(b.kernel("sample", "argmax", kArgmaxSig), rows_grid(m), dl.ptr(), di.ptr(), m, vocab);
+  b.synchronize();
+  const std::vector<int32_t> got = di.download<int32_t>(size_t{m} + 1);
+  r.outcome = Outcome::failed;
+  if (got[m] != kIdCanary) {
+    r.detail = "wrote past the end of ids";
+    return r;
+  }
+  std::vector<float> row(vocab);
+  for (uint32_t i = 0; i < m; ++i) {
+    bf16_to_f32(std::span<const uint16_t>(logits).subspan(size_t{i} * vocab, vocab), row);
+    const int32_t want = argmax(row);
+    if (got[i] != want) {
+      r.detail = "row " + std::to_string(i) + ": id " + std::to_string(got[i]) + ", the host's argmax is " +
+                 std::to_string(want) + " (value " + std::to_string(row[static_cast<size_t>(want)]) + ")";
+      return r;
+    }
+  }
+  r.outcome = Outcome::passed;
+  r.detail = std::to_string(m) + " ids equal the host's argmax";
+  return r;
+}
+
 }  // namespace
 
 std::vector<Case> decoder_cases() {
@@ -348,6 +406,9 @@ std::vector<Case> decoder_cases() {
   out.push_back(decoder_case("embed/embedding/t13_h256_v1000", "embed", "embedding", 13, 256, 1000));
   out.push_back(decoder_case("embed/embedding/t2_h4096_v151936", "embed", "embedding", 2, 4096, 151936));
   out.push_back(decoder_case("embed/embedding/out_of_range", "embed", "embedding", 5, 64, 100, 0, "out_of_range"));
+  // Greedy choice: a vocab no multiple of any vector width, and Qwen3's over a decode batch.
+  out.push_back(decoder_case("sample/argmax/m13_v1001", "sample", "argmax", 13, 1001));
+  out.push_back(decoder_case("sample/argmax/m8_v151936", "sample", "argmax", 8, 151936));
   return out;
 }
 
@@ -359,6 +420,7 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   if (c.kernel == "bias_add") return run_bias_add(backend, c, std::move(r));
   if (c.kernel == "rope" || c.kernel == "qk_norm_rope") return run_rotary(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
+  if (c.kernel == "argmax") return run_argmax(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);
 }
 

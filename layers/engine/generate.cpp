@@ -31,7 +31,7 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
     request.max_new_tokens = o.max_new_tokens;
     request.sampling = o.sampling;
     request.arrival_step = o.arrival_steps.empty() ? 0 : o.arrival_steps[p];
-    request.keep_logits = true;
+    request.keep_logits = o.keep_logits;
     request.keep_prompt_logits = o.prompt_logits;
     engine.submit(std::move(request));  // request p is prompt p (its messages say "request p")
   }
@@ -47,6 +47,7 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
   }
   const EngineStats& s = engine.stats();
   r.steps = s.steps;
+  r.ids_chosen_on_backend = s.ids_chosen_on_backend;
   r.prefill_tokens = s.prefill_tokens;
   r.decode_tokens = s.decode_tokens;
   r.prefill_seconds = s.prefill_seconds;

@@ -25,18 +25,23 @@ struct GenerateOptions {
   std::vector<uint64_t> arrival_steps;  // per prompt, the step it arrives at; empty: all at step 0
   SamplingParams sampling;      // every prompt's; greedy by default
   bool prompt_logits = false;   // keep the logits of every prompt position
+  // Keep the logits each new id was chosen from. Without them (and greedy), the backend's
+  // sample/argmax chooses where it has one, and only the ids come back.
+  bool keep_logits = true;
   // Told as tokens are generated: ("generate", fraction of all new tokens).
   std::function<void(const std::string& stage, double fraction)> progress;
 };
 
 struct GenerateResult {
   std::vector<std::vector<int32_t>> generated;  // per prompt
-  // bf16 logits as f32: [prompt][new token][vocab], the logits each new id was chosen from.
+  // bf16 logits as f32: [prompt][new token][vocab], the logits each new id was chosen from
+  // (with keep_logits; else empty).
   std::vector<std::vector<float>> logits;
   // With prompt_logits: [prompt][position][vocab].
   std::vector<std::vector<float>> prompt_logits;
   std::vector<uint64_t> admitted_step, finished_step;  // per prompt
   uint64_t steps = 0;
+  uint64_t ids_chosen_on_backend = 0;  // by sample/argmax; the rest on the host
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   StatePoolShape cache;

@@ -226,12 +226,6 @@ std::vector<PathSpec> paths() {
        [](Backend& b, A) { return attention_probe(b, "qwen2", "norm/bias_add"); }},
       {"decoder/layer", "the decoder layer's norms and residual adds", {{"norm/rms_norm"}, {"norm/add"}, {"norm/rms_norm_residual"}},
        [](Backend& b, A) { return decoder_norms_probe(b); }},
-      {"decoder/embedding", "the embedding gather", {{"embed/embedding"}},
-       [](Backend& b, A) {
-         Probe p;
-         p.kernels.push_back(b.kernel_name(b.kernel("embed", "embedding")));
-         return p;
-       }},
       {"engine/greedy", "greedy tokens chosen on the device, only ids copied back", {{"sample/argmax"}},
        [](Backend& b, A) { return greedy_probe(b); }},
   };

@@ -188,11 +188,6 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   GenerateOptions g = generate_options(o);
   g.progress = request.progress;
   const GenerateResult r = generate_tokens(b, *opened.model, prompts, g);
-  // The engine's own lookups (sample/argmax) come after the model's.
-  const uint64_t model_rows = opened.audit.empty() ? 0 : opened.audit.back().sequence;
-  for (const AuditRow& row : b.audit().snapshot()) {
-    if (row.sequence > model_rows && row.backend == b.name()) opened.audit.push_back(row);
-  }
   progress.finish("generate");
   const uint32_t vocab = opened.model->config().vocab_size;
   if (!o.output.empty()) write_output(o.output, r, vocab, o.max_new_tokens);

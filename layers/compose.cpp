@@ -2,6 +2,7 @@
 #include "compose.hpp"
 
 #include "architectures/architecture.hpp"
+#include "engine/engine.hpp"
 #include "io/checkpoint.hpp"
 #include "io/tensor_source.hpp"
 
@@ -318,6 +319,9 @@ OpenedModel open_model(Backend& backend, const LayerRequest& request) {
     out.load.bytes_read = tensors->bytes_read();
     if (out.model->embedding().mapped()) out.load.bytes_mapped = out.model->embedding().bytes();
   }
+  // The engine that runs the model tries sample/argmax; looked up here too, so the model's audit
+  // and a lock written from it cover it.
+  try_argmax_kernel(backend);
   out.audit = rows_after(backend, before);
   enforce_lock(backend, out.audit);
   return out;

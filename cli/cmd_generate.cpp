@@ -191,8 +191,8 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   progress.finish("generate");
   const uint32_t vocab = opened.model->config().vocab_size;
   if (!o.output.empty()) write_output(o.output, r, vocab, o.max_new_tokens);
-  const double prefill_tps = r.prefill_seconds > 0 ? r.prefill_tokens / r.prefill_seconds : 0;
-  const double decode_tps = r.decode_seconds > 0 ? r.decode_tokens / r.decode_seconds : 0;
+  const double prefill_tps = r.stats.prefill_seconds > 0 ? r.stats.prefill_tokens / r.stats.prefill_seconds : 0;
+  const double decode_tps = r.stats.decode_seconds > 0 ? r.stats.decode_tokens / r.stats.decode_seconds : 0;
   if (o.json || ctx.json) {
     nlohmann::json seqs = nlohmann::json::array();
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -208,14 +208,14 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
                                            {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
                              {"memory", memory_json(opened.load)},
                              {"sampling", o.sampling.describe()},
-                             {"steps", r.steps},
-                             {"ids_chosen_on_backend", r.ids_chosen_on_backend},
+                             {"steps", r.stats.steps},
+                             {"ids_chosen_on_backend", r.stats.ids_chosen_on_backend},
                              {"sequences", seqs},
-                             {"prefill_tokens", r.prefill_tokens},
-                             {"prefill_seconds", r.prefill_seconds},
+                             {"prefill_tokens", r.stats.prefill_tokens},
+                             {"prefill_seconds", r.stats.prefill_seconds},
                              {"prefill_tokens_per_s", prefill_tps},
-                             {"decode_tokens", r.decode_tokens},
-                             {"decode_seconds", r.decode_seconds},
+                             {"decode_tokens", r.stats.decode_tokens},
+                             {"decode_seconds", r.stats.decode_seconds},
                              {"decode_tokens_per_s", decode_tps},
                              {"output", o.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.output)},
                              {"audit", nlohmann::json::parse(render_audit_json(opened.audit))}};
@@ -239,8 +239,8 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   }
   char line[160];
   std::snprintf(line, sizeof line, "prefill  %llu tokens in %.3f s: %.1f tokens/s\ndecode   %llu tokens in %.3f s: %.1f tokens/s\n",
-                static_cast<unsigned long long>(r.prefill_tokens), r.prefill_seconds, prefill_tps,
-                static_cast<unsigned long long>(r.decode_tokens), r.decode_seconds, decode_tps);
+                static_cast<unsigned long long>(r.stats.prefill_tokens), r.stats.prefill_seconds, prefill_tps,
+                static_cast<unsigned long long>(r.stats.decode_tokens), r.stats.decode_seconds, decode_tps);
   std::cout << line;
   if (!o.output.empty()) std::cout << "output   " << o.output << " (ids I32 [B, N], logits F32 [B, N, vocab])\n";
 }

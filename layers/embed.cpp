@@ -127,8 +127,8 @@ Generation EmbeddedModel::generate(const std::vector<std::vector<int32_t>>& prom
   options.max_new_tokens = max_new_tokens;
   options.kv_tokens = kv_tokens;
   GenerateResult r = generate_tokens(*impl_->backend, *impl_->model.model, prompts, options);
-  return Generation{std::move(r.generated), std::move(r.logits), r.prefill_tokens, r.decode_tokens, r.prefill_seconds,
-                    r.decode_seconds};
+  return Generation{std::move(r.generated), std::move(r.logits), r.stats.prefill_tokens, r.stats.decode_tokens,
+                    r.stats.prefill_seconds, r.stats.decode_seconds};
 }
 
 uint32_t EmbeddedModel::vocab_size() const noexcept { return impl_->model.model->config().vocab_size; }

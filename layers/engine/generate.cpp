@@ -45,13 +45,7 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
     r.admitted_step.push_back(c.admitted_step);
     r.finished_step.push_back(c.finished_step);
   }
-  const EngineStats& s = engine.stats();
-  r.steps = s.steps;
-  r.ids_chosen_on_backend = s.ids_chosen_on_backend;
-  r.prefill_tokens = s.prefill_tokens;
-  r.decode_tokens = s.decode_tokens;
-  r.prefill_seconds = s.prefill_seconds;
-  r.decode_seconds = s.decode_seconds;
+  r.stats = engine.stats();
   return r;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "decoder/model.hpp"
+#include "engine/engine.hpp"
 #include "engine/sampling.hpp"
 
 #include <cstdint>
@@ -40,10 +41,7 @@ struct GenerateResult {
   // With prompt_logits: [prompt][position][vocab].
   std::vector<std::vector<float>> prompt_logits;
   std::vector<uint64_t> admitted_step, finished_step;  // per prompt
-  uint64_t steps = 0;
-  uint64_t ids_chosen_on_backend = 0;  // by sample/argmax; the rest on the host
-  uint64_t prefill_tokens = 0, decode_tokens = 0;
-  double prefill_seconds = 0, decode_seconds = 0;
+  EngineStats stats;  // the engine's: steps, tokens, seconds, where the ids were chosen
   StatePoolShape cache;
 };
 

@@ -94,11 +94,11 @@ int32_t StatePool::take_slot(const char* what) {
   return slot;
 }
 
-void StatePool::copy_slot(int32_t to, int32_t from, bool checkpoints) {
+void StatePool::copy_states(std::vector<DeviceBuffer>& to, int32_t to_slot, const std::vector<DeviceBuffer>& from,
+                            int32_t from_slot) {
   const uint64_t n = shape_.recurrent.bytes;
   for (uint32_t l = 0; l < shape_.recurrent.layers; ++l) {
-    backend_->copy_device(recurrent_[l].at(static_cast<size_t>(to) * n), recurrent_[l].at(static_cast<size_t>(from) * n), n);
-    if (checkpoints) backend_->copy_device(saved_[l].at(static_cast<size_t>(to) * n), saved_[l].at(static_cast<size_t>(from) * n), n);
+    backend_->copy_device(to[l].at(static_cast<size_t>(to_slot) * n), from[l].at(static_cast<size_t>(from_slot) * n), n);
   }
 }
 
@@ -133,7 +133,10 @@ uint32_t StatePool::fork(uint32_t parent) {
   const auto used = static_cast<size_t>(blocks_for(p.length, shape_.block_size));
   child.blocks.assign(p.blocks.begin(), p.blocks.begin() + static_cast<std::ptrdiff_t>(used));
   for (int32_t b : child.blocks) ++refs_[static_cast<size_t>(b)];
-  if (child.slot >= 0) copy_slot(child.slot, p.slot, true);
+  if (child.slot >= 0) {
+    copy_states(recurrent_, child.slot, recurrent_, p.slot);
+    copy_states(saved_, child.slot, saved_, p.slot);
+  }
   sequences_.push_back(std::move(child));
   return static_cast<uint32_t>(sequences_.size() - 1);
 }
@@ -184,10 +187,7 @@ std::vector<int32_t> StatePool::append(uint32_t seq, uint32_t tokens) {
 void StatePool::checkpoint(uint32_t seq) {
   Sequence& s = sequence(seq);
   s.checkpoint = s.length;
-  const uint64_t n = shape_.recurrent.bytes;
-  for (uint32_t l = 0; l < shape_.recurrent.layers; ++l) {
-    backend_->copy_device(saved_[l].at(static_cast<size_t>(s.slot) * n), recurrent_[l].at(static_cast<size_t>(s.slot) * n), n);
-  }
+  if (s.slot >= 0) copy_states(saved_, s.slot, recurrent_, s.slot);
 }
 
 uint32_t StatePool::rollback(uint32_t seq, uint32_t k) {
@@ -207,10 +207,7 @@ uint32_t StatePool::rollback(uint32_t seq, uint32_t k) {
     }
     kept = s.checkpoint;
     replay = target - s.checkpoint;
-    const uint64_t n = shape_.recurrent.bytes;
-    for (uint32_t l = 0; l < shape_.recurrent.layers; ++l) {
-      backend_->copy_device(recurrent_[l].at(static_cast<size_t>(s.slot) * n), saved_[l].at(static_cast<size_t>(s.slot) * n), n);
-    }
+    copy_states(recurrent_, s.slot, saved_, s.slot);
   }
   s.length = kept;
   const auto used = static_cast<size_t>(blocks_for(kept, shape_.block_size));

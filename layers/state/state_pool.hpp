@@ -116,7 +116,8 @@ class StatePool {
   int32_t take_block();
   void drop_block(int32_t block);
   int32_t take_slot(const char* what);
-  void copy_slot(int32_t to, int32_t from, bool checkpoints);
+  // Every recurrent layer's state in slot `from_slot` of `from` into slot `to_slot` of `to`.
+  void copy_states(std::vector<DeviceBuffer>& to, int32_t to_slot, const std::vector<DeviceBuffer>& from, int32_t from_slot);
 
   Backend* backend_;
   StatePoolShape shape_;

@@ -73,7 +73,7 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
       const GenerateResult out = generate_tokens(b, model, prompts, g);
       if (seqs == 1) {
         Rate r = model_rate(request.preset, "prefill", prompt, prompt, threads);
-        r.median_s = out.prefill_seconds;
+        r.median_s = out.stats.prefill_seconds;
         const double attention = 2.0 * c.num_layers * c.attention.q_width() * double(prompt) * (prompt + 1);  // QK and PV, causal
         r.flops = 2.0 * (layer_params(c) * prompt + logit_params(c)) + attention;  // logits of the last row only
         r.weight_bytes = weight_bytes;
@@ -86,7 +86,7 @@ std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& reques
       const double steps = request.new_tokens - 1;
       if (steps < 1) continue;
       Rate r = model_rate(request.preset, "decode", seqs, prompt + request.new_tokens / 2, threads);
-      r.median_s = out.decode_seconds / steps;  // one step: every sequence's next token
+      r.median_s = out.stats.decode_seconds / steps;  // one step: every sequence's next token
       r.weight_bytes = weight_bytes + kv_bytes_per_token * seqs * (prompt + request.new_tokens / 2.0);
       r.flops = 2.0 * (layer_params(c) + logit_params(c)) * seqs;
       r.gb_per_s = r.weight_bytes / r.median_s / 1e9;

@@ -19,12 +19,6 @@ using namespace metrale::layers;
 
 namespace {
 
-LayerRequest tiny() {
-  LayerRequest r;
-  r.model = "tiny-qwen3";
-  return r;
-}
-
 // Feeds `ids` to sequence `seq` of `pool` in one batch; the logits of the last, as bf16 bits.
 std::vector<uint16_t> feed(Backend& backend, DecoderModel& model, StatePool& pool, uint32_t seq, const std::vector<int32_t>& ids) {
   const auto rows = static_cast<uint32_t>(ids.size());
@@ -49,7 +43,7 @@ std::vector<int32_t> prompt_of(uint32_t tokens) {
 }  // namespace
 
 TEST_CASE("a batch of prompts decodes as each prompt alone") {
-  EmbeddedModel model(layers_test::cpu_backend(), tiny());
+  EmbeddedModel model(layers_test::cpu_backend(), layers_test::tiny_qwen3());
   REQUIRE(model.vocab_size() == 1024);
   const std::vector<int32_t> a{1, 2, 3, 4, 5, 6, 7}, b{900, 17}, c{5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 40};
   const Generation together = model.generate({a, b, c}, 6);
@@ -69,7 +63,7 @@ TEST_CASE("a batch of prompts decodes as each prompt alone") {
 
 TEST_CASE("chunked prefill gives the ids of one whole-prompt prefill") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 1024);
   GenerateOptions whole;
@@ -88,7 +82,7 @@ TEST_CASE("chunked prefill gives the ids of one whole-prompt prefill") {
 }
 
 TEST_CASE("generation refuses what it cannot hold, naming the sizes, before running") {
-  EmbeddedModel model(layers_test::cpu_backend(), tiny());
+  EmbeddedModel model(layers_test::cpu_backend(), layers_test::tiny_qwen3());
   try {
     model.generate({std::vector<int32_t>(40, 1)}, 4, 32);
     FAIL("a 40-token prompt in a 32-token cache was accepted");
@@ -104,7 +98,7 @@ TEST_CASE("generation refuses what it cannot hold, naming the sizes, before runn
 
 TEST_CASE("rolling a sequence back by k tokens, then decoding, gives the logits of never having decoded them") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(128, 4));  // blocks of 4: the rollback ends inside a block
   const std::vector<int32_t> prompt = prompt_of(10);
@@ -128,7 +122,7 @@ TEST_CASE("rolling a sequence back by k tokens, then decoding, gives the logits 
 
 TEST_CASE("a forked sequence shares its parent's prompt and each then decodes as if alone") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(128, 4));
   const std::vector<int32_t> prompt = prompt_of(10);  // the last block half full: both write into it

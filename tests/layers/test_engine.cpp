@@ -21,12 +21,6 @@ using namespace metrale::layers;
 
 namespace {
 
-LayerRequest tiny() {
-  LayerRequest r;
-  r.model = "tiny-qwen3";
-  return r;
-}
-
 std::vector<int32_t> prompt_of(uint32_t tokens, uint32_t salt) {
   std::vector<int32_t> prompt;
   for (uint32_t i = 0; i < tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 97 + salt * 31 + 3) % 1024));
@@ -85,7 +79,7 @@ double worst_logit_difference(const Completion& a, const Completion& b) {
 
 TEST_CASE("requests admitted at different steps, prefilled in chunks beside running decodes, give the ids of each alone") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   const std::vector<EngineRequest> requests{request(23, 1, 8, 0), request(5, 2, 6, 2), request(17, 3, 5, 3),
                                             request(1, 4, 4, 9)};
@@ -116,7 +110,7 @@ TEST_CASE("requests admitted at different steps, prefilled in chunks beside runn
 
 TEST_CASE("a pool too small for every request admits each when an earlier one has retired") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   // 12 + 6 - 1 = 17 tokens: 5 blocks of 4 each; the pool has 12 blocks, room for two at a time.
   const std::vector<EngineRequest> requests{request(12, 5, 6, 0), request(12, 6, 6, 0), request(12, 7, 6, 0),
@@ -152,7 +146,7 @@ TEST_CASE("a pool too small for every request admits each when an earlier one ha
 
 TEST_CASE("seeded sampling in the engine is reproducible and independent of what a request is batched with") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   std::vector<EngineRequest> requests{request(9, 1, 12, 0), request(4, 2, 12, 1)};
   for (EngineRequest& r : requests) {
@@ -183,7 +177,7 @@ TEST_CASE("seeded sampling in the engine is reproducible and independent of what
 
 TEST_CASE("greedy ids chosen by sample/argmax on the backend equal the host's argmax; the stats say which path ran") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   std::vector<EngineRequest> kept{request(23, 1, 8, 0), request(5, 2, 6, 2), request(17, 3, 5, 3), request(1, 4, 4, 9)};
   std::vector<EngineRequest> ids_only = kept;
@@ -225,7 +219,7 @@ TEST_CASE("greedy ids chosen by sample/argmax on the backend equal the host's ar
 
 TEST_CASE("a step with a row that keeps its logits or samples chooses every token of it on the host") {
   auto backend = layers_test::cpu_backend();
-  OpenedModel opened = open_model(*backend, tiny());
+  OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   EngineRequest greedy = request(7, 5, 6, 0);
   greedy.keep_logits = false;

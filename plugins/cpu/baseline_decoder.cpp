@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// Baseline bodies of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample), with
+// Baseline bodies of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample, and
+// attn's output_gate), with
 // the rounding points of transformers' bf16 modules: RMSNorm normalises in f32 and rounds to bf16
 // before the weight multiplies; rotary cos/sin are f32, rounded to bf16, and every product and
 // the sum of q·cos + rotate_half(q)·sin round to bf16. Arguments were validated at launch.
@@ -128,6 +129,31 @@ void rope(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch)
 // row (the same inverse_rms) followed by rope.
 void qk_norm_rope(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char* scratch) {
   qk_norm_rope_token(args, bx, scratch, normalise_rotate);
+}
+
+// (x, weight, y, m, h, eps): row `bx` of the zero-centred RMSNorm, y = bf16(x * s * (1 + weight))
+// in f32 (no rounding of the normalised row); y may be x.
+void rms_norm_zero_centred(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  const uint32_t h = arg_u32(args, 4);
+  const size_t at = size_t{bx} * h;
+  const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + at;
+  const uint16_t* weight = arg_ptr<const uint16_t>(args, 1);
+  uint16_t* y = arg_ptr<uint16_t>(args, 2) + at;
+  const float scale = inverse_rms(x, h, arg_f32(args, 5));
+  for (uint32_t j = 0; j < h; ++j) y[j] = f32_to_bf16(bf16_to_f32(x[j]) * scale * (1.0f + bf16_to_f32(weight[j])));
+}
+
+// (x, gate, out, m, n): row `bx`, out = bf16(x * bf16(1 / (1 + e^-gate))); out may be x.
+void output_gate(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
+  const uint32_t n = arg_u32(args, 4);
+  const size_t at = size_t{bx} * n;
+  const uint16_t* x = arg_ptr<const uint16_t>(args, 0) + at;
+  const uint16_t* gate = arg_ptr<const uint16_t>(args, 1) + at;
+  uint16_t* out = arg_ptr<uint16_t>(args, 2) + at;
+  for (uint32_t j = 0; j < n; ++j) {
+    const float sigma = round_bf16(1.0f / (1.0f + std::exp(-bf16_to_f32(gate[j]))));
+    out[j] = f32_to_bf16(bf16_to_f32(x[j]) * sigma);
+  }
 }
 
 // (logits, ids, m, vocab): ids[bx] = the first index of row bx's largest value, torch.argmax's

@@ -3,18 +3,10 @@
 
 #include "launch_checks.hpp"
 
-#include <cmath>
 
 namespace metrale::cpu {
 
 namespace {
-
-bool finite_ok(float value, const char* name, bool non_negative, std::string& error) {
-  if (std::isfinite(value) && (!non_negative || value >= 0.0f)) return true;
-  error = std::string(name) + " must be a finite" + (non_negative ? " non-negative" : "") + " f32 (got " +
-          std::to_string(value) + ")";
-  return false;
-}
 
 // rms_norm (x, weight, y, m, h, eps) and rms_norm_residual (x, residual, weight, y, residual_out,
 // m, h, eps): `rows` are the indices of the [m][h] bf16 tensors, `weight` that of the [h] one.
@@ -33,6 +25,44 @@ metrale_status check_rms_norm(const KernelArgs& a, const MemoryView& mem, BlockR
                                        buffer(a, mem, 1, "weight", product({h, 2}), "h bf16", error) &&
                                        buffer(a, mem, 2, "y", row_bytes, "m*h bf16", error);
   if (!rows_ok) return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+// y (argument `out`, `bytes` long) is x (argument 0) itself or apart from it, and apart from the
+// other input `other` (`other_bytes`).
+bool in_place_or_apart(const KernelArgs& a, unsigned out, const char* out_name, uint64_t bytes, unsigned other,
+                       const char* other_name, uint64_t other_bytes, std::string& error) {
+  const Span spans[] = {{a.v[other], other_bytes, other_name}, {a.v[out], bytes, out_name}};
+  if (!apart(spans, 2, 1, error, "it may be x itself and overlap nothing else")) return false;
+  if (a.v[out] == a.v[0] || disjoint(a.v[0], bytes, a.v[out], bytes)) return true;
+  error = std::string(out_name) + " (" + hex(a.v[out]) + ") overlaps x (" + hex(a.v[0]) + ", " + std::to_string(bytes) +
+          " bytes) in part; it may be x itself";
+  return false;
+}
+
+// rms_norm_zero_centred (x, weight, y, m, h, eps): y may be x, no other overlap.
+metrale_status check_zero_centred(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 3), h = arg_u32(a, 4);
+  if (!at_least_one({{"m", m}, {"h", h}}, error) || !finite_ok(arg_f32(a, 5), "eps", true, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, h, 2});
+  if (!buffer(a, mem, 0, "x", row_bytes, "m*h bf16", error) || !buffer(a, mem, 1, "weight", product({h, 2}), "h bf16", error) ||
+      !buffer(a, mem, 2, "y", row_bytes, "m*h bf16", error) ||
+      !in_place_or_apart(a, 2, "y", row_bytes, 1, "weight", product({h, 2}), error))
+    return kInvalid;
+  needed = {m, 1};
+  return kOk;
+}
+
+// output_gate (x, gate, out, m, n): out may be x, no other overlap.
+metrale_status check_output_gate(const KernelArgs& a, const MemoryView& mem, BlockRange& needed, std::string& error) {
+  const uint32_t m = arg_u32(a, 3), n = arg_u32(a, 4);
+  if (!at_least_one({{"m", m}, {"n", n}}, error)) return kInvalid;
+  const uint64_t row_bytes = product({m, n, 2});
+  if (!buffer(a, mem, 0, "x", row_bytes, "m*n bf16", error) || !buffer(a, mem, 1, "gate", row_bytes, "m*n bf16", error) ||
+      !buffer(a, mem, 2, "out", row_bytes, "m*n bf16", error) ||
+      !in_place_or_apart(a, 2, "out", row_bytes, 1, "gate", row_bytes, error))
+    return kInvalid;
   needed = {m, 1};
   return kOk;
 }
@@ -133,6 +163,8 @@ const KernelSpec kSpecs[] = {
      baseline::rms_norm_residual, -1, "(m, 1)"},
     {METRALE_CPU_KERNEL(norm, add), check_add, baseline::add, -1, "(m, 1)"},
     {METRALE_CPU_KERNEL(norm, bias_add), check_bias_add, baseline::bias_add, -1, "(m, 1)"},
+    {METRALE_CPU_KERNEL(norm, rms_norm_zero_centred), check_zero_centred, baseline::rms_norm_zero_centred, -1, "(m, 1)"},
+    {METRALE_CPU_KERNEL(attn, output_gate), check_output_gate, baseline::output_gate, -1, "(m, 1)"},
     {METRALE_CPU_KERNEL(rope, rope), check_rotary<false>, baseline::rope, -1, "(t, 1)"},
     {METRALE_CPU_KERNEL(rope, qk_norm_rope), check_rotary<true>, baseline::qk_norm_rope,
      static_cast<int>(Simd::qk_norm_rope), "(t, 1)"},

@@ -3,6 +3,7 @@
 
 #include "attn_table.hpp"
 #include "decoder_table.hpp"
+#include "deltanet_table.hpp"
 #include "launch_checks.hpp"
 #include "quant_table.hpp"
 
@@ -186,7 +187,8 @@ const std::array<KernelSpec, 12> kBaseSpecs{{
 }};
 
 // The W4A16, act and moe kernels, then the quantized families' (quant_table.cpp), then attn's
-// (attn_table.cpp), then the decoder's small kernels (decoder_table.cpp).
+// (attn_table.cpp), then the decoder's small kernels (decoder_table.cpp), then deltanet's
+// (deltanet_table.cpp).
 const std::vector<KernelSpec>& all_specs() {
   static const std::vector<KernelSpec> specs = [] {
     std::vector<KernelSpec> all(kBaseSpecs.begin(), kBaseSpecs.end());
@@ -196,6 +198,8 @@ const std::vector<KernelSpec>& all_specs() {
     all.insert(all.end(), attn.begin(), attn.end());
     const auto decoder = decoder_kernel_specs();
     all.insert(all.end(), decoder.begin(), decoder.end());
+    const auto deltanet = deltanet_kernel_specs();
+    all.insert(all.end(), deltanet.begin(), deltanet.end());
     return all;
   }();
   return specs;

@@ -156,8 +156,16 @@ void add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void bias_add(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 void qk_norm_rope(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// norm/rms_norm_zero_centred and attn/output_gate (baseline_decoder.cpp).
+void rms_norm_zero_centred(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void output_gate(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 // sample/argmax (baseline_decoder.cpp): greedy choice per row.
 void argmax(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+// The deltanet module (deltanet_baseline.cpp; the chunked delta rule in deltanet_chunked.cpp).
+void conv_silu(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void delta_rule_recurrent(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void delta_rule_chunked(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
+void gated_norm(const KernelArgs&, uint32_t, uint32_t, unsigned char*);
 }  // namespace baseline
 
 #if defined(METRALE_CPU_X86_SIMD)

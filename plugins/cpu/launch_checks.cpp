@@ -2,6 +2,7 @@
 #include "launch_checks.hpp"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -93,11 +94,18 @@ bool rotary_head_dim_ok(uint32_t head_dim, std::string& error) {
   return true;
 }
 
+bool finite_ok(float value, const char* name, bool non_negative, std::string& error) {
+  if (std::isfinite(value) && (!non_negative || value >= 0.0f)) return true;
+  error = std::string(name) + " must be a finite" + (non_negative ? " non-negative" : "") + " f32 (got " +
+          std::to_string(value) + ")";
+  return false;
+}
+
 bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other) {
   return first >= other + bytes_other || other >= first + bytes;
 }
 
-bool apart(const Span* spans, unsigned count, unsigned first_output, std::string& error) {
+bool apart(const Span* spans, unsigned count, unsigned first_output, std::string& error, const char* why) {
   for (unsigned out = first_output; out < count; ++out) {
     for (unsigned other = 0; other < out; ++other) {
       const Span& a = spans[out];
@@ -105,7 +113,7 @@ bool apart(const Span* spans, unsigned count, unsigned first_output, std::string
       if (a.bytes == 0 || b.bytes == 0 || disjoint(a.address, a.bytes, b.address, b.bytes)) continue;
       error = std::string("argument '") + a.name + "' (" + hex(a.address) + ", " + std::to_string(a.bytes) +
               " bytes) overlaps '" + b.name + "' (" + hex(b.address) + ", " + std::to_string(b.bytes) +
-              " bytes); the repack's output never aliases its input";
+              " bytes); " + why;
       return false;
     }
   }

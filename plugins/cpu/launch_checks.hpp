@@ -51,15 +51,20 @@ bool m_ok(uint32_t m, uint32_t max_m, const char* hint, std::string& error);
 // scratch).
 bool rotary_head_dim_ok(uint32_t head_dim, std::string& error);
 
+// value is finite (and >= 0 when `non_negative`); the message names `name`.
+bool finite_ok(float value, const char* name, bool non_negative, std::string& error);
+
 // [first, first + bytes) and [other, other + bytes_other) share no byte.
 bool disjoint(uint64_t first, uint64_t bytes, uint64_t other, uint64_t bytes_other);
 // The outputs among `count` (address, bytes, name) buffers, those from `first_output` on,
-// overlap neither an input nor each other (a repack's blocks read rows others may be writing).
+// overlap neither an input nor each other (a repack's blocks read rows others may be writing);
+// `why` ends the message.
 struct Span {
   uint64_t address, bytes;
   const char* name;
 };
-bool apart(const Span* spans, unsigned count, unsigned first_output, std::string& error);
+bool apart(const Span* spans, unsigned count, unsigned first_output, std::string& error,
+           const char* why = "the repack's output never aliases its input");
 
 // Every index in `indices` (count of them) names a row of h bf16 of the buffer at argument
 // `source`.

@@ -103,10 +103,11 @@ TEST_CASE("the manifest: the CPU kernel set, no tile variants, the weight layout
       "quant/quantize_int8", "quant/quantize_int8_bf16", "quant/quantize_fp8", "quant/quantize_fp8_bf16",
       "quant/quantize_fp8_group128", "quant/quantize_fp8_group128_bf16", "quant/quantize_int8_static_bf16",
       "quant/quantize_fp8_static_bf16", "quant/gather_k",
-      "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill",
+      "attn/kv_append", "attn/attn_decode", "attn/attn_decode_combine", "attn/attn_prefill", "attn/output_gate",
 
-      "norm/rms_norm", "norm/rms_norm_residual", "norm/add", "norm/bias_add", "rope/rope", "rope/qk_norm_rope",
-      "embed/embedding", "sample/argmax"};
+      "norm/rms_norm", "norm/rms_norm_residual", "norm/add", "norm/bias_add", "norm/rms_norm_zero_centred", "rope/rope",
+      "rope/qk_norm_rope", "embed/embedding", "sample/argmax",
+      "deltanet/conv_silu", "deltanet/delta_rule_chunked", "deltanet/delta_rule_recurrent", "deltanet/gated_norm"};
   std::set<std::string> names;
   for (const auto& [name, params] : listed) names.insert(name);
   CHECK(names == expected);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The contracts of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample) written
+// The contracts of the decoder's small kernels (docs/kernels.md, modules norm, rope, sample, attn's
+// output_gate and deltanet's gated_norm) written
 // once more in plain f32 for the backends' tests, independently of any backend's code, with the
 // inputs that make them exact: rows of multiples of 1/8, whose sums of squares are exact in f32
 // in any order, so a kernel's block reduction and this loop agree bit for bit and every bf16
@@ -83,6 +84,46 @@ inline std::vector<uint16_t> rms_norm(const std::vector<uint16_t>& x, const std:
     const float scale = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
     for (uint32_t j = 0; j < h; ++j)
       y[size_t{r} * h + j] = to_bf16(bf16_value(w[j]) * rounded(bf16_value(row[j]) * scale));
+  }
+  return y;
+}
+
+// The zero-centred RMSNorm: y = bf16(x · s · (1 + w)) in f32, s as rms_norm's, no rounding before
+// the weight.
+inline std::vector<uint16_t> rms_norm_zero_centred(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w,
+                                                   uint32_t m, uint32_t h, float eps) {
+  std::vector<uint16_t> y(x.size());
+  for (uint32_t r = 0; r < m; ++r) {
+    const uint16_t* row = x.data() + size_t{r} * h;
+    float squares = 0;
+    for (uint32_t j = 0; j < h; ++j) squares += bf16_value(row[j]) * bf16_value(row[j]);
+    const float scale = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
+    for (uint32_t j = 0; j < h; ++j) y[size_t{r} * h + j] = to_bf16(bf16_value(row[j]) * scale * (1.0f + bf16_value(w[j])));
+  }
+  return y;
+}
+
+// attn's output gate: bf16(x · bf16(1 / (1 + e^-gate))) elementwise, in f32.
+inline std::vector<uint16_t> output_gate(const std::vector<uint16_t>& x, const std::vector<uint16_t>& gate) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = to_bf16(bf16_value(x[i]) * rounded(1.0f / (1.0f + std::exp(-bf16_value(gate[i])))));
+  return out;
+}
+
+// deltanet's gated RMSNorm per row of `dim`: n = bf16(x · s), y = bf16(w · n · silu(z)), w f32.
+inline std::vector<uint16_t> gated_norm(const std::vector<uint16_t>& x, const std::vector<uint16_t>& z,
+                                        const std::vector<float>& w, uint32_t rows, uint32_t dim, float eps) {
+  std::vector<uint16_t> y(x.size());
+  for (uint32_t r = 0; r < rows; ++r) {
+    const size_t at = size_t{r} * dim;
+    float squares = 0;
+    for (uint32_t j = 0; j < dim; ++j) squares += bf16_value(x[at + j]) * bf16_value(x[at + j]);
+    const float scale = 1.0f / std::sqrt(squares / static_cast<float>(dim) + eps);
+    for (uint32_t j = 0; j < dim; ++j) {
+      const float zj = bf16_value(z[at + j]);
+      y[at + j] = to_bf16(w[j] * rounded(bf16_value(x[at + j]) * scale) * (zj / (1.0f + std::exp(-zj))));
+    }
   }
   return y;
 }

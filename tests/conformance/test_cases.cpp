@@ -80,6 +80,25 @@ TEST_CASE("the sample/argmax cases cover a vocab no multiple of a vector width a
   CHECK(vocabs == std::set<uint32_t>{1001, 151936});
 }
 
+TEST_CASE("the deltanet cases cover decode steps and prefill runs, runs past a chunk and under a window, both kernels") {
+  std::set<std::string> kernels;
+  bool decode = false, past_chunk = false, under_window = false;
+  for (const auto& c : cases()) {
+    if (c.module != "deltanet" && c.kernel != "rms_norm_zero_centred" && c.kernel != "output_gate") continue;
+    kernels.insert(c.module + "/" + c.kernel);
+    const auto& runs = c.attn_lengths;
+    decode |= c.kernel == "delta_rule_recurrent" && runs.size() > 1 &&
+              std::all_of(runs.begin(), runs.end(), [](uint32_t r) { return r == 1; });
+    past_chunk |= c.kernel == "delta_rule_chunked" && std::any_of(runs.begin(), runs.end(), [](uint32_t r) { return r > 128; });
+    under_window |= c.kernel == "conv_silu" && std::any_of(runs.begin(), runs.end(), [&](uint32_t r) { return r + 1 < c.k; });
+  }
+  CHECK(kernels == std::set<std::string>{"norm/rms_norm_zero_centred", "attn/output_gate", "deltanet/conv_silu",
+                                         "deltanet/delta_rule_recurrent", "deltanet/delta_rule_chunked", "deltanet/gated_norm"});
+  CHECK(decode);
+  CHECK(past_chunk);
+  CHECK(under_window);
+}
+
 TEST_CASE("the attn cases cover the paged cache's edges, every head grouping and prefill after past tokens") {
   constexpr uint32_t kPartition = 512;  // attn_decode's split
   std::set<uint32_t> ratios, head_dims, prefill_rows;

@@ -21,6 +21,9 @@
 //                                 embedding and its refusal of an id
 //   sample/argmax/...             greedy ids against the host's argmax: ties, the first and last
 //                                 index, +inf, NaN (decoder_cases.cpp)
+//   norm/rms_norm_zero_centred/..., attn/output_gate/..., deltanet/...  the hybrid models' kernels
+//                                 (hybrid_cases.cpp, deltanet_cases.cpp): conv_silu and the delta
+//                                 rule over several runs and state slots, states checked too
 // A backend skips a case only when its manifest does not list, for this device, what the case
 // needs (not listed, or gated by the device's target: the reason says which kernel and why), or
 // when declared_skips() lists it with a reason. A listed kernel that cannot be used (the plugin
@@ -102,6 +105,12 @@ CaseResult run_attn_case(Backend& backend, const Case& c, CaseResult r);
 std::vector<Case> decoder_cases();
 // Runs one of them (the caller has checked that the backend lists its kernel).
 CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r);
+// The hybrid models' kernels (hybrid_cases.cpp: rms_norm_zero_centred, output_gate, gated_norm;
+// deltanet_cases.cpp: conv_silu and the delta rule over state slots); part of decoder_cases().
+std::vector<Case> hybrid_cases();
+CaseResult run_hybrid_case(Backend& backend, const Case& c, CaseResult r);
+std::vector<Case> deltanet_cases();
+CaseResult run_deltanet_case(Backend& backend, const Case& c, CaseResult r);
 
 // A case a backend declares it skips, with its reason ('*' globs allowed in `cases`).
 struct DeclaredSkip {

@@ -409,6 +409,7 @@ std::vector<Case> decoder_cases() {
   // Greedy choice: a vocab no multiple of any vector width, and Qwen3's over a decode batch.
   out.push_back(decoder_case("sample/argmax/m13_v1001", "sample", "argmax", 13, 1001));
   out.push_back(decoder_case("sample/argmax/m8_v151936", "sample", "argmax", 8, 151936));
+  for (Case& c : hybrid_cases()) out.push_back(std::move(c));
   return out;
 }
 
@@ -421,6 +422,8 @@ CaseResult run_decoder_case(Backend& backend, const Case& c, CaseResult r) {
   if (c.kernel == "rope" || c.kernel == "qk_norm_rope") return run_rotary(backend, c, std::move(r));
   if (c.kernel == "embedding") return run_embedding(backend, c, std::move(r));
   if (c.kernel == "argmax") return run_argmax(backend, c, std::move(r));
+  if (c.module == "deltanet" || c.kernel == "rms_norm_zero_centred" || c.kernel == "output_gate")
+    return run_hybrid_case(backend, c, std::move(r));
   throw Error(Status::internal, "conformance: no runner for " + c.module + "/" + c.kernel);
 }
 

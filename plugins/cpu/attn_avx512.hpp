@@ -288,8 +288,11 @@ struct AttnAvx512 : AttnWalk {
   template <uint32_t D>
   static void decode(const DecodeCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
     const std::optional<DecodeWork> work = block_work(c, bx, by);
-    if (!work) return;
-    const DecodeWork& w = *work;
+    if (work) slices<D>(*work, [&](const DecodeWork& w) { decode_walk<D>(w, scratch); });
+  }
+
+  template <uint32_t D>
+  static void decode_walk(const DecodeWork& w, unsigned char* scratch) {
     const uint32_t rows = w.query_heads(), n = w.n;
     const DecodeScratch<D, 16> sc(scratch, rows);
     w.record_addresses(sc.records);

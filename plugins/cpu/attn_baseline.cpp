@@ -63,22 +63,18 @@ void kv_append(const KernelArgs& args, uint32_t bx, uint32_t, unsigned char*) {
   }
 }
 
-// Block (bx, by): split bx (context tokens [bx*512, bx*512 + 512)) of sequence by / kv_heads
-// for the q heads sharing kv head by % kv_heads; writes those heads' records of split bx.
-void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
-  const DecodeCall c = decode_call(args);
-  const uint32_t seq = by / c.kv.kv_heads, kv_head = by % c.kv.kv_heads;
-  const auto context = static_cast<uint32_t>(c.context_lens[seq]);
-  const uint32_t begin = bx * kAttnPartition;
-  if (begin >= context) return;  // the combine reads only the splits the context reaches
-  const uint32_t end = min_u32(context, begin + kAttnPartition), n = end - begin;
-  const uint32_t group = c.q_heads / c.kv.kv_heads, d = c.kv.head_dim, bs = c.kv.block_size;
+namespace {
+
+// Split bx ([begin, begin + n) of the context) of sequence `seq` for q heads [first_head,
+// first_head + group) of kv head `kv_head`: their records of split bx.
+void decode_heads(const DecodeCall& c, uint32_t seq, uint32_t kv_head, uint32_t bx, uint32_t first_head, uint32_t group,
+                  uint32_t n, unsigned char* scratch) {
+  const uint32_t begin = bx * kAttnPartition, d = c.kv.head_dim, bs = c.kv.block_size;
   // Scratch: q [group][d], scores [group][512], one K or V row [d], acc [group][d].
   float* q = scratch_at<float>(scratch, 0);
   float* scores = q + size_t{group} * d;
   float* row = scores + size_t{group} * kAttnPartition;
   float* acc = row + d;
-  const uint32_t first_head = kv_head * group;
   widen(c.q + (size_t{seq} * c.q_heads + first_head) * d, q, size_t{group} * d);
   const int32_t* table = c.block_tables + size_t{seq} * c.max_blocks;
   // Splits start on block boundaries (block_size divides 512).
@@ -112,6 +108,23 @@ void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char
     float* record = c.partials + ((size_t{seq} * c.q_heads + first_head + g) * c.partitions() + bx) * partial_stride(d);
     for (uint32_t i = 0; i < d; ++i) record[2 + i] = acc[g * d + i];
   }
+}
+
+}  // namespace
+
+// Block (bx, by): split bx (context tokens [bx*512, bx*512 + 512)) of sequence by / kv_heads
+// for the q heads sharing kv head by % kv_heads; writes those heads' records of split bx. At
+// head_dim 256 at most 64 q heads at a time (their scratch), each slice reading the split again.
+void attn_decode(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
+  const DecodeCall c = decode_call(args);
+  const uint32_t seq = by / c.kv.kv_heads, kv_head = by % c.kv.kv_heads;
+  const auto context = static_cast<uint32_t>(c.context_lens[seq]);
+  const uint32_t begin = bx * kAttnPartition;
+  if (begin >= context) return;  // the combine reads only the splits the context reaches
+  const uint32_t n = min_u32(context, begin + kAttnPartition) - begin;
+  const uint32_t group = c.q_heads / c.kv.kv_heads, slice = c.kv.head_dim > 128 ? 64 : group;
+  for (uint32_t g0 = 0; g0 < group; g0 += slice)
+    decode_heads(c, seq, kv_head, bx, kv_head * group + g0, min_u32(slice, group - g0), n, scratch);
 }
 
 // Block (bx, by): q head bx of sequence by, from the records of the splits its context reaches.
@@ -149,19 +162,22 @@ void attn_decode_combine(const KernelArgs& args, uint32_t bx, uint32_t by, unsig
 
 // Block (bx, by): query rows [bx*64, bx*64 + 64) of the chunk for the q heads sharing kv head
 // by; row i sits at position past + i and attends to cache positions 0..past + i. Each cache
-// block is widened once per q head and folded into every row that reaches it.
+// block is widened once per q head, in pieces of at most 32768 / head_dim positions (a whole
+// block up to head_dim 128; the scratch holds K and V of 128 positions at 256), and each piece
+// folded into every row that reaches it.
 void attn_prefill(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
   const PrefillCall c = prefill_call(args);
   const uint32_t first = bx * kAttnPrefillRows, rows = min_u32(c.m - first, kAttnPrefillRows);
   const uint32_t group = c.q_heads / c.kv.kv_heads, d = c.kv.head_dim, bs = c.kv.block_size;
-  // Scratch: K and V block [bs][d], q [64][d], acc [64][d], scores [bs], states [64].
+  const uint32_t piece = min_u32(bs, 32768 / d);
+  // Scratch: K and V piece [piece][d], q [64][d], acc [64][d], scores [piece], states [64].
   float* k = scratch_at<float>(scratch, 0);
-  float* v = k + size_t{bs} * d;
-  float* q = v + size_t{bs} * d;
+  float* v = k + size_t{piece} * d;
+  float* q = v + size_t{piece} * d;
   float* acc = q + size_t{kAttnPrefillRows} * d;
   float* scores = acc + size_t{kAttnPrefillRows} * d;
-  Online* state = reinterpret_cast<Online*>(scores + bs);
-  const uint32_t last_block = (c.past + first + rows - 1) / bs;
+  Online* state = reinterpret_cast<Online*>(scores + piece);
+  const uint32_t last = c.past + first + rows - 1;  // the block's last position
   for (uint32_t g = 0; g < group; ++g) {
     const uint32_t head = by * group + g;
     for (uint32_t r = 0; r < rows; ++r) {
@@ -169,14 +185,15 @@ void attn_prefill(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned cha
       for (uint32_t i = 0; i < d; ++i) acc[size_t{r} * d + i] = 0.0f;
       state[r] = Online{};
     }
-    for (uint32_t b = 0; b <= last_block; ++b) {
-      const size_t at = c.kv.at(static_cast<uint32_t>(c.block_table[b]), by, 0);
-      widen(c.k_cache + at, k, size_t{bs} * d);
-      widen(c.v_cache + at, v, size_t{bs} * d);
+    for (uint32_t start = 0; start <= last; start += piece) {
+      const uint32_t b = start / bs, len = min_u32(piece, bs - start % bs);
+      const size_t at = c.kv.at(static_cast<uint32_t>(c.block_table[b]), by, start % bs);
+      widen(c.k_cache + at, k, size_t{len} * d);
+      widen(c.v_cache + at, v, size_t{len} * d);
       for (uint32_t r = 0; r < rows; ++r) {
         const uint32_t pos = c.past + first + r;
-        if (pos < b * bs) continue;  // causal: this block lies wholly after the row
-        const uint32_t n = min_u32(bs, pos + 1 - b * bs);
+        if (pos < start) continue;  // causal: this piece lies wholly after the row
+        const uint32_t n = min_u32(len, pos + 1 - start);
         for (uint32_t t = 0; t < n; ++t) scores[t] = dot(q + size_t{r} * d, k + size_t{t} * d, d) * c.scale;
         fold(state[r], acc + size_t{r} * d, scores, v, n, d);
       }

@@ -16,15 +16,18 @@ constexpr uint32_t kMaxBlockSize = 256;
 
 std::string num(uint64_t value) { return std::to_string(value); }
 
-// The cache's shape arguments and both pools: head_dim 64 or 128, block_size a power of two
+bool head_dim_ok(uint32_t head_dim, std::string& error) {
+  if (head_dim == 64 || head_dim == 128 || head_dim == 256) return true;
+  error = "head_dim must be 64, 128 or 256 (got head_dim=" + num(head_dim) + ")";
+  return false;
+}
+
+// The cache's shape arguments and both pools: head_dim 64, 128 or 256, block_size a power of two
 // up to 256 (so it divides attn_decode's 512-token splits), each pool num_blocks blocks.
 bool cache_ok(const KernelArgs& a, const MemoryView& mem, unsigned k_index, unsigned v_index, const KvShape& kv,
               std::string& error) {
   if (!at_least_one({{"kv_heads", kv.kv_heads}, {"num_blocks", kv.num_blocks}}, error)) return false;
-  if (kv.head_dim != 64 && kv.head_dim != 128) {
-    error = "head_dim must be 64 or 128 (got head_dim=" + num(kv.head_dim) + ")";
-    return false;
-  }
+  if (!head_dim_ok(kv.head_dim, error)) return false;
   if (kv.block_size == 0 || kv.block_size > kMaxBlockSize || (kv.block_size & (kv.block_size - 1)) != 0) {
     error = "block_size must be a power of two from 1 to 256 (got block_size=" + num(kv.block_size) + ")";
     return false;
@@ -130,10 +133,7 @@ metrale_status check_combine(const KernelArgs& a, const MemoryView& mem, BlockRa
   const CombineCall c = combine_call(a);
   if (!at_least_one({{"seqs", c.seqs}, {"q_heads", c.q_heads}, {"partitions", c.partitions}}, error))
     return kInvalid;
-  if (c.head_dim != 64 && c.head_dim != 128) {
-    error = "head_dim must be 64 or 128 (got head_dim=" + num(c.head_dim) + ")";
-    return kInvalid;
-  }
+  if (!head_dim_ok(c.head_dim, error)) return kInvalid;
   if (!buffer(a, mem, 0, "partials", product({c.seqs, c.q_heads, c.partitions, partial_stride(c.head_dim), 4}),
               "seqs*q_heads*partitions*(head_dim+2) f32", error) ||
       !buffer(a, mem, 1, "context_lens", product({c.seqs, 4}), "seqs i32", error) ||

@@ -58,14 +58,16 @@ struct AttnWalk {
     for (uint32_t at = part * kBytes / parts; at < (part + 1) * kBytes / parts; at += 64) __builtin_prefetch(chunk + at, 0, 1);
   }
 
-  // f(std::integral_constant<uint32_t, D>) for the cache's head_dim D, 64 or 128 (attn_table.cpp
-  // admits no other).
+  // f(std::integral_constant<uint32_t, D>) for the cache's head_dim D, 64, 128 or 256
+  // (attn_table.cpp admits no other).
   template <class F>
   static void with_head_dim(uint32_t head_dim, const F& f) {
     if (head_dim == 64)
       f(std::integral_constant<uint32_t, 64>{});
-    else
+    else if (head_dim == 128)
       f(std::integral_constant<uint32_t, 128>{});
+    else
+      f(std::integral_constant<uint32_t, 256>{});
   }
 
   // f(std::integral_constant<uint32_t, HB>) for the HB = min(4, heads) of one block of heads.
@@ -107,6 +109,15 @@ struct AttnWalk {
     const int32_t* table;
     uint32_t seq, split, head0, heads, group, begin, end, n, chunks, span_chunks;
     uint32_t total;  // pieces (one head's chunk) of the walk, the last span's whole
+    // The q heads walked per kv head are [q0, q0 + group) of its full_group (a slice: see slices).
+    uint32_t q0 = 0;
+    uint32_t full_group = group;
+    DecodeWork slice(uint32_t first_q, uint32_t count) const {
+      DecodeWork w = *this;
+      w.q0 = first_q;
+      w.group = count;
+      return w;
+    }
     // Piece i: its head (from head0) and chunk; false where the chunk lies past the split.
     bool piece(uint32_t i, uint32_t& head, uint32_t& chunk) const {
       const uint32_t per_span = span_chunks * heads, r = i % per_span;
@@ -139,13 +150,26 @@ struct AttnWalk {
     }
     // The walk's q heads (head0 * group on), their rows of q, and where each writes its record.
     uint32_t query_heads() const { return heads * group; }
-    const uint16_t* query_rows() const { return c->q + (size_t{seq} * c->q_heads + head0 * group) * c->kv.head_dim; }
+    const uint16_t* query_rows() const {
+      return c->q + (size_t{seq} * c->q_heads + head0 * full_group + q0) * c->kv.head_dim;
+    }
     void record_addresses(float** records) const {
       for (uint32_t r = 0; r < query_heads(); ++r)
-        records[r] = c->partials + ((size_t{seq} * c->q_heads + head0 * group + r) * c->partitions() + split) *
+        records[r] = c->partials + ((size_t{seq} * c->q_heads + head0 * full_group + q0 + r) * c->partitions() + split) *
                                        partial_stride(c->kv.head_dim);
     }
   };
+
+  // f(w) for each slice of `work` whose q heads fit one block's scratch (DecodeScratch) at head_dim
+  // D: the whole walk at D <= 128; at 256 at most 64 q heads at a time (a group of up to 128 heads
+  // would overrun it), each slice walking the cache again. A walk of several kv heads has at most
+  // 32 q heads (heads_per_block), so only a single kv head's group is ever sliced.
+  template <uint32_t D, class F>
+  static void slices(const DecodeWork& work, const F& f) {
+    constexpr uint32_t kRows = D > 128 ? 64 : 128;
+    if (work.group <= kRows) return f(work);
+    for (uint32_t q0 = 0; q0 < work.group; q0 += kRows) f(work.slice(q0, min_u32(kRows, work.group - q0)));
+  }
 
   // scores [heads * group][512] = scale * q.k over the split, K read once for the whole group, by
   // the tier's chunk_partials and chunk_scores.

@@ -3,8 +3,8 @@
 // outside the pool; attn_decode + attn_decode_combine and attn_prefill agree with the double
 // reference (layers/reference/attention.hpp) over a paged cache whose blocks are scattered
 // through the pool: several sequences of different lengths (1, not multiples of block_size,
-// long enough for several 512-token splits), GQA ratios 1, 3, 4, 5, 6, 8 and MQA, head_dim 64
-// and 128, block sizes 1 to 256, prefill chunks of 1 to 200 rows after past tokens.
+// long enough for several 512-token splits), GQA ratios 1, 3, 4, 5, 6, 8, 128 and MQA, head_dim 64,
+// 128 and 256, block sizes 1 to 256, prefill chunks of 1 to 200 rows after past tokens.
 #include "support.hpp"
 
 #include "reference/attention.hpp"
@@ -151,19 +151,21 @@ std::vector<uint16_t> run_prefill(Backend& b, const PagedCache& cache, const std
 }  // namespace
 
 TEST_CASE("kv_append writes each token's K and V rows into its slot and nothing else, on every tier") {
-  const Shape s{64, 8, 2, 16};
-  for (const std::string& tier : supported_tiers()) {
-    INFO(tier);
-    Backend& b = tier_backend(tier);
-    std::mt19937_64 rng(11);
-    PagedCache cache(b, rng, s, {5});
-    // Tokens in scattered, distinct slots of several blocks (the contract: one launch's slots are
-    // distinct), including the pool's first and last slot.
-    const std::vector<int32_t> slots{0, 17, 18, 50, static_cast<int32_t>(cache.num_blocks * s.block_size - 1), 40};
-    REQUIRE(std::set<int32_t>(slots.begin(), slots.end()).size() == slots.size());
-    cache.append(b, rng, slots);
-    CHECK(b.download<uint16_t>(cache.k_cache, cache.k_pool.size()) == cache.k_pool);
-    CHECK(b.download<uint16_t>(cache.v_cache, cache.v_pool.size()) == cache.v_pool);
+  for (const Shape& s : {Shape{64, 8, 2, 16}, Shape{256, 16, 2, 16}}) {
+    for (const std::string& tier : supported_tiers()) {
+      const std::string what = describe(s) + " on " + tier;
+      INFO(what);
+      Backend& b = tier_backend(tier);
+      std::mt19937_64 rng(11);
+      PagedCache cache(b, rng, s, {5});
+      // Tokens in scattered, distinct slots of several blocks (the contract: one launch's slots are
+      // distinct), including the pool's first and last slot.
+      const std::vector<int32_t> slots{0, 17, 18, 50, static_cast<int32_t>(cache.num_blocks * s.block_size - 1), 40};
+      REQUIRE(std::set<int32_t>(slots.begin(), slots.end()).size() == slots.size());
+      cache.append(b, rng, slots);
+      CHECK(b.download<uint16_t>(cache.k_cache, cache.k_pool.size()) == cache.k_pool);
+      CHECK(b.download<uint16_t>(cache.v_cache, cache.v_pool.size()) == cache.v_pool);
+    }
   }
 }
 
@@ -212,6 +214,11 @@ TEST_CASE("attn_decode + attn_decode_combine match the reference on every tier")
       {{128, 24, 4, 1}, {70, 517}},                    // ratio 6, one token per block
       {{64, 12, 4, 4}, {33, 1025, 16}},                // ratio 3, blocks of 4
       {{128, 10, 2, 16}, {1, 600, 47}},                // ratio 5
+      // head_dim 256 (Qwen3.5's and Qwen3-Next's gated attention: 16 q heads over 2 kv heads),
+      // MQA with the largest blocks, and 128 q heads per kv head (walked 64 at a time).
+      {{256, 16, 2, 16}, {1, 600, 47}},
+      {{256, 4, 1, 256}, {257, 1030}},
+      {{256, 128, 1, 32}, {3, 530}},
   };
   for (const Case& c : cases) {
     for (const std::string& tier : supported_tiers()) {
@@ -246,6 +253,10 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens, on e
       {{128, 24, 4, 1}, 40, 3},
       {{64, 12, 4, 256}, 100, 200},
       {{128, 10, 2, 16}, 33, 511},
+      // head_dim 256: Qwen3-Next's heads, blocks of 256 (widened in pieces), 128 q heads per kv head.
+      {{256, 16, 2, 16}, 70, 33},
+      {{256, 8, 1, 256}, 100, 200},
+      {{256, 128, 1, 16}, 5, 40},
   };
   for (const Case& c : cases) {
     for (const std::string& tier : supported_tiers()) {
@@ -297,7 +308,7 @@ TEST_CASE("attn_decode and attn_prefill refuse block tables, lengths and shapes 
   CHECK(decode(cache.tables, {40, 0}, 64, 8).find("context_lens[1] = 0 must be 1..max_blocks*block_size = 48") !=
         std::string::npos);
   CHECK(decode(cache.tables, {49, 3}, 64, 8).find("context_lens[0] = 49") != std::string::npos);
-  CHECK(decode(cache.tables, {40, 3}, 96, 8).find("head_dim must be 64 or 128 (got head_dim=96)") !=
+  CHECK(decode(cache.tables, {40, 3}, 96, 8).find("head_dim must be 64, 128 or 256 (got head_dim=96)") !=
         std::string::npos);
   CHECK(decode(cache.tables, {40, 3}, 64, 7).find("q_heads must be a positive multiple of kv_heads") !=
         std::string::npos);

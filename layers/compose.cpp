@@ -220,8 +220,7 @@ Layer& OpenedBlock::block() noexcept {
 
 std::vector<std::string> OpenedBlock::tiers() const {
   std::vector<std::string> out;
-  const AttentionLayer& a = decoder ? decoder->attention() : *attention;
-  out.push_back(a.kernels().projections.tier);
+  out.push_back(decoder ? decoder->mixer_tier() : attention->kernels().projections.tier);
   if (decoder) {
     for (const auto& t : decoder->ffn().tiers())
       if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
@@ -239,6 +238,10 @@ OpenedBlock open_block(Backend& backend, const LayerRequest& request) {
   out.quantization = src.quant.summary() + " (" + src.quant.source + "), layer " + std::to_string(out.layer);
   out.activations = declared_activations(request, src.quant);
   DecoderLayerWeights weights = read_decoder_layer(src.files, src.config, out.layer);
+  if (!whole && weights.mixer != TokenMixer::full_attention) {
+    throw Refusal(request.weights + ": layer " + std::to_string(out.layer) + " is a " + token_mixer_name(weights.mixer) +
+                  " layer, not attention: --block attention runs full_attention layers (--block decoder runs any)");
+  }
   report(request, "loading " + request.weights, 1.0);
   const std::string stage = "building the layers on " + backend.name();
   report(request, stage, 0.0);

@@ -28,9 +28,17 @@ namespace config_json {
 class Object;
 }
 
-// What mixes information across positions in a layer (transformers' layer_types entries).
-enum class TokenMixer { full_attention };
-const char* token_mixer_name(TokenMixer mixer) noexcept;  // "full_attention"
+// What mixes information across positions in a layer (transformers' layer_types entries): causal
+// attention over a KV cache, or a Gated DeltaNet over a fixed-size recurrent state (layers/deltanet).
+enum class TokenMixer { full_attention, linear_attention };
+const char* token_mixer_name(TokenMixer mixer) noexcept;  // "full_attention", "linear_attention"
+
+// How a checkpoint stores a Gated DeltaNet's input projections.
+enum class DeltaNetProjections {
+  none,                  // the architecture has no DeltaNet
+  separate,              // Qwen3.5: in_proj_qkv (q of every key head, then k, then v), in_proj_z, in_proj_a, in_proj_b
+  grouped_per_key_head,  // Qwen3-Next: in_proj_qkvz and in_proj_ba, each grouped per key head
+};
 
 // How the attention's projections carry biases.
 enum class AttentionBias {
@@ -73,6 +81,20 @@ struct ArchitectureSpec {
   AttentionBias attention_bias = AttentionBias::none;
   std::vector<HonouredKey> keys;   // every key it reads beyond the common ones (registry.cpp)
   std::vector<TensorEntry> tensors;
+  // Qwen3.5 / Qwen3-Next: every RMSNorm but the DeltaNet's is x/rms(x) * (1 + w) (norm/rms_norm_zero_centred).
+  bool zero_centred_norms = false;
+  // q_proj's rows are per head [q ; gate], and the attention's output is o_proj(attn * sigmoid(gate)).
+  bool attention_output_gate = false;
+  // partial_rotary_factor when the config gives none (Qwen3-Next's and Qwen3.5's 0.25).
+  double default_partial_rotary_factor = 1.0;
+  DeltaNetProjections deltanet = DeltaNetProjections::none;
+  // A wrapper (Qwen3_5ForConditionalGeneration): the language model's settings are this key's
+  // object (language_model_config()), its tensors under `language_model_root`.
+  std::string_view language_model_key = {};
+  std::string_view language_model_root = {};
+  // Prefixes of tensors a checkpoint may hold that metrale does not run (a vision tower, an MTP
+  // head): skipped and reported, not refused.
+  std::vector<std::string_view> unused_tensors = {};
 };
 
 // The spec of `model_type`; nullptr when metrale has none.
@@ -83,6 +105,7 @@ const std::vector<const ArchitectureSpec*>& architectures();
 // What a config.json document resolves to.
 struct ResolvedArchitecture {
   const ArchitectureSpec* spec = nullptr;
+  const ArchitectureSpec* wrapper = nullptr;  // the wrapper the language model came in (qwen3_5), or null
   std::vector<TokenMixer> layer_mixers;  // per decoder layer (num_hidden_layers of them)
   std::vector<std::string> unknown_keys;  // in neither list: warned about, not read
   bool qkv_bias = false, o_bias = false;  // the attention's biases for this config
@@ -100,9 +123,24 @@ enum class ArchitectureUse { decoder, ffn_only };
 ResolvedArchitecture resolve_architecture(const nlohmann::json& doc, const std::string& source,
                                           ArchitectureUse use = ArchitectureUse::decoder, bool warn = true);
 
+// The config document of the language model: `doc` itself, or for a wrapper spec (qwen3_5) its
+// language_model_key object, with the wrapper's tie_word_embeddings (the one transformers obeys).
+// Error naming the key when a wrapper has no such object.
+nlohmann::json language_model_config(const nlohmann::json& doc, const std::string& source);
+
 // Refusal naming the first tensor of `src` that the spec's table does not name, or a bias the
 // config does not declare (a tensor metrale would not read: the model computes something more).
-void check_tensor_names(const ResolvedArchitecture& architecture, const TensorSource& src);
+// A wrapper's language-model tensors (`language_model_root`) are named as the inner spec's
+// "model.*". Returns the tensors of the spec's unused_tensors prefixes, per prefix: skipped.
+struct UnusedTensors {
+  std::string prefix;
+  uint64_t count = 0;
+};
+std::vector<UnusedTensors> check_tensor_names(const ResolvedArchitecture& architecture, const TensorSource& src);
+// A tensor name as the spec's table names it ("model.language_model.x" -> "model.x"), and whether
+// it is one the architecture skips.
+std::string spec_tensor_name(const ResolvedArchitecture& architecture, std::string_view name);
+bool unused_tensor(const ResolvedArchitecture& architecture, std::string_view name);
 
 // The registry as `metrale list --architectures --json` prints it.
 nlohmann::json architectures_json();

@@ -24,6 +24,7 @@ using config_json::Object;
 const char* token_mixer_name(TokenMixer mixer) noexcept {
   switch (mixer) {
     case TokenMixer::full_attention: return "full_attention";
+    case TokenMixer::linear_attention: return "linear_attention";
   }
   return "?";
 }
@@ -91,7 +92,7 @@ const std::vector<HonouredKey>& common_keys() {
       {"num_hidden_layers", "any", positive},
       {"num_attention_heads", "at most 128 per kv head", positive},
       {"num_key_value_heads", "dividing num_attention_heads", nullptr},
-      {"head_dim", "64 or 128 (else hidden_size / num_attention_heads)", nullptr},
+      {"head_dim", "64, 128 or 256 (else hidden_size / num_attention_heads)", nullptr},
       {"vocab_size", "any", positive},
       {"rms_norm_eps", "any", any_number},
       {"max_position_embeddings", "any (yarn's context ratio, the sliding-window check)", nullptr},
@@ -186,6 +187,15 @@ std::string supported_types() {
 std::vector<TokenMixer> layer_mixers(const ArchitectureSpec& spec, const Object& root, uint32_t layers) {
   std::vector<TokenMixer> out(layers, spec.mixers.front());
   const auto types = root.strings("layer_types");
+  const bool hybrid = std::find(spec.mixers.begin(), spec.mixers.end(), TokenMixer::linear_attention) != spec.mixers.end();
+  if (types.empty() && hybrid) {
+    // Qwen3-Next's release form: no layer_types; layer i is full attention iff (i + 1) % interval == 0.
+    const uint32_t interval = root.u32("full_attention_interval").value_or(4);
+    if (interval == 0) root.malformed("full_attention_interval", "a positive integer", root.find("full_attention_interval"));
+    for (uint32_t i = 0; i < layers; ++i)
+      out[i] = (i + 1) % interval == 0 ? TokenMixer::full_attention : TokenMixer::linear_attention;
+    return out;
+  }
   if (types.empty()) return out;
   if (types.size() != layers) {
     root.malformed("layer_types", "one entry per layer (num_hidden_layers = " + std::to_string(layers) + ")", root.find("layer_types"));
@@ -225,11 +235,52 @@ const ArchitectureSpec* find_architecture(std::string_view model_type) {
 const std::vector<const ArchitectureSpec*>& architectures() {
   static const std::vector<const ArchitectureSpec*> all = [] {
     std::vector<const ArchitectureSpec*> v;
-    for (const auto& group : {llama_specs(), qwen2_specs(), qwen3_specs(), deepseek_specs()})
+    for (const auto& group : {llama_specs(), qwen2_specs(), qwen3_specs(), qwen3_hybrid_specs(), deepseek_specs()})
       for (const ArchitectureSpec* s : group) v.push_back(s);
     return v;
   }();
   return all;
+}
+
+namespace {
+
+// A wrapper's own keys, then its language model's config resolved as the document it is.
+ResolvedArchitecture resolve_wrapper(const ArchitectureSpec& wrapper, const nlohmann::json& doc, const std::string& source,
+                                     ArchitectureUse use, bool warn) {
+  const Object root(doc, source, "", "a JSON object (the model config)");
+  for (const auto& [key, value] : doc.items()) {
+    if (const HonouredKey* k = find_key(wrapper.keys, key)) {
+      if (k->check) k->check(root, key);
+      continue;
+    }
+    const bool inert = std::find(inert_keys().begin(), inert_keys().end(), key) != inert_keys().end();
+    if (!inert && key != "model_type" && warn) {
+      logger()->warn("{}: key '{}' is not one metrale's {} spec reads or knows to be inert; ignored", source,
+                     display_name(key), wrapper.model_type);
+    }
+  }
+  const nlohmann::json inner = language_model_config(doc, source);
+  ResolvedArchitecture r = resolve_architecture(inner, source + " (" + std::string(wrapper.language_model_key) + ")", use, warn);
+  // The language model this wrapper's transformers class builds: qwen3_5 -> qwen3_5_text.
+  const std::string expected = std::string(wrapper.model_type) + "_text";
+  if (r.spec->model_type != expected)
+    root.unsupported(std::string(wrapper.language_model_key) + ".model_type", inner["model_type"], "\"" + expected + "\"");
+  r.wrapper = &wrapper;
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json language_model_config(const nlohmann::json& doc, const std::string& source) {
+  const Object root(doc, source, "", "a JSON object (the model config)");
+  const ArchitectureSpec* spec = find_architecture(root.string("model_type").value_or(""));
+  if (!spec || spec->language_model_key.empty()) return doc;
+  const std::string key(spec->language_model_key);
+  if (!root.object(key, "an object (the language model's config)")) root.malformed(key, "an object (the language model's config)", nullptr);
+  nlohmann::json inner = doc.at(key);
+  // transformers ties the wrapper's lm_head by the wrapper's own flag.
+  if (doc.contains("tie_word_embeddings")) inner["tie_word_embeddings"] = doc["tie_word_embeddings"];
+  return inner;
 }
 
 ResolvedArchitecture resolve_architecture(const nlohmann::json& doc, const std::string& source, ArchitectureUse use,
@@ -252,6 +303,7 @@ ResolvedArchitecture resolve_architecture(const nlohmann::json& doc, const std::
                                                                  " (metrale list --architectures)");
   }
   const ArchitectureSpec& spec = *r.spec;
+  if (!spec.language_model_key.empty()) return resolve_wrapper(spec, doc, source, use, warn);
   if (use == ArchitectureUse::ffn_only) return r;
   if (!spec.decode_refusal.empty()) {
     throw Refusal(root.where("model_type") + " = " + config_json::value_text(*root.find("model_type")) +
@@ -343,19 +395,49 @@ bool entry_names(const TensorEntry& e, const ResolvedArchitecture& r, std::strin
 
 }  // namespace
 
-void check_tensor_names(const ResolvedArchitecture& r, const TensorSource& src) {
+std::string spec_tensor_name(const ResolvedArchitecture& r, std::string_view name) {
+  if (r.wrapper && name.starts_with(r.wrapper->language_model_root))
+    return "model." + std::string(name.substr(r.wrapper->language_model_root.size()));
+  return std::string(name);
+}
+
+namespace {
+
+const std::string_view* unused_prefix(const ResolvedArchitecture& r, std::string_view name) {
+  for (const ArchitectureSpec* s : {r.wrapper, r.spec}) {
+    if (!s) continue;
+    for (const std::string_view& prefix : s->unused_tensors)
+      if (name.starts_with(prefix)) return &prefix;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool unused_tensor(const ResolvedArchitecture& r, std::string_view name) { return unused_prefix(r, name) != nullptr; }
+
+std::vector<UnusedTensors> check_tensor_names(const ResolvedArchitecture& r, const TensorSource& src) {
   const ArchitectureSpec& spec = *r.spec;
-  for (const std::string& name : src.names()) {
-    if (name.ends_with(".rotary_emb.inv_freq")) continue;  // older checkpoints store RoPE's buffer; recomputed
+  std::vector<UnusedTensors> unused;
+  for (const std::string& stored : src.names()) {
+    if (stored.ends_with(".rotary_emb.inv_freq")) continue;  // older checkpoints store RoPE's buffer; recomputed
+    if (const std::string_view* prefix = unused_prefix(r, stored)) {
+      auto it = std::find_if(unused.begin(), unused.end(), [&](const UnusedTensors& u) { return u.prefix == *prefix; });
+      if (it == unused.end()) it = unused.insert(unused.end(), UnusedTensors{std::string(*prefix), 0});
+      ++it->count;
+      continue;
+    }
+    const std::string name = spec_tensor_name(r, stored);
     const bool named = std::any_of(spec.tensors.begin(), spec.tensors.end(), [&](const TensorEntry& e) { return entry_names(e, r, name); });
     if (named) continue;
     if (name.ends_with(".bias")) {
-      throw Refusal(src.description() + ": tensor '" + display_name(name) + "' is a bias the config does not declare (" +
+      throw Refusal(src.description() + ": tensor '" + display_name(stored) + "' is a bias the config does not declare (" +
                     std::string(spec.model_type) + ": attention_bias / qkv_bias / mlp_bias): metrale would leave it out");
     }
-    throw Refusal(src.description() + ": tensor '" + display_name(name) + "' is not one metrale's " + std::string(spec.model_type) +
+    throw Refusal(src.description() + ": tensor '" + display_name(stored) + "' is not one metrale's " + std::string(spec.model_type) +
                   " spec reads: the model computes something metrale would leave out (metrale list --architectures)");
   }
+  return unused;
 }
 
 nlohmann::json architectures_json() {

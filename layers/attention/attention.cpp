@@ -21,6 +21,8 @@ constexpr uint32_t kBlock = 128;
 constexpr std::string_view kFusedLever = "METRALE_QK_NORM_ROPE";
 using catalogue::signature;
 constexpr auto kRmsNormSig = signature("norm", "rms_norm");
+constexpr auto kZeroCentredSig = signature("norm", "rms_norm_zero_centred");
+constexpr auto kOutputGateSig = signature("attn", "output_gate");
 constexpr auto kRopeSig = signature("rope", "rope");
 constexpr auto kQkNormRopeSig = signature("rope", "qk_norm_rope");
 constexpr auto kAppendSig = signature("attn", "kv_append");
@@ -30,7 +32,32 @@ constexpr auto kPrefillSig = signature("attn", "attn_prefill");
 // attn_prefill's rows per block (docs/kernels.md).
 constexpr uint32_t kPrefillRows = 64;
 
+// Partial rotary as a permutation of each head's dims (attention.hpp): position p of the stored
+// head holds original dim order[p]; rotated pairs (i, i + r/2) land on (i, i + d/2).
+std::vector<uint32_t> rotary_order(uint32_t head_dim, uint32_t rotary_dim) {
+  const uint32_t half_d = head_dim / 2, half_r = rotary_dim / 2, pass = half_d - half_r;
+  std::vector<uint32_t> order(head_dim);
+  for (uint32_t p = 0; p < half_d; ++p) {
+    order[p] = p < half_r ? p : rotary_dim + (p - half_r);
+    order[half_d + p] = p < half_r ? half_r + p : rotary_dim + pass + (p - half_r);
+  }
+  return order;
+}
 
+// `m`'s rows, head by head, in `order` (one head's order, repeated).
+QuantMatrix permute_heads(const QuantMatrix& m, const std::vector<uint32_t>& order) {
+  std::vector<uint32_t> rows(m.n);
+  const uint32_t d = static_cast<uint32_t>(order.size());
+  for (uint32_t r = 0; r < m.n; ++r) rows[r] = (r / d) * d + order[r % d];
+  return select_rows(m.name, m, rows);
+}
+
+std::vector<uint16_t> permute_vector(const std::vector<uint16_t>& v, const std::vector<uint32_t>& order) {
+  if (v.empty()) return v;
+  std::vector<uint16_t> out(order.size());
+  for (size_t p = 0; p < order.size(); ++p) out[p] = v[order[p]];
+  return out;
+}
 
 }  // namespace
 
@@ -49,6 +76,7 @@ AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig
   request.act_order = act_order;
   request.shapes = {ProjectionShape{"attn.q", c.q_width(), c.hidden_size}, ProjectionShape{"attn.k", c.kv_width(), c.hidden_size},
                     ProjectionShape{"attn.v", c.kv_width(), c.hidden_size}, ProjectionShape{"attn.o", c.hidden_size, c.q_width()}};
+  if (c.output_gate) request.shapes.push_back(ProjectionShape{"attn.gate", c.q_width(), c.hidden_size});
   request.model_type = c.model_type;
   request.activations = activations;
   AttentionKernels k;
@@ -59,7 +87,11 @@ AttentionKernels AttentionLayer::resolve(Backend& backend, const AttentionConfig
   k.prefill = backend.lookup("attn", "attn_prefill", plain_request(LookupKind::require, kPrefillSig));
   k.projections = resolve_projection_set(backend, request);
   if (c.qkv_bias || c.o_bias) k.bias_add = resolve_bias_add(backend);
-  if (c.qk_norm) {
+  if (c.output_gate) k.output_gate = backend.lookup("attn", "output_gate", plain_request(LookupKind::require, kOutputGateSig));
+  if (c.qk_norm && c.zero_centred_norm) {
+    // No fused kernel computes the zero-centred norm: the separate kernels, each audited.
+    k.rms_norm = backend.lookup("norm", "rms_norm_zero_centred", plain_request(LookupKind::require, kZeroCentredSig));
+  } else if (c.qk_norm) {
     const FusedQkNormRope want = fused_qk_norm_rope_request();
     if (want != FusedQkNormRope::off) {
       Backend::LookupRequest fused{.kind = LookupKind::try_lookup, .expected = kQkNormRopeSig,
@@ -86,25 +118,36 @@ AttentionLayer AttentionLayer::build(Backend& backend, const AttentionConfig& co
   a.layer_ = layer;
   a.kernels_ = resolve(backend, config, weights.format(), weights.act_order(), activations);
   const ProjectionSet& set = a.kernels_.projections;
-  a.q_ = set.upload(backend, weights.q);
-  a.k_ = set.upload(backend, weights.k);
+  RopeParameters rope = rope_parameters(config.rope);
+  a.rope_scaling_ = rope.attention_scaling;
+  if (config.rope.rotary_dim != 0 && config.rope.rotary_dim < config.head_dim) {
+    const std::vector<uint32_t> order = rotary_order(config.head_dim, config.rope.rotary_dim);
+    a.q_ = set.upload(backend, permute_heads(weights.q, order));
+    a.k_ = set.upload(backend, permute_heads(weights.k, order));
+    a.q_norm_ = device_copy(backend, permute_vector(weights.q_norm, order));
+    a.k_norm_ = device_copy(backend, permute_vector(weights.k_norm, order));
+    rope.inv_freq.resize(config.head_dim / 2, 0.0f);  // the unrotated dims: frequency 0
+  } else {
+    a.q_ = set.upload(backend, weights.q);
+    a.k_ = set.upload(backend, weights.k);
+    a.q_norm_ = device_copy(backend, weights.q_norm);
+    a.k_norm_ = device_copy(backend, weights.k_norm);
+  }
   a.v_ = set.upload(backend, weights.v);
   a.o_ = set.upload(backend, weights.o);
+  if (config.output_gate) a.gate_ = set.upload(backend, weights.gate);
   a.q_bias_ = device_copy(backend, weights.q_bias);
   a.k_bias_ = device_copy(backend, weights.k_bias);
   a.v_bias_ = device_copy(backend, weights.v_bias);
   a.o_bias_ = device_copy(backend, weights.o_bias);
-  a.q_norm_ = device_copy(backend, weights.q_norm);
-  a.k_norm_ = device_copy(backend, weights.k_norm);
-  const RopeParameters rope = rope_parameters(config.rope);
-  a.rope_scaling_ = rope.attention_scaling;
   a.inv_freq_ = device_copy(backend, rope.inv_freq);
   backend.synchronize();  // uploads may be asynchronous; the host weights may go once build returns
   return a;
 }
 
 size_t AttentionLayer::weight_bytes() const noexcept {
-  return q_.bytes_per_matrix() + k_.bytes_per_matrix() + v_.bytes_per_matrix() + o_.bytes_per_matrix();
+  return q_.bytes_per_matrix() + k_.bytes_per_matrix() + v_.bytes_per_matrix() + o_.bytes_per_matrix() +
+         (config_.output_gate ? gate_.bytes_per_matrix() : 0);
 }
 
 void AttentionLayer::check_cache(const StatePool& cache) const {
@@ -164,6 +207,11 @@ void AttentionLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePt
   b.launch(kernels_.kv_append, rows, k_out_.ptr(), v_out_.ptr(), kv.slot_mapping(), kv.pool().k_cache(layer_),
            kv.pool().v_cache(layer_), m, c.kv_heads, c.head_dim, s.block_size, s.num_blocks);
   attend(kv, stream);
+  if (c.output_gate) {
+    gate_out_.ensure(b, size_t{m} * c.q_width() * kBf16);
+    run_projection(b, set, gate_, 0, x, gate_out_.ptr(), m, scratch_, stream);
+    b.launch(kernels_.output_gate, rows, attn_out_.ptr(), gate_out_.ptr(), attn_out_.ptr(), m, c.q_width());
+  }
   run_projection(b, set, o_, 0, attn_out_.ptr(), out, m, scratch_, stream);
   add_bias(*backend_, kernels_.bias_add, o_bias_, out, m, c.hidden_size, stream);
 }
@@ -213,6 +261,10 @@ std::vector<PlanStep> AttentionLayer::plan(uint32_t m) const {
   step("attn.kv_append", kernels_.kv_append, "k, v into the layer's pools", {m, 1, 1});
   step("attn.attend", kernels_.prefill, "prefill: per sequence chunk (decode batches: attn_decode + combine)",
        {ceil_div(m, kPrefillRows), c.kv_heads, 1});
+  if (c.output_gate) {
+    steps.push_back(describe_set_projection(b, set, "attn.gate", m, c.q_width(), c.hidden_size));
+    step("attn.output_gate", kernels_.output_gate, "attn * sigmoid(gate)", {m, 1, 1});
+  }
   steps.push_back(describe_set_projection(b, set, "attn.o", m, c.hidden_size, c.q_width()));
   if (c.o_bias) step("attn.o_bias", kernels_.bias_add, "o bias", {m, 1, 1});
   return steps;

@@ -9,7 +9,12 @@
 //   append   attn/kv_append: k, v into this layer's pools at the batch's slots
 //   attend   a decode batch: attn/attn_decode + attn_decode_combine for every sequence in one
 //            launch pair; else attn/attn_prefill per run (a chunk after the sequence's past)
+//   gate     a gated attention (Qwen3.5, Qwen3-Next): attn/output_gate, attn * sigmoid(x W_gate^T)
 //   o        projection (+ norm/bias_add when the model has an o bias)          -> bf16 [m, hidden]
+// Partial rotary (rope.rotary_dim < head_dim) runs as rope/rope over the whole head: at build the
+// q and k rows (and q/k norm weights) of each head are permuted so that rotated dim i and its
+// partner i + rotary_dim/2 sit head_dim/2 apart, the other dims given frequency 0 (cos 1, sin 0:
+// unchanged, exactly). Scores q.k do not change under one permutation of both.
 // Kernels are resolved once, in build(); every lookup leaves its audit row. METRALE_QK_NORM_ROPE=1
 // is an explicit request for the fused kernel: a backend without it is a Refusal. Not reentrant
 // (scratch buffers are the layer's); the Backend must outlive it.
@@ -40,7 +45,9 @@ struct AttentionKernels {
   ProjectionSet projections;  // q, k, v, o under the layer's tier
   KernelHandle bias_add;      // norm/bias_add: required when the model has biases, else not looked up
   KernelHandle qk_norm_rope;  // rope/qk_norm_rope: tried for q/k-norm models (null: the separate kernels)
-  KernelHandle rms_norm;      // norm/rms_norm: the separate q/k norm (null when the fused kernel serves)
+  KernelHandle rms_norm;      // the separate q/k norm (null when the fused kernel serves): norm/rms_norm, or
+                              // norm/rms_norm_zero_centred for a zero-centred model (never fused)
+  KernelHandle output_gate;   // attn/output_gate: required for a gated attention, else not looked up
   KernelHandle rope;          // rope/rope (null when the fused kernel serves)
   KernelHandle kv_append, decode, decode_combine, prefill;  // attn, required
 };
@@ -77,9 +84,9 @@ class AttentionLayer final : public Layer {
   uint32_t layer_ = 0;
   float rope_scaling_ = 1.0f;
   AttentionKernels kernels_;
-  DeviceQuantMatrix q_, k_, v_, o_;
+  DeviceQuantMatrix q_, k_, v_, o_, gate_;
   DeviceBuffer q_bias_, k_bias_, v_bias_, o_bias_, q_norm_, k_norm_, inv_freq_;
-  DeviceBuffer q_out_, k_out_, v_out_, attn_out_, out_, partials_;
+  DeviceBuffer q_out_, k_out_, v_out_, attn_out_, out_, partials_, gate_out_;
   ProjectionScratch scratch_;
 };
 

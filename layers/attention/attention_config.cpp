@@ -42,15 +42,17 @@ AttentionConfig parse_attention_config(const nlohmann::json& doc, const std::str
     throw Refusal(root.where("num_attention_heads") + " = " + std::to_string(c.q_heads) + " is more than 128 times " +
                   "num_key_value_heads = " + std::to_string(c.kv_heads) + ": the attn kernels serve at most 128 q heads per kv head");
   }
-  c.rope = parse_rope_config(doc, source);
+  c.rope = parse_rope_config(doc, source, arch.spec->default_partial_rotary_factor);
   c.head_dim = c.rope.head_dim;
-  if (c.head_dim != 64 && c.head_dim != 128) {
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
     throw Refusal(root.where("head_dim") + " = " + std::to_string(c.head_dim) +
-                  " is not supported: the attn kernels run head_dim 64 or 128");
+                  " is not supported: the attn kernels run head_dim 64, 128 or 256");
   }
   c.qkv_bias = arch.qkv_bias;
   c.o_bias = arch.o_bias;
   c.qk_norm = arch.spec->qk_norm;
+  c.zero_centred_norm = arch.spec->zero_centred_norms;
+  c.output_gate = arch.spec->attention_output_gate;
   if (const auto eps = root.number("rms_norm_eps")) {
     if (!(*eps >= 0)) root.malformed("rms_norm_eps", "a non-negative number", root.find("rms_norm_eps"));
     c.rms_norm_eps = static_cast<float>(*eps);

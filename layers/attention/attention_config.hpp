@@ -24,6 +24,8 @@ struct AttentionConfig {
   bool qkv_bias = false;   // q_proj, k_proj and v_proj carry a bias (the spec's AttentionBias)
   bool o_bias = false;     // o_proj carries one (attention_bias: Llama, Qwen3)
   bool qk_norm = false;    // the spec's: RMSNorm over head_dim of every q and k head before RoPE
+  bool zero_centred_norm = false;  // the q/k norm is x/rms(x) * (1 + w) (Qwen3.5, Qwen3-Next)
+  bool output_gate = false;        // q_proj rows per head [q ; gate], output o_proj(attn * sigmoid(gate))
   float rms_norm_eps = 1e-6f;
   RopeConfig rope;
 
@@ -37,8 +39,8 @@ struct AttentionConfig {
 // architecture's spec (architectures/architecture.hpp) says, and its refusals come first (an
 // unknown model_type, an active sliding window, ...). Error(invalid_argument) naming the key for
 // a malformed or missing value (num_attention_heads, hidden_size) or heads that do not divide;
-// Refusal for what the attention kernels do not run: head_dim other than 64 or 128, and the rope
-// types rope.hpp refuses.
+// Refusal for what the attention kernels do not run: head_dim other than 64, 128 or 256, and the
+// rope types rope.hpp refuses. Partial rotary (rope.rotary_dim < head_dim) where the spec allows it.
 AttentionConfig parse_attention_config(const nlohmann::json& doc, const std::string& source);
 
 }  // namespace metrale::layers

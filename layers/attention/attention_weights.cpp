@@ -23,6 +23,20 @@ void check_vector(const std::vector<uint16_t>& v, bool wanted, size_t size, cons
   }
 }
 
+// q_proj of a gated attention, [2 * q_width, hidden] with rows per head [q_h ; gate_h], as the q and
+// gate projections (transformers: view(..., heads, 2 * head_dim), then chunk(2)).
+void split_gate(const QuantMatrix& fused, const AttentionConfig& c, AttentionWeights& w) {
+  std::vector<uint32_t> q_rows, gate_rows;
+  for (uint32_t h = 0; h < c.q_heads; ++h) {
+    for (uint32_t i = 0; i < c.head_dim; ++i) {
+      q_rows.push_back(2 * h * c.head_dim + i);
+      gate_rows.push_back((2 * h + 1) * c.head_dim + i);
+    }
+  }
+  w.q = select_rows(fused.name + " (q rows)", fused, q_rows);
+  w.gate = select_rows(fused.name + " (gate rows)", fused, gate_rows);
+}
+
 }  // namespace
 
 std::vector<uint16_t> synthetic_bf16_values(uint64_t seed, const std::string& name, size_t count, double center, double spread) {
@@ -33,7 +47,7 @@ std::vector<uint16_t> synthetic_bf16_values(uint64_t seed, const std::string& na
 }
 
 size_t AttentionWeights::bytes() const noexcept {
-  size_t b = q.bytes() + k.bytes() + v.bytes() + o.bytes();
+  size_t b = q.bytes() + k.bytes() + v.bytes() + o.bytes() + gate.bytes();
   for (const auto* t : {&q_bias, &k_bias, &v_bias, &o_bias, &q_norm, &k_norm}) b += t->size() * 2;
   return b;
 }
@@ -51,6 +65,11 @@ void AttentionWeights::validate(const AttentionConfig& c) const {
       invalid(m->name + " and " + q.name + " differ in weight format: the attention's projections run as one family");
     }
   }
+  if (c.output_gate && (gate.n != c.q_width() || gate.k != c.hidden_size || gate.format != q.format)) {
+    invalid(gate.name + ": the output gate must be [" + std::to_string(c.q_width()) + ", " + std::to_string(c.hidden_size) +
+            "] in q's format (" + c.source + ")");
+  }
+  if (!c.output_gate && gate.n != 0) invalid(gate.name + ": the config declares no output gate");
   check_vector(q_bias, c.qkv_bias, c.q_width(), q.name + ".bias");
   check_vector(k_bias, c.qkv_bias, c.kv_width(), k.name + ".bias");
   check_vector(v_bias, c.qkv_bias, c.kv_width(), v.name + ".bias");
@@ -62,16 +81,20 @@ void AttentionWeights::validate(const AttentionConfig& c) const {
 AttentionWeights read_attention_weights(const TensorSource& src, const std::string& prefix, const AttentionConfig& c,
                                         const CheckpointQuant& quant) {
   AttentionWeights w;
-  w.q = read_linear(src, prefix + "q_proj", c.q_width(), c.hidden_size, quant);
+  if (c.output_gate) {
+    split_gate(read_linear(src, prefix + "q_proj", 2 * c.q_width(), c.hidden_size, quant), c, w);
+  } else {
+    w.q = read_linear(src, prefix + "q_proj", c.q_width(), c.hidden_size, quant);
+  }
   w.k = read_linear(src, prefix + "k_proj", c.kv_width(), c.hidden_size, quant);
   w.v = read_linear(src, prefix + "v_proj", c.kv_width(), c.hidden_size, quant);
   w.o = read_linear(src, prefix + "o_proj", c.hidden_size, c.q_width(), quant);
   // One family for the four: a W4A16 projection beside zero-point ones becomes w4-zp (exact).
-  std::array<QuantMatrix*, 4> all{&w.q, &w.k, &w.v, &w.o};
+  std::array<QuantMatrix*, 5> all{&w.q, &w.k, &w.v, &w.o, &w.gate};
   bool zero_points = false;
   for (const QuantMatrix* m : all) zero_points |= m->format == WeightFormat::w4_zp;
   for (QuantMatrix* m : all) {
-    if (zero_points && m->format == WeightFormat::w4a16) *m = to_w4_zp(*m);
+    if (zero_points && m->n != 0 && m->format == WeightFormat::w4a16) *m = to_w4_zp(*m);
   }
   if (c.qkv_bias) {
     w.q_bias = read_bf16_tensor(src, prefix + "q_proj.bias", {c.q_width()});
@@ -93,6 +116,7 @@ AttentionWeights synthetic_attention_weights(const AttentionConfig& c, uint64_t 
   w.k = synthetic_quant("self_attn.k_proj", format, c.kv_width(), c.hidden_size, seed);
   w.v = synthetic_quant("self_attn.v_proj", format, c.kv_width(), c.hidden_size, seed);
   w.o = synthetic_quant("self_attn.o_proj", format, c.hidden_size, c.q_width(), seed);
+  if (c.output_gate) w.gate = synthetic_quant("self_attn.q_proj (gate rows)", format, c.q_width(), c.hidden_size, seed);
   if (c.qkv_bias) {
     w.q_bias = synthetic_bf16_values(seed, "q_bias", c.q_width(), 0.0, 0.1);
     w.k_bias = synthetic_bf16_values(seed, "k_bias", c.kv_width(), 0.0, 0.1);
@@ -100,8 +124,9 @@ AttentionWeights synthetic_attention_weights(const AttentionConfig& c, uint64_t 
   }
   if (c.o_bias) w.o_bias = synthetic_bf16_values(seed, "o_bias", c.hidden_size, 0.0, 0.1);
   if (c.qk_norm) {
-    w.q_norm = synthetic_bf16_values(seed, "q_norm", c.head_dim, 1.0, 0.2);
-    w.k_norm = synthetic_bf16_values(seed, "k_norm", c.head_dim, 1.0, 0.2);
+    const double center = c.zero_centred_norm ? 0.0 : 1.0;  // zero-centred weights are offsets from 1
+    w.q_norm = synthetic_bf16_values(seed, "q_norm", c.head_dim, center, 0.2);
+    w.k_norm = synthetic_bf16_values(seed, "k_norm", c.head_dim, center, 0.2);
   }
   return w;
 }

@@ -19,6 +19,7 @@ namespace metrale::layers {
 struct AttentionWeights {
   QuantMatrix q, k, v;  // [q_width, hidden], [kv_width, hidden], [kv_width, hidden]
   QuantMatrix o;        // [hidden, q_width]
+  QuantMatrix gate;     // [q_width, hidden]: the output gate's rows of q_proj (config.output_gate), else empty
   // bf16; empty when the model has none.
   std::vector<uint16_t> q_bias, k_bias, v_bias, o_bias;
   std::vector<uint16_t> q_norm, k_norm;  // [head_dim]
@@ -31,7 +32,8 @@ struct AttentionWeights {
   void validate(const AttentionConfig& config) const;
 };
 
-// `prefix` is the layer's attention module ("model.layers.3.self_attn."). Projections in the
+// `prefix` is the layer's attention module ("model.layers.3.self_attn."). With an output gate,
+// q_proj's rows (per head [q_h ; gate_h]) are split into q and gate. Projections in the
 // format `quant` declares (a projection the declaration leaves unquantized in bf16/f16; a W4A16
 // projection beside zero-point ones widened to w4-zp, exactly, so all four share one family).
 AttentionWeights read_attention_weights(const TensorSource& src, const std::string& prefix, const AttentionConfig& config,

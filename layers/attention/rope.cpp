@@ -100,7 +100,21 @@ RopeParameters yarn(const RopeConfig& c) {
 
 }  // namespace
 
-RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& source) {
+namespace {
+
+// partial_rotary_factor: rope_parameters' (transformers 5 moves it there), else the top level's.
+double partial_rotary_factor(const Object& config, const std::optional<Object>& parameters, double fallback) {
+  const Object* where = parameters && parameters->has("partial_rotary_factor") ? &*parameters : &config;
+  const auto factor = where->number("partial_rotary_factor");
+  if (!factor) return fallback;
+  if (!(*factor > 0 && *factor <= 1))
+    where->unsupported("partial_rotary_factor", *where->find("partial_rotary_factor"), "a fraction in (0, 1]");
+  return *factor;
+}
+
+}  // namespace
+
+RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& source, double default_partial) {
   const Object config(document, source, "");
   RopeConfig out;
   // Newer transformers write the rope settings, rope_theta included, as rope_parameters.
@@ -110,8 +124,6 @@ RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& 
   out.theta = (parameters && parameters->has("rope_theta") ? parameters->number("rope_theta") : config.number("rope_theta"))
                   .value_or(10000.0);
   if (!(out.theta > 1.0)) config.malformed("rope_theta", "a number above 1", config.find("rope_theta"));
-  if (const auto partial = config.number("partial_rotary_factor"); partial && *partial != 1.0)
-    config.unsupported("partial_rotary_factor", *config.find("partial_rotary_factor"), "1 (the whole head rotates)");
   if (const auto head_dim = config.u32("head_dim")) {
     out.head_dim = *head_dim;
   } else {
@@ -122,6 +134,12 @@ RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& 
   }
   if (out.head_dim == 0 || out.head_dim % 2 != 0)
     config.malformed("head_dim", "an even number of at least 2", config.find("head_dim"));
+  const double partial = partial_rotary_factor(config, parameters, default_partial);
+  out.rotary_dim = static_cast<uint32_t>(out.head_dim * partial);  // transformers: int(head_dim * factor)
+  if (out.rotary_dim == 0 || out.rotary_dim % 2 != 0) {
+    config.malformed("partial_rotary_factor", "a factor leaving an even, positive number of rotated dims of head_dim " +
+                                                  std::to_string(out.head_dim), config.find("partial_rotary_factor"));
+  }
   out.max_position_embeddings = config.u32("max_position_embeddings").value_or(0);
   if (!scaling) return out;
 
@@ -131,6 +149,8 @@ RopeConfig parse_rope_config(const nlohmann::json& document, const std::string& 
   if (s.type != "default" && s.type != "llama3" && s.type != "yarn")
     scaling->unsupported(type_key, *scaling->find(type_key), "\"default\", \"llama3\" or \"yarn\"");
   if (s.type == "default") return out;
+  if (out.rotary_dim != out.head_dim)
+    scaling->unsupported(type_key, *scaling->find(type_key), "\"default\" when only part of each head rotates");
   const auto required = [&](const char* key) {
     const auto value = scaling->number(key);
     if (!value) scaling->malformed(key, "a number (rope_type " + s.type + " needs it)", nullptr);
@@ -170,7 +190,7 @@ RopeParameters rope_parameters(const RopeConfig& config) {
   if (config.head_dim == 0 || config.head_dim % 2 != 0)
     throw Error(Status::invalid_argument, "rope: head_dim " + std::to_string(config.head_dim) + " is not even and positive");
   const std::string& type = config.scaling.type;
-  if (type == "default") return {default_inv_freq(config.theta, config.head_dim), 1.0f};
+  if (type == "default") return {default_inv_freq(config.theta, config.rotary_dim ? config.rotary_dim : config.head_dim), 1.0f};
   if (type == "llama3") return {llama3_inv_freq(config), 1.0f};
   if (type == "yarn") return yarn(config);
   throw Refusal("rope: rope_type \"" + type + "\" is not supported: \"default\", \"llama3\" or \"yarn\"");

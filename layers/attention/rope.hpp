@@ -34,20 +34,24 @@ struct RopeScaling {
 
 struct RopeConfig {
   double theta = 10000.0;  // rope_theta
-  uint32_t head_dim = 0;   // the rotated width (partial rotary is not run)
+  uint32_t head_dim = 0;   // the head's width
+  uint32_t rotary_dim = 0; // the rotated width: int(head_dim * partial_rotary_factor), even (the whole head when 1)
   uint32_t max_position_embeddings = 0;
   RopeScaling scaling;
 };
 
 struct RopeParameters {
-  std::vector<float> inv_freq;  // [head_dim / 2]
+  std::vector<float> inv_freq;  // [rotary_dim / 2]
   float attention_scaling = 1.0f;
 };
 
 // Reads rope_theta, head_dim (else hidden_size / num_attention_heads), max_position_embeddings
-// and rope_scaling (its "rope_type", or the older "type"). Error(invalid_argument) for a malformed
-// field, Refusal for a rope_type other than the three or a partial_rotary_factor other than 1.
-RopeConfig parse_rope_config(const nlohmann::json& config, const std::string& source);
+// and rope_scaling (its "rope_type", or the older "type"), and partial_rotary_factor (in
+// rope_parameters or at the top level; `default_partial` when absent: the architecture's).
+// Error(invalid_argument) for a malformed field, Refusal for a rope_type other than the three, a
+// factor outside (0, 1] or one other than 1 with a rope_type other than default. Which
+// architectures may rotate part of a head at all is the registry's to refuse.
+RopeConfig parse_rope_config(const nlohmann::json& config, const std::string& source, double default_partial = 1.0);
 
 RopeParameters rope_parameters(const RopeConfig& config);
 

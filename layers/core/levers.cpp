@@ -12,8 +12,8 @@ namespace {
 
 using T = LeverType;
 
-const std::array<LeverSpec, 11>& specs() {
-  static const std::array<LeverSpec, 11> table{{
+const std::array<LeverSpec, 12>& specs() {
+  static const std::array<LeverSpec, 12> table{{
       {"METRALE_W4A16_K64_MIN_K", T::u32, "6144 (8192 with METRALE_NO_W4A16_K64=1)",
        "Smallest K at which tile-GEMM sites take the deep-K k64 kernel.", {}, false, "layers"},
       {"METRALE_NO_W4A16_K64", T::flag, "0",
@@ -44,6 +44,10 @@ const std::array<LeverSpec, 11>& specs() {
       {"METRALE_QK_NORM_ROPE", T::choice, "(try it)",
        "Qwen3-style q/k norm: 1 requires the fused rope/qk_norm_rope kernel (refusing when the backend lacks it); 0 "
        "runs norm/rms_norm then rope/rope; unset tries the fused kernel and falls back.", {"0", "1"}, false, "layers"},
+      {"METRALE_DELTANET_PREFILL", T::choice, "chunked",
+       "Gated DeltaNet prompts: chunked runs deltanet/delta_rule_chunked (chunks of 64), recurrent runs "
+       "deltanet/delta_rule_recurrent token by token; the kernel asked for is required.", {"chunked", "recurrent"}, false,
+       "layers"},
   }};
   return table;
 }

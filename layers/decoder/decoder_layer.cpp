@@ -15,6 +15,7 @@ namespace {
 constexpr uint32_t kBlock = 128;
 using catalogue::signature;
 constexpr auto kRmsNormSig = signature("norm", "rms_norm");
+constexpr auto kZeroCentredSig = signature("norm", "rms_norm_zero_centred");
 constexpr auto kRmsNormResidualSig = signature("norm", "rms_norm_residual");
 constexpr auto kAddSig = signature("norm", "add");
 
@@ -22,10 +23,15 @@ constexpr auto kAddSig = signature("norm", "add");
 
 }  // namespace
 
-DecoderNormKernels resolve_decoder_norms(Backend& backend) {
+DecoderNormKernels resolve_decoder_norms(Backend& backend, bool zero_centred) {
   DecoderNormKernels k;
-  k.rms_norm = backend.lookup("norm", "rms_norm", plain_request(LookupKind::require, kRmsNormSig));
-  k.rms_norm_residual = backend.lookup("norm", "rms_norm_residual", plain_request(LookupKind::try_lookup, kRmsNormResidualSig));
+  if (zero_centred) {
+    // No fused add + norm computes the zero-centred form: add, then the norm (decoder_layer.hpp).
+    k.rms_norm = backend.lookup("norm", "rms_norm_zero_centred", plain_request(LookupKind::require, kZeroCentredSig));
+  } else {
+    k.rms_norm = backend.lookup("norm", "rms_norm", plain_request(LookupKind::require, kRmsNormSig));
+    k.rms_norm_residual = backend.lookup("norm", "rms_norm_residual", plain_request(LookupKind::try_lookup, kRmsNormResidualSig));
+  }
   k.add = backend.lookup("norm", "add", plain_request(LookupKind::require, kAddSig));
   return k;
 }
@@ -45,11 +51,21 @@ std::unique_ptr<DecoderLayer> DecoderLayer::build(Backend& backend, const Decode
                                               std::to_string(weights.post_norm.size()) + " values, expected " +
                                               std::to_string(hidden));
   }
-  AttentionLayer attention = AttentionLayer::build(backend, config.attention, weights.attention,
-                                                   cache_layer.value_or(weights.layer), options.activations);
-  const DecoderNormKernels norms = resolve_decoder_norms(backend);
+  std::unique_ptr<AttentionLayer> attention;
+  std::unique_ptr<DeltaNetLayer> deltanet;
+  const uint32_t state_layer = cache_layer.value_or(weights.layer);
+  if (weights.mixer == TokenMixer::linear_attention) {
+    deltanet = std::make_unique<DeltaNetLayer>(
+        DeltaNetLayer::build(backend, config.deltanet, weights.deltanet, state_layer, options.activations));
+  } else {
+    attention = std::make_unique<AttentionLayer>(
+        AttentionLayer::build(backend, config.attention, weights.attention, state_layer, options.activations));
+  }
+  const DecoderNormKernels norms = resolve_decoder_norms(backend, config.architecture.spec->zero_centred_norms);
   FfnComponent ffn = FfnComponent::build(backend, weights.ffn_config, weights.ffn, options);
-  std::unique_ptr<DecoderLayer> d(new DecoderLayer(std::move(attention), std::move(ffn)));
+  std::unique_ptr<DecoderLayer> d(new DecoderLayer(std::move(ffn)));
+  d->attention_ = std::move(attention);
+  d->deltanet_ = std::move(deltanet);
   d->backend_ = &backend;
   d->layer_ = weights.layer;
   d->hidden_ = hidden;
@@ -77,7 +93,7 @@ void DecoderLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr 
   attn_out_.ensure(b, bytes);
   residual_.ensure(b, bytes);
   launch_rms_norm(b, norms_.rms_norm, x, input_norm_.ptr(), normed_.ptr(), m, h, eps_, stream);
-  attention_.forward_into(kv, normed_.ptr(), attn_out_.ptr(), stream);
+  mix(kv, normed_.ptr(), attn_out_.ptr(), stream);
   const auto rows = launch_shape({m, 1, 1}, kBlock, stream);
   if (ffn_.is_none()) {
     b.launch(norms_.add, rows, attn_out_.ptr(), x, out, m, h);
@@ -93,11 +109,24 @@ void DecoderLayer::forward_into(const SequenceBatch& kv, DevicePtr x, DevicePtr 
   b.launch(norms_.add, rows, f, residual_.ptr(), out, m, h);
 }
 
+void DecoderLayer::mix(const SequenceBatch& state, DevicePtr x, DevicePtr out, uint64_t stream) {
+  if (deltanet_) deltanet_->forward_into(state, x, out, stream);
+  else attention_->forward_into(state, x, out, stream);
+}
+
+const std::string& DecoderLayer::mixer_tier() const noexcept {
+  return deltanet_ ? deltanet_->kernels().projections.tier : attention_->kernels().projections.tier;
+}
+
+size_t DecoderLayer::weight_bytes() const noexcept {
+  return (deltanet_ ? deltanet_->weight_bytes() : attention_->weight_bytes()) + ffn_.weight_bytes();
+}
+
 std::vector<PlanStep> DecoderLayer::plan(uint32_t m) const {
   Backend& b = *backend_;
   std::vector<PlanStep> steps;
   steps.push_back(PlanStep{"input_norm", b.kernel_name(norms_.rms_norm), "input_layernorm", {m, 1, 1}});
-  for (auto& s : attention_.plan(m)) steps.push_back(std::move(s));
+  for (auto& s : deltanet_ ? deltanet_->plan(m) : attention_->plan(m)) steps.push_back(std::move(s));
   if (!ffn_.is_none()) {
     if (norms_.rms_norm_residual) {
       steps.push_back(PlanStep{"residual+post_norm", b.kernel_name(norms_.rms_norm_residual), "fused add + post_attention_layernorm", {m, 1, 1}});

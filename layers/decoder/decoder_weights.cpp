@@ -7,6 +7,7 @@
 #include "io/linear_reader.hpp"
 #include "io/tensor_source.hpp"
 
+#include <metrale/log.hpp>
 #include <metrale/status.hpp>
 
 #include <algorithm>
@@ -36,14 +37,16 @@ QuantMatrix read_lm_head(const TensorSource& src, const CheckpointQuant& quant, 
 
 }  // namespace
 
-DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string& source) {
-  const Object root(doc, source, "", "a JSON object (the model config)");
+DecoderConfig parse_decoder_config(const nlohmann::json& wrapped, const std::string& source) {
   DecoderConfig c;
   c.source = source;
-  c.architecture = resolve_architecture(doc, source);
+  c.architecture = resolve_architecture(wrapped, source);  // a wrapper's keys, then its language model's
+  const nlohmann::json doc = language_model_config(wrapped, source);
+  const Object root(doc, source, "", "a JSON object (the model config)");
   c.ffn = parse_model_config(doc, source);
   c.ffn.mlp_bias = c.architecture.mlp_bias;  // the spec decides (a key it does not honour is refused)
   c.attention = parse_attention_config(doc, source);
+  if (c.architecture.spec->deltanet != DeltaNetProjections::none) c.deltanet = parse_deltanet_config(doc, source);
   c.vocab_size = positive(root, "vocab_size");
   c.num_layers = positive(root, "num_hidden_layers");
   // Each layer's FFN must be one the spec has: a dense architecture given MoE keys (which its
@@ -62,13 +65,14 @@ DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string&
   return c;
 }
 
-std::string layers_prefix(const TensorSource& src) {
+std::string layers_prefix(const TensorSource& src, const ResolvedArchitecture& architecture) {
   for (const std::string& name : src.names()) {
-    const size_t at = name.find("layers.0.self_attn.");
+    if (unused_tensor(architecture, name)) continue;
+    const size_t at = name.find("layers.0.input_layernorm.weight");
     if (at != std::string::npos && (at == 0 || name[at - 1] == '.')) return name.substr(0, at) + "layers.";
   }
-  throw Error(Status::not_found, src.description() + ": no decoder layer's attention (no tensor named "
-                                                     "<root>layers.0.self_attn.*, as transformers names them)");
+  throw Error(Status::not_found, src.description() + ": no decoder layer (no tensor named "
+                                                     "<root>layers.0.input_layernorm.weight, as transformers names them)");
 }
 
 namespace {
@@ -88,7 +92,9 @@ DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig
   LoadedCheckpoint ffn = load_checkpoint(files, layer, config.ffn, &quant);
   w.ffn_config = ffn.config;
   w.ffn = std::move(ffn.weights);
-  w.attention = read_attention_weights(src, prefix + "self_attn.", config.attention, ffn.quant);
+  w.mixer = config.architecture.layer_mixers.at(layer);
+  if (w.mixer == TokenMixer::linear_attention) w.deltanet = read_deltanet_weights(src, prefix + "linear_attn.", config.deltanet, ffn.quant);
+  else w.attention = read_attention_weights(src, prefix + "self_attn.", config.attention, ffn.quant);
   w.input_norm = read_bf16_tensor(src, prefix + "input_layernorm.weight", {hidden});
   w.post_norm = read_bf16_tensor(src, prefix + "post_attention_layernorm.weight", {hidden});
   return w;
@@ -98,7 +104,7 @@ DecoderLayerWeights read_layer(const CheckpointFiles& files, const DecoderConfig
 
 DecoderLayerWeights read_decoder_layer(const CheckpointFiles& files, const DecoderConfig& config, uint32_t layer) {
   check_tensor_names(config.architecture, *files.tensors);
-  return read_layer(files, config, layer, layers_prefix(*files.tensors), checkpoint_declaration(files));
+  return read_layer(files, config, layer, layers_prefix(*files.tensors, config.architecture), checkpoint_declaration(files));
 }
 
 namespace {
@@ -117,8 +123,12 @@ class CheckpointWeights final : public ModelWeightSource {
                     std::function<void(uint32_t, uint32_t)> progress)
       : files_(files), config_(config), progress_(std::move(progress)), quant_(quant) {
     const TensorSource& src = *files.tensors;
-    check_tensor_names(config.architecture, src);
-    layers_ = layers_prefix(src);
+    unused_ = check_tensor_names(config.architecture, src);
+    for (const UnusedTensors& u : unused_) {
+      logger()->info("{}: {} tensor(s) under '{}' are not run ({}): skipped", src.description(), u.count, u.prefix,
+                     u.prefix.starts_with("mtp") ? "a multi-token-prediction head" : "a vision tower");
+    }
+    layers_ = layers_prefix(src, config.architecture);
     root_ = root_of(layers_);
     if (!config.tie_word_embeddings && !src.contains("lm_head.weight") && !src.contains("lm_head.qweight") &&
         !src.contains("lm_head.weight_packed")) {
@@ -163,6 +173,7 @@ class CheckpointWeights final : public ModelWeightSource {
   std::function<void(uint32_t, uint32_t)> progress_;
   CheckpointQuant quant_;
   std::string layers_, root_;
+  std::vector<UnusedTensors> unused_;
 };
 
 class SyntheticWeights final : public ModelWeightSource {
@@ -191,9 +202,12 @@ class SyntheticWeights final : public ModelWeightSource {
     d.layer = l;
     d.ffn_config = config_.ffn.for_layer(l);
     d.ffn = synthetic_ffn_weights(d.ffn_config, layer_seed, formats);
-    d.attention = synthetic_attention_weights(config_.attention, layer_seed, format_);
-    d.input_norm = synthetic_bf16_values(layer_seed, "input_layernorm", hidden, 1.0, 0.2);
-    d.post_norm = synthetic_bf16_values(layer_seed, "post_attention_layernorm", hidden, 1.0, 0.2);
+    d.mixer = config_.architecture.layer_mixers.at(l);
+    if (d.mixer == TokenMixer::linear_attention) d.deltanet = synthetic_deltanet_weights(config_.deltanet, layer_seed, format_);
+    else d.attention = synthetic_attention_weights(config_.attention, layer_seed, format_);
+    const double center = config_.architecture.spec->zero_centred_norms ? 0.0 : 1.0;  // zero-centred: offsets from 1
+    d.input_norm = synthetic_bf16_values(layer_seed, "input_layernorm", hidden, center, 0.2);
+    d.post_norm = synthetic_bf16_values(layer_seed, "post_attention_layernorm", hidden, center, 0.2);
     return d;
   }
 

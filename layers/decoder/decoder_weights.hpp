@@ -12,6 +12,7 @@
 #include "attention/attention_config.hpp"
 #include "attention/attention_weights.hpp"
 #include "decoder/embedding_table.hpp"
+#include "deltanet/deltanet_weights.hpp"
 
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
@@ -33,6 +34,7 @@ struct DecoderConfig {
   ResolvedArchitecture architecture;  // the spec, each layer's mixer, the config's biases
   ModelConfig ffn;            // the model's FFN keys (ModelConfig::for_layer gives each layer's)
   AttentionConfig attention;
+  DeltaNetConfig deltanet;    // the linear_attention layers' (hybrid architectures only)
   uint32_t vocab_size = 0;
   uint32_t num_layers = 0;    // num_hidden_layers
   bool tie_word_embeddings = false;  // the logits projection is the embedding table (absent: false, as these families' configs)
@@ -40,6 +42,7 @@ struct DecoderConfig {
   std::string source;
 };
 
+// A wrapper's language model is read from its text_config (language_model_config()).
 // The architecture's refusals first (architectures/architecture.hpp; one warning per unknown key),
 // then Error(invalid_argument) naming the key for a missing or malformed vocab_size /
 // num_hidden_layers, and whatever the FFN and attention parsers refuse.
@@ -48,15 +51,18 @@ DecoderConfig parse_decoder_config(const nlohmann::json& doc, const std::string&
 // One decoder layer's weights.
 struct DecoderLayerWeights {
   uint32_t layer = 0;
+  TokenMixer mixer = TokenMixer::full_attention;
   ModelConfig ffn_config;          // this layer's FFN (for_layer applied)
   std::vector<uint16_t> input_norm, post_norm;  // bf16 [hidden]
-  AttentionWeights attention;
+  AttentionWeights attention;      // a full_attention layer's
+  DeltaNetWeights deltanet;        // a linear_attention layer's
   FfnWeights ffn;
 };
 
-// Where a checkpoint keeps its layers: "<root>layers." ("model.layers."), from the tensor names.
-// Error(not_found) naming the checkpoint when no tensor looks like a decoder layer's attention.
-std::string layers_prefix(const TensorSource& src);
+// Where a checkpoint keeps its layers: "<root>layers." ("model.layers."), from the tensor names
+// (the tensors an architecture does not run, an MTP head's, are not looked at). Error(not_found)
+// naming the checkpoint when no tensor looks like a decoder layer's.
+std::string layers_prefix(const TensorSource& src, const ResolvedArchitecture& architecture);
 
 // Layer `layer` of an opened checkpoint (its declared quantization applies to every projection).
 // Every tensor name of the checkpoint is checked against the spec's table first.

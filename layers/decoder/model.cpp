@@ -21,7 +21,13 @@ std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const Decode
   // Layer 0 first: its attention's kernels are the ones a backend is likeliest to lack, and are
   // named first when it does. Then the head, while little else is on the device (a tied one is the
   // embedding's size again on the host as it uploads), then the table and the other layers.
-  m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(0), options));
+  // Each layer's state index among the layers of its mixer kind (the pool keeps KV for attention
+  // layers only, recurrent slots for DeltaNet layers only).
+  std::vector<uint32_t> state_index(config.num_layers);
+  uint32_t attention_layers = 0, recurrent_layers = 0;
+  for (uint32_t l = 0; l < config.num_layers; ++l)
+    state_index[l] = config.architecture.layer_mixers.at(l) == TokenMixer::linear_attention ? recurrent_layers++ : attention_layers++;
+  m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(0), options, state_index[0]));
   if (progress) progress(1, config.num_layers);
   m->upload_head(weights.head(), options);
   m->embedding_ = weights.embedding();
@@ -32,10 +38,10 @@ std::unique_ptr<DecoderModel> DecoderModel::build(Backend& backend, const Decode
   }
   m->final_norm_ = device_copy(backend, final_norm);
   for (uint32_t l = 1; l < config.num_layers; ++l) {
-    m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(l), options));
+    m->layers_.push_back(DecoderLayer::build(backend, config, weights.layer(l), options, state_index[l]));
     if (progress) progress(l + 1, config.num_layers);
   }
-  m->norms_ = resolve_decoder_norms(backend);
+  m->norms_ = resolve_decoder_norms(backend, config.architecture.spec->zero_centred_norms);
   backend.synchronize();
   return m;
 }
@@ -53,12 +59,15 @@ void DecoderModel::upload_head(const QuantMatrix& head, const FfnBuildOptions& o
   backend_->synchronize();
 }
 
-StatePoolShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size) const {
+StatePoolShape DecoderModel::cache_shape(uint64_t tokens, uint32_t block_size, uint32_t sequences) const {
   StatePoolShape s;
   s.kv_heads = config_.attention.kv_heads;
   s.head_dim = config_.attention.head_dim;
   s.block_size = block_size;
-  s.layers = config_.num_layers;
+  const auto& mixers = config_.architecture.layer_mixers;
+  const auto recurrent = static_cast<uint32_t>(std::count(mixers.begin(), mixers.end(), TokenMixer::linear_attention));
+  s.layers = std::max<uint32_t>(config_.num_layers - recurrent, 1);
+  if (recurrent > 0) s.recurrent = RecurrentStateShape{recurrent, config_.deltanet.state_bytes(), std::max<uint32_t>(sequences, 1)};
   const uint64_t blocks = (std::max<uint64_t>(tokens, 1) + block_size - 1) / std::max<uint32_t>(block_size, 1);
   if (blocks > UINT32_MAX) throw Error(Status::invalid_argument, "KV cache of " + std::to_string(tokens) + " tokens: too many blocks");
   s.num_blocks = static_cast<uint32_t>(blocks);
@@ -121,7 +130,7 @@ std::vector<std::string> DecoderModel::tiers() const {
     if (!t.empty() && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   };
   for (const auto& layer : layers_) {
-    add(layer->attention().kernels().projections.tier);
+    add(layer->mixer_tier());
     for (const auto& t : layer->ffn().tiers()) add(t);
   }
   add(head_set_.tier);

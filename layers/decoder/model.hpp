@@ -27,8 +27,10 @@ class DecoderModel {
                                              const std::function<void(uint32_t, uint32_t)>& progress = {});
 
   const DecoderConfig& config() const noexcept { return config_; }
-  // A KV cache shape for this model holding `tokens` tokens in blocks of `block_size`.
-  StatePoolShape cache_shape(uint64_t tokens, uint32_t block_size = 16) const;
+  // A state pool shape for this model: KV blocks of `block_size` holding `tokens` tokens for its
+  // attention layers, and a recurrent slot for each of `sequences` live sequences in each of its
+  // DeltaNet layers (none without them).
+  StatePoolShape cache_shape(uint64_t tokens, uint32_t block_size = 16, uint32_t sequences = 16) const;
 
   // The hidden states after the last layer, bf16 [rows, hidden] (the model's buffer, valid until
   // the next forward), of token ids `ids` (one per row of `kv`, on the host) appended by `kv`.

@@ -19,7 +19,8 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
   // Room for every prompt at once unless told otherwise.
   uint64_t blocks = 0;
   for (const auto& p : prompts) blocks += request_blocks(p.size(), std::max(o.max_new_tokens, 1u), o.block_size);
-  r.cache = model.cache_shape(o.kv_tokens ? o.kv_tokens : blocks * o.block_size, o.block_size);
+  r.cache = model.cache_shape(o.kv_tokens ? o.kv_tokens : blocks * o.block_size, o.block_size,
+                              static_cast<uint32_t>(prompts.size()));
   StatePool pool(backend, r.cache);
   EngineOptions options;
   options.prefill_chunk = o.prefill_chunk;

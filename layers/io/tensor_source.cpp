@@ -167,4 +167,8 @@ std::vector<uint16_t> read_bf16_tensor(const TensorSource& src, const std::strin
   return out;
 }
 
+std::vector<float> read_f32_tensor(const TensorSource& src, const std::string& name, const std::vector<uint64_t>& shape) {
+  return src.at(name).read_f32(name, shape);
+}
+
 }  // namespace metrale::layers

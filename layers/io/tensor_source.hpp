@@ -60,5 +60,8 @@ class TensorSource {
 // A tensor a model keeps in float (a norm weight, a bias, the embedding table) as bf16 values of
 // `shape`: BF16 as stored, F16 and F32 rounded to bf16 (the dtype every activation has here).
 std::vector<uint16_t> read_bf16_tensor(const TensorSource& src, const std::string& name, const std::vector<uint64_t>& shape);
+// The same as f32 values: F32 as stored (Qwen3.5 keeps A_log and the DeltaNet's norm in F32
+// among bf16 tensors), BF16 and F16 widened exactly.
+std::vector<float> read_f32_tensor(const TensorSource& src, const std::string& name, const std::vector<uint64_t>& shape);
 
 }  // namespace metrale::layers

@@ -86,11 +86,29 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
     lens = std::move(d.context_lens);
     for (size_t i = 0; i < runs_.size(); ++i) offsets[i] = i * max_blocks_;
   }
+  if (pool.shape().recurrent.layers > 0) upload_recurrent_runs(backend, pool);
   positions_ = device_copy(backend, std::vector<int32_t>(positions.begin(), positions.end()));
   slots_ = device_copy(backend, slots);
   tables_ = device_copy(backend, tables);
   context_lens_ = device_copy(backend, lens);
   for (size_t i = 0; i < runs_.size(); ++i) runs_[i].block_table = tables_.at(offsets[i] * sizeof(int32_t));
+}
+
+void SequenceBatch::upload_recurrent_runs(Backend& backend, const StatePool& pool) {
+  // The deltanet kernels' runs table: (first_row, rows, recurrent slot); a slot continues one
+  // sequence, so a sequence may appear in one run of the batch only.
+  std::vector<int32_t> recurrent;
+  for (const Run& r : runs_) {
+    for (const Run& other : runs_) {
+      if (&other != &r && other.sequence == r.sequence) {
+        throw Error(Status::invalid_argument, "SequenceBatch: sequence " + std::to_string(r.sequence) +
+                                                  " has two runs in one batch; its recurrent state continues one run at a time");
+      }
+    }
+    recurrent.insert(recurrent.end(), {static_cast<int32_t>(r.first_row), static_cast<int32_t>(r.rows),
+                                       pool.recurrent_slot(r.sequence)});
+  }
+  recurrent_runs_ = device_copy(backend, recurrent);
 }
 
 uint32_t SequenceBatch::partitions() const noexcept {

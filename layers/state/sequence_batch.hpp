@@ -55,14 +55,18 @@ class SequenceBatch {
   uint32_t max_blocks() const noexcept { return max_blocks_; }
   // attn_decode's splits of 512 tokens over the longest context.
   uint32_t partitions() const noexcept;
+  // The recurrent layers' runs (docs/kernels.md, module deltanet): i32 [runs][3] of (first_row,
+  // rows, recurrent slot); empty when the pool has no recurrent layers.
+  DevicePtr recurrent_runs() const noexcept { return recurrent_runs_.ptr(); }
 
  private:
+  void upload_recurrent_runs(Backend& backend, const StatePool& pool);
   StatePool* pool_;
   uint32_t rows_ = 0;
   bool decode_ = false;
   uint32_t max_blocks_ = 0;
   std::vector<Run> runs_;
-  DeviceBuffer positions_, slots_, tables_, context_lens_;
+  DeviceBuffer positions_, slots_, tables_, context_lens_, recurrent_runs_;
 };
 
 }  // namespace metrale::layers

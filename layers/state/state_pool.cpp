@@ -12,8 +12,8 @@ namespace metrale::layers {
 namespace {
 
 void check_shape(const StatePoolShape& s) {
-  if (s.head_dim != 64 && s.head_dim != 128)
-    throw Error(Status::invalid_argument, "StatePool: head_dim must be 64 or 128 (got " + std::to_string(s.head_dim) + ")");
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
+    throw Error(Status::invalid_argument, "StatePool: head_dim must be 64, 128 or 256 (got " + std::to_string(s.head_dim) + ")");
   if (s.block_size == 0 || s.block_size > 256 || (s.block_size & (s.block_size - 1)) != 0)
     throw Error(Status::invalid_argument,
                 "StatePool: block_size must be a power of two from 1 to 256 (got " + std::to_string(s.block_size) + ")");
@@ -242,6 +242,13 @@ DevicePtr StatePool::recurrent_state(uint32_t layer, uint32_t seq) const {
     throw Error(Status::invalid_argument, "StatePool: no recurrent layer " + std::to_string(layer) + " (the pool has " +
                                               std::to_string(shape_.recurrent.layers) + ")");
   return recurrent_[layer].at(static_cast<size_t>(s.slot) * shape_.recurrent.bytes);
+}
+
+DevicePtr StatePool::recurrent_slots(uint32_t layer) const {
+  if (layer >= shape_.recurrent.layers)
+    throw Error(Status::invalid_argument, "StatePool: no recurrent layer " + std::to_string(layer) + " (the pool has " +
+                                              std::to_string(shape_.recurrent.layers) + ")");
+  return recurrent_[layer].ptr();
 }
 
 StatePool::DecodeTables StatePool::decode_tables(std::span<const uint32_t> seqs) const {

@@ -50,7 +50,7 @@ class StatePool {
  public:
   // Allocates the K and V pools of every layer, each bf16 [num_blocks][kv_heads][block_size]
   // [head_dim], and the recurrent slots. Throws Error (invalid_argument) for a shape the attn
-  // kernels refuse: head_dim other than 64 or 128, block_size not a power of two from 1 to 256,
+  // kernels refuse: head_dim other than 64, 128 or 256, block_size not a power of two from 1 to 256,
   // zero heads, blocks or layers; recurrent layers without bytes or slots.
   StatePool(Backend& backend, const StatePoolShape& shape);
 
@@ -102,6 +102,10 @@ class StatePool {
   DevicePtr v_cache(uint32_t layer = 0) const noexcept { return v_[layer].ptr(); }
   // Recurrent layer `layer`'s state of `seq`: shape().recurrent.bytes the layer reads and updates.
   DevicePtr recurrent_state(uint32_t layer, uint32_t seq) const;
+  // The slot holding `seq`'s recurrent state (its offset in every recurrent layer's slots), and
+  // layer `layer`'s slot 0: the deltanet kernels address slot s at recurrent_slots(layer) + s * bytes.
+  int32_t recurrent_slot(uint32_t seq) const { return sequence(seq).slot; }
+  DevicePtr recurrent_slots(uint32_t layer) const;
 
  private:
   struct Sequence {

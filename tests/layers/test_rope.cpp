@@ -187,12 +187,32 @@ TEST_CASE("rope yarn equals transformers 5: factor given, factor absent (the con
   }
 }
 
+TEST_CASE("partial rotary: int(head_dim * factor) dims, the default frequencies over them, from either place") {
+  const RopeConfig top = parse_rope_config({{"head_dim", 256}, {"partial_rotary_factor", 0.25}}, "config.json");
+  CHECK(top.rotary_dim == 64);
+  const RopeConfig nested = parse_rope_config(
+      {{"head_dim", 256}, {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}},
+      "config.json");
+  CHECK(nested.rotary_dim == 64);
+  CHECK(parse_rope_config({{"head_dim", 256}}, "config.json", 0.25).rotary_dim == 64);  // the architecture's default
+  CHECK(parse_rope_config({{"head_dim", 256}}, "config.json").rotary_dim == 256);
+  const RopeParameters p = rope_parameters(nested);
+  REQUIRE(p.inv_freq.size() == 32);
+  CHECK(p.inv_freq[0] == 1.0f);
+  CHECK(p.inv_freq[1] == 1.0f / std::pow(1e7f, 2.0f / 64.0f));  // exponents over the rotated width, as transformers
+}
+
 TEST_CASE("rope refuses other rope types by name, partial rotary, and says which field is malformed") {
   CHECK(rope_refusal_of({{"head_dim", 128}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}}) ==
         "config.json: rope_scaling.rope_type = \"linear\" is not supported: \"default\", \"llama3\" or \"yarn\"");
   CHECK(rope_refusal_of({{"head_dim", 128}, {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}).find("\"dynamic\"") !=
         std::string::npos);
-  CHECK(rope_refusal_of({{"head_dim", 128}, {"partial_rotary_factor", 0.5}}).find("partial_rotary_factor") != std::string::npos);
+  // Which architectures rotate part of a head is the registry's call; a factor outside (0, 1], or
+  // partial rotary beside a scaled rope type, the parser's.
+  CHECK(rope_refusal_of({{"head_dim", 128}, {"partial_rotary_factor", 1.5}}).find("partial_rotary_factor") != std::string::npos);
+  CHECK(rope_refusal_of({{"head_dim", 128}, {"max_position_embeddings", 4096}, {"partial_rotary_factor", 0.5},
+                         {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}})
+            .find("rope_type") != std::string::npos);
   CHECK_THROWS_WITH_AS(from({{"head_dim", 128}, {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}),
                        doctest::Contains("low_freq_factor"), metrale::Error);
   CHECK_THROWS_AS(from({{"head_dim", 127}}), metrale::Error);

@@ -97,7 +97,7 @@ TEST_CASE("StatePool refuses when full, naming the sizes, and changes nothing; r
 
 TEST_CASE("StatePool refuses shapes the attn kernels refuse") {
   auto& backend = *layers_test::cpu_backend();
-  CHECK_THROWS_WITH_AS(StatePool(backend, StatePoolShape{2, 96, 16, 4}), doctest::Contains("head_dim must be 64 or 128"),
+  CHECK_THROWS_WITH_AS(StatePool(backend, StatePoolShape{2, 96, 16, 4}), doctest::Contains("StatePool: head_dim must be 64, 128 or 256 (got 96)"),
                        metrale::Error);
   CHECK_THROWS_WITH_AS(StatePool(backend, StatePoolShape{2, 64, 24, 4}), doctest::Contains("block_size must be a power of two"),
                        metrale::Error);

@@ -5,7 +5,7 @@
 1. nothing under runtime/ includes a header of layers/ or plugins/;
 2. nothing under plugins/ includes a header of runtime/ outside the ABI directory runtime/abi/;
 3. inside layers/, each concern includes only the ones below it (LAYER_DEPENDS): core/ nothing
-   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, architectures/ core and io, state/ core, attention/ core, io, linear, architectures and state,
+   of the layers, io/ and linear/ core/, ffn/ core, io, linear and reference, reference/ core and io, architectures/ core and io, state/ core, attention/ and deltanet/ core, io, linear, architectures and state,
    decoder/ all but engine/ and the top, engine/ all but the top; the
    layers' own files include nothing of tools/ (conformance, bench) or cli/;
 4. nothing under cli/ includes a header of plugins/ (the CLI reaches a plugin through the registry
@@ -148,9 +148,10 @@ LAYER_DEPENDS = {
     "architectures": {"core", "io", "architectures"},
     "state": {"core", "state"},
     "attention": {"core", "io", "linear", "architectures", "state", "attention"},
-    "decoder": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "decoder"},
-    "engine": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "decoder", "engine"},
-    "": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "decoder", "engine", ""},
+    "deltanet": {"core", "io", "linear", "architectures", "state", "deltanet"},
+    "decoder": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "deltanet", "decoder"},
+    "engine": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "deltanet", "decoder", "engine"},
+    "": {"core", "io", "linear", "ffn", "reference", "architectures", "state", "attention", "deltanet", "decoder", "engine", ""},
 }
 
 

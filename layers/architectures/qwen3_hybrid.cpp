@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+// The hybrid Qwen models as transformers' modeling_qwen3_next and modeling_qwen3_5 compute them:
+// three of every four layers mix tokens with a Gated DeltaNet (layers/deltanet), the others with
+// attention whose heads are 256 wide, whose q_proj carries an output gate per head and whose
+// rotary embedding turns a quarter of each head; every RMSNorm but the DeltaNet's is
+// zero-centred. Qwen3-Next stores the DeltaNet's projections grouped per key head and has a
+// Qwen2-MoE style FFN; Qwen3.5's text model is dense, and Qwen3_5ForConditionalGeneration wraps it
+// with a vision tower, which is skipped.
+#include "architectures/specs.hpp"
+
+#include "io/config_json.hpp"
+
+namespace metrale::layers {
+
+using namespace spec_parts;
+using config_json::Object;
+
+namespace {
+
+void layer_types_listed(const Object&, std::string_view) {}  // entries checked against the mixers (registry.cpp)
+
+void rotary_fraction(const Object& root, std::string_view key) {
+  const auto f = root.number(key);
+  if (!f || !(*f > 0 && *f <= 1)) root.unsupported(key, *root.find(key), "a fraction in (0, 1] of each head that rotates");
+}
+
+// Qwen3.5's mrope_section is plain RoPE for text positions (all three position ids are equal).
+void default_rope_object(const Object& root, std::string_view key) {
+  const auto rope = root.object(key, "an object (the rotary embedding)");
+  if (!rope) return;
+  const char* type_key = rope->has("rope_type") ? "rope_type" : "type";
+  if (const auto type = rope->string(type_key); type && *type != "default")
+    rope->unsupported(type_key, *rope->find(type_key), "\"default\" (with partial rotary)");
+  if (rope->has("partial_rotary_factor")) rotary_fraction(*rope, "partial_rotary_factor");
+}
+
+void output_gate_on(const Object& root, std::string_view key) {
+  if (!root.boolean(key).value_or(true)) root.unsupported(key, *root.find(key), "true (the attention's output gate)");
+}
+
+void positive(const Object& root, std::string_view key) {
+  if (const auto v = root.u32(key); !v || *v == 0) root.malformed(key, "a positive integer", root.find(key));
+}
+
+std::vector<HonouredKey> hybrid_keys() {
+  return {{"layer_types", "full_attention and linear_attention entries", layer_types_listed},
+          {"full_attention_interval", "layer i is full attention iff (i + 1) % interval == 0 (without layer_types)", positive},
+          {"linear_conv_kernel_dim", "2 .. 8", positive},
+          {"linear_key_head_dim", "16 .. 256", positive},
+          {"linear_value_head_dim", "16 .. 256", positive},
+          {"linear_num_key_heads", "dividing linear_num_value_heads", positive},
+          {"linear_num_value_heads", "a multiple of linear_num_key_heads", positive},
+          {"partial_rotary_factor", "a fraction in (0, 1] (default 0.25)", rotary_fraction},
+          {"rope_parameters", "rope_type default, partial_rotary_factor, mrope_section (text: plain RoPE)", default_rope_object},
+          {"rope_scaling", "rope_type default", default_rope_object},
+          {"attention_bias", "false", key_checks::must_be_false},
+          {"attn_output_gate", "true", output_gate_on},
+          {"mtp_use_dedicated_embeddings", "any (the MTP head is not run)", nullptr}};
+}
+
+std::vector<TensorEntry> deltanet_tensors(DeltaNetProjections projections) {
+  std::vector<TensorEntry> t;
+  if (projections == DeltaNetProjections::separate) {
+    t = {{"model.layers.{L}.linear_attn.in_proj_qkv", TensorKind::linear, "DeltaNet q, k, v (flat)", TensorBias::none},
+         {"model.layers.{L}.linear_attn.in_proj_z", TensorKind::linear, "DeltaNet output gate z", TensorBias::none},
+         {"model.layers.{L}.linear_attn.in_proj_a", TensorKind::linear, "DeltaNet decay input a", TensorBias::none},
+         {"model.layers.{L}.linear_attn.in_proj_b", TensorKind::linear, "DeltaNet write strength b", TensorBias::none}};
+  } else {
+    t = {{"model.layers.{L}.linear_attn.in_proj_qkvz", TensorKind::linear, "DeltaNet q, k, v, z (per key head)", TensorBias::none},
+         {"model.layers.{L}.linear_attn.in_proj_ba", TensorKind::linear, "DeltaNet b, a (per key head)", TensorBias::none}};
+  }
+  t.push_back({"model.layers.{L}.linear_attn.conv1d.weight", TensorKind::vector, "DeltaNet causal conv [C, 1, K]", TensorBias::none});
+  t.push_back({"model.layers.{L}.linear_attn.A_log", TensorKind::vector, "DeltaNet decay rate (log)", TensorBias::none});
+  t.push_back({"model.layers.{L}.linear_attn.dt_bias", TensorKind::vector, "DeltaNet decay bias", TensorBias::none});
+  t.push_back({"model.layers.{L}.linear_attn.norm.weight", TensorKind::vector, "DeltaNet gated norm", TensorBias::none});
+  t.push_back({"model.layers.{L}.linear_attn.out_proj", TensorKind::linear, "DeltaNet output", TensorBias::none});
+  return t;
+}
+
+const ArchitectureSpec kQwen3Next{
+    .model_type = "qwen3_next",
+    .description = "Qwen3-Next: Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, partial RoPE), "
+                   "zero-centred RMSNorm, MoE FFN with a gated shared expert",
+    .classes = {"Qwen3NextForCausalLM"},
+    .decode_refusal = {},
+    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
+    .ffns = {FfnKind::dense, FfnKind::moe},
+    .qk_norm = true,
+    .attention_bias = AttentionBias::none,
+    .keys = join(join(hybrid_keys(), moe_keys()), {{"shared_expert_intermediate_size", "a multiple of 128", nullptr}}),
+    .tensors = join(join(join(decoder_tensors(true), dense_ffn_tensors()), qwen_moe_tensors(true)),
+                    deltanet_tensors(DeltaNetProjections::grouped_per_key_head)),
+    .zero_centred_norms = true,
+    .attention_output_gate = true,
+    .default_partial_rotary_factor = 0.25,
+    .deltanet = DeltaNetProjections::grouped_per_key_head,
+    .language_model_key = {},
+    .language_model_root = {},
+    .unused_tensors = {"mtp."},
+};
+
+const ArchitectureSpec kQwen35Text{
+    .model_type = "qwen3_5_text",
+    .description = "Qwen3.5 (text): Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, partial RoPE), "
+                   "zero-centred RMSNorm, SiLU-gated FFN",
+    .classes = {"Qwen3_5ForCausalLM"},
+    .decode_refusal = {},
+    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
+    .ffns = {FfnKind::dense},
+    .qk_norm = true,
+    .attention_bias = AttentionBias::none,
+    .keys = hybrid_keys(),
+    .tensors = join(join(decoder_tensors(true), dense_ffn_tensors()), deltanet_tensors(DeltaNetProjections::separate)),
+    .zero_centred_norms = true,
+    .attention_output_gate = true,
+    .default_partial_rotary_factor = 0.25,
+    .deltanet = DeltaNetProjections::separate,
+    .language_model_key = {},
+    .language_model_root = {},
+    .unused_tensors = {"mtp."},
+};
+
+std::vector<HonouredKey> wrapper_keys() {
+  return {{"text_config", "the language model's config (qwen3_5_text)", nullptr},
+          {"vision_config", "any (the vision tower is not run; its tensors are skipped)", nullptr},
+          {"image_token_id", "any (images are not run)", nullptr},
+          {"video_token_id", "any (videos are not run)", nullptr},
+          {"vision_start_token_id", "any", nullptr},
+          {"vision_end_token_id", "any", nullptr},
+          {"tie_word_embeddings", "true or false (the wrapper's flag decides, as in transformers)", nullptr}};
+}
+
+const ArchitectureSpec kQwen35{
+    .model_type = "qwen3_5",
+    .description = "Qwen3.5 (Qwen3_5ForConditionalGeneration): its text model (qwen3_5_text); the vision tower is skipped",
+    .classes = {"Qwen3_5ForConditionalGeneration"},
+    .decode_refusal = {},
+    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
+    .ffns = {FfnKind::dense},
+    .qk_norm = true,
+    .attention_bias = AttentionBias::none,
+    .keys = wrapper_keys(),
+    .tensors = {},
+    .zero_centred_norms = true,
+    .attention_output_gate = true,
+    .default_partial_rotary_factor = 0.25,
+    .deltanet = DeltaNetProjections::separate,
+    .language_model_key = "text_config",
+    .language_model_root = "model.language_model.",
+    .unused_tensors = {"model.visual.", "mtp."},
+};
+
+}  // namespace
+
+std::vector<const ArchitectureSpec*> qwen3_hybrid_specs() { return {&kQwen3Next, &kQwen35Text, &kQwen35}; }
+
+}  // namespace metrale::layers

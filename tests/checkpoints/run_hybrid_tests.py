@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT OR Apache-2.0
+"""The hybrid models (Gated DeltaNet + gated attention) against transformers itself.
+
+  run_hybrid_tests.py --metrale PATH [--model NAME ...] [--keep DIR]
+
+Each model is a tiny random checkpoint written by transformers' own config class and
+save_pretrained (bf16): qwen3_next in its release form (full_attention_interval instead of
+layer_types, a top-level partial_rotary_factor), qwen3_5_text, and qwen3_5 (the
+Qwen3_5ForConditionalGeneration wrapper with a vision tower and tied embeddings). Every norm, the
+DeltaNet's convolution, A_log and dt_bias are randomised so that the state carried from token to
+token matters (transformers' own init forgets within a token, which would hide a state bug).
+
+For each model, metrale generate's greedy ids must be transformers' float32 choices, checked
+step by step against transformers' logits for the same prefix (teacher forcing; a step whose
+top-2 margin lies within transformers' own bf16-vs-f32 spread is a near-tie, excused), for prompts
+of 1, 37 and 300 tokens; the 300-token prompt again in prefill chunks of 37 with KV blocks of 8
+(not a multiple of the DeltaNet's chunk of 64); and a batch of 5 prompts of different lengths,
+whose ids must equal each prompt's run alone. Exit 1 naming every failure, 77 when torch or
+transformers is missing or the CPU backend is not loaded.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+except ImportError as e:
+    print(f"skipped: {e} (the hybrid tests need torch and transformers; .ci/test-all makes .venv-transformers)")
+    sys.exit(77)
+
+from safetensors_np import save, tensor  # noqa: E402
+
+NEW_TOKENS = 8
+VOCAB = 512
+TEXT = dict(hidden_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=256, intermediate_size=512,
+            num_hidden_layers=4, vocab_size=VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-6,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+            linear_conv_kernel_dim=4, tie_word_embeddings=False)
+
+
+def model_cases():
+    t = transformers
+    return {
+        "qwen3_5_text": lambda: t.Qwen3_5TextConfig(**TEXT),
+        "qwen3_5": lambda: t.Qwen3_5Config(
+            text_config=dict(TEXT), tie_word_embeddings=True,
+            vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)),
+        "qwen3_next": lambda: t.Qwen3NextConfig(**TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                                                shared_expert_intermediate_size=128, norm_topk_prob=True,
+                                                mlp_only_layers=[0]),
+    }
+
+
+def randomise(model, seed):
+    """Weights under which every part, and the state carried across tokens, matters."""
+    g = torch.Generator().manual_seed(seed)
+    u = lambda shape, lo, hi: lo + (hi - lo) * torch.rand(shape, generator=g)  # noqa: E731
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "visual" in name:
+                continue
+            if name.endswith("linear_attn.norm.weight"):       # the plain (not zero-centred) gated norm
+                p.copy_(u(p.shape, 0.7, 1.3))
+            elif "norm" in name and p.dim() == 1:               # zero-centred norms: (1 + w)
+                p.copy_(u(p.shape, -0.3, 0.3))
+            elif name.endswith("A_log"):                        # slow decay: state lives for many tokens
+                p.copy_(torch.log(u(p.shape, 0.02, 0.4)))
+            elif name.endswith("dt_bias"):
+                p.copy_(u(p.shape, -2.0, 0.5))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(0.6 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                scale = (3.0 if name.endswith("mlp.gate.weight") else 1.0) / p.shape[-1] ** 0.5
+                p.copy_(scale * torch.randn(p.shape, generator=g))
+
+
+def release_form(directory):
+    """Qwen3-Next's released config.json: no layer_types, the interval and a top-level factor."""
+    path = os.path.join(directory, "config.json")
+    doc = json.load(open(path))
+    doc.pop("layer_types", None)
+    doc["full_attention_interval"] = 4
+    doc["partial_rotary_factor"] = doc.get("rope_parameters", {}).pop("partial_rotary_factor", 0.25)
+    json.dump(doc, open(path, "w"), indent=2)
+
+
+def write_model(root, name):
+    config = model_cases()[name]()
+    torch.manual_seed(0)
+    cls = transformers.Qwen3_5ForConditionalGeneration if name == "qwen3_5" else transformers.AutoModelForCausalLM
+    model = cls._from_config(config, dtype=torch.float32) if name == "qwen3_5" else cls.from_config(config, dtype=torch.float32)
+    randomise(model, seed=sum(map(ord, name)))
+    d = os.path.join(root, name)
+    model.to(torch.bfloat16)
+    if name == "qwen3_5":
+        # As the released Qwen3.5 checkpoints: A_log and the DeltaNet's norm in F32 among bf16 tensors.
+        for n, p in model.named_parameters():
+            if n.endswith("A_log") or n.endswith("linear_attn.norm.weight"):
+                p.data = p.data.float()
+    model.save_pretrained(d)
+    if name == "qwen3_next":
+        release_form(d)
+    return d
+
+
+def load(d, dtype):
+    if json.load(open(os.path.join(d, "config.json")))["model_type"] == "qwen3_5":
+        return transformers.Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=dtype)
+    return transformers.AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
+
+
+def metrale_generate(metrale, d, prompts, extra=()):
+    if len(prompts) == 1:
+        args = ["--prompt-ids", ",".join(map(str, prompts[0]))]
+    else:
+        width = max(map(len, prompts))
+        ids = np.zeros((len(prompts), width), np.int32)
+        for i, p in enumerate(prompts):
+            ids[i, :len(p)] = p
+        path = d.rstrip("/") + "-batch.safetensors"  # beside, not inside: every file inside is read as weights
+        save(path, {"ids": tensor("I32", ids), "lengths": tensor("I32", np.array([len(p) for p in prompts], np.int32))})
+        args = ["--batch-file", path]
+    cmd = [metrale, "generate", "--weights", d, *args, "--max-new-tokens", str(NEW_TOKENS), "--quiet", "--json", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"metrale exit {r.returncode}: {r.stderr.strip()[-600:]}")
+    return [s["generated"] for s in json.loads(r.stdout)["sequences"]]
+
+
+def teacher_forced(models, prompt, ids):
+    """The first step where metrale's id is not transformers' f32 choice beyond a near-tie, or None; and the near-ties."""
+    sequence = torch.tensor([prompt + ids[:-1]])
+    logits = {}
+    for dtype, m in models.items():
+        with torch.no_grad():
+            logits[dtype] = m(sequence).logits[0, len(prompt) - 1:].double()
+    f32, bf16 = logits[torch.float32], logits[torch.bfloat16]
+    ties = 0
+    for i, chosen in enumerate(ids):
+        best = int(f32[i].argmax())
+        if best == chosen:
+            continue
+        margin = float(f32[i][best] - f32[i][chosen])
+        spread = float((bf16[i] - f32[i]).abs().max())
+        if margin <= 2 * spread:
+            ties += 1
+            continue
+        return f"step {i}: metrale chose {chosen}, transformers {best} (margin {margin:.4f}, own spread {spread:.4f})", ties
+    return None, ties
+
+
+def check_model(metrale, root, name):
+    d = write_model(root, name)
+    models = {dt: load(d, dt).eval() for dt in (torch.float32, torch.bfloat16)}
+    rng = np.random.default_rng(7)
+    prompts = {n: rng.integers(0, VOCAB, n).tolist() for n in (1, 37, 300)}
+    failures, alone = [], {}
+    runs = [(f"prompt of {n}", prompts[n], ()) for n in prompts]
+    runs.append(("prompt of 300 in chunks of 37, blocks of 8", prompts[300], ("--prefill-chunk", "37", "--block-size", "8")))
+    for label, prompt, extra in runs:
+        try:
+            ids = metrale_generate(metrale, d, [prompt], extra)[0]
+        except RuntimeError as e:
+            failures.append(f"{name}: {label}: {e}")
+            print(f"FAIL {name}: {label}: {e}")
+            continue
+        alone.setdefault(len(prompt), ids)
+        wrong, ties = teacher_forced(models, prompt, ids)
+        print(f"{'FAIL' if wrong else 'ok  '} {name}: {label}: {NEW_TOKENS} ids, {ties} near-tie(s) excused" +
+              (f": {wrong}" if wrong else ""))
+        if wrong:
+            failures.append(f"{name}: {label}: {wrong}")
+        elif ties > NEW_TOKENS // 4:
+            failures.append(f"{name}: {label}: {ties} near-ties of {NEW_TOKENS}: too flat to judge")
+    # A batch of 5 at different lengths: each sequence's ids are those of its run alone.
+    batch = [prompts[1], prompts[37], prompts[300], rng.integers(0, VOCAB, 5).tolist(), rng.integers(0, VOCAB, 64).tolist()]
+    try:
+        together = metrale_generate(metrale, d, batch, ("--prefill-chunk", "37", "--block-size", "8"))
+        separate = [alone.get(len(p)) or metrale_generate(metrale, d, [p])[0] for p in batch]
+        same = [a == b for a, b in zip(together, separate)]
+        print(f"{'ok  ' if all(same) else 'FAIL'} {name}: a batch of 5 (1, 37, 300, 5, 64 tokens) equals each alone: {same}")
+        if not all(same):
+            failures.append(f"{name}: batch of 5: sequences {[i for i, s in enumerate(same) if not s]} differ from their runs alone")
+    except RuntimeError as e:
+        failures.append(f"{name}: batch of 5: {e}")
+        print(f"FAIL {name}: batch of 5: {e}")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--metrale", required=True)
+    ap.add_argument("--model", action="append", default=[])
+    ap.add_argument("--keep")
+    a = ap.parse_args()
+    probe = subprocess.run([a.metrale, "--json", "list"], capture_output=True, text=True)
+    if probe.returncode != 0 or not any(e.get("backend") == "cpu" and e.get("state") == "loaded" for e in json.loads(probe.stdout)):
+        print("skipped: the CPU backend is not loaded")
+        return 77
+    root = a.keep or tempfile.mkdtemp(prefix="metrale-hybrid-")
+    os.makedirs(root, exist_ok=True)
+    failures = []
+    try:
+        for name in a.model or model_cases():
+            failures += check_model(a.metrale, root, name)
+    finally:
+        if not a.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    for f in failures:
+        print("failed:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

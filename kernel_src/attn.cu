@@ -4,7 +4,8 @@
 // f32; bf16 output. kv_append and the decode pair on CUDA cores: one block per work item of the
 // contract's grid, threads over tokens for the scores and over head_dim for P.V (probabilities in
 // f32), any 1-D block size up to 1024 (128 by convention). attn_prefill on tensor cores (sm_80),
-// probabilities rounded to bf16 for P.V; any block of whole warps (below).
+// probabilities rounded to bf16 for P.V; any block of whole warps (below). Beside them
+// output_gate, the gated attention's sigmoid gate on the attention output.
 #include "tile_pipeline.cuh"
 
 namespace {
@@ -361,5 +362,18 @@ extern "C" __global__ void attn_prefill(const __nv_bfloat16* q, const __nv_bfloa
     attn_prefill_tc<64>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
   } else {
     __trap();
+  }
+}
+
+// The output gate of Qwen3.5's and Qwen3-Next's attention: out[r][j] = bf16(x · bf16(σ(gate))), σ in
+// f32 rounded to bf16 (transformers' bf16 sigmoid), the product in f32 rounded once. Grid (m, 1),
+// any 1-D block; out may be x (each thread writes only what it read).
+extern "C" __global__ void output_gate(const __nv_bfloat16* x, const __nv_bfloat16* gate, __nv_bfloat16* out, unsigned m,
+                                       unsigned n) {
+  if (blockIdx.x >= m) return;
+  const size_t row = static_cast<size_t>(blockIdx.x) * n;
+  for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = metrale::to_f32(metrale::to_bf16(metrale::sigmoid(metrale::to_f32(gate[row + j]))));
+    out[row + j] = metrale::to_bf16(metrale::to_f32(x[row + j]) * g);
   }
 }

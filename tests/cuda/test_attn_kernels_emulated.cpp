@@ -11,6 +11,8 @@
 
 #include "reference/attention.hpp"
 
+#include "hybrid_reference.hpp"
+
 #include "metrale_emulated_ptx.hpp"
 
 // The kernel source itself, as NVRTC sees it.
@@ -240,5 +242,25 @@ TEST_CASE("attn_prefill: threads past the last whole warp only load; fewer than 
                                      }),
                          doctest::Contains("__trap"), std::runtime_error);
     CHECK(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0xffff; }));
+  }
+}
+
+TEST_CASE("output_gate: bf16(x · bf16(sigmoid(gate))) bit for bit, in place; a grid past m writes nothing") {
+  constexpr uint32_t m = 5, n = 300;
+  const auto x = hybrid_reference::uniform_bf16(size_t{m} * n, -4.0f, 4.0f, 1);
+  auto gate = hybrid_reference::uniform_bf16(size_t{m} * n, -10.0f, 10.0f, 2);
+  gate[0] = 0;                                         // sigma 1/2
+  gate[1] = hybrid_reference::to_bf16(100.0f);         // sigma 1
+  gate[2] = hybrid_reference::to_bf16(-100.0f);        // sigma 0 (e^100 in f32 is +inf)
+  const auto want = hybrid_reference::output_gate(x, gate);
+  for (const unsigned block : {1u, 64u, 96u, 1024u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> out(x.size() + n, 0xffff);
+    emu::launch({m + 1, 1, 1}, {block, 1, 1}, [&] { output_gate(bf(x), bf(gate), bf(out), m, n); });
+    CHECK(std::equal(want.begin(), want.end(), out.begin()));
+    CHECK(std::all_of(out.begin() + x.size(), out.end(), [](uint16_t v) { return v == 0xffff; }));
+    std::vector<uint16_t> in_place = x;
+    emu::launch({m, 1, 1}, {block, 1, 1}, [&] { output_gate(bf(in_place), bf(gate), bf(in_place), m, n); });
+    CHECK(in_place == want);
   }
 }

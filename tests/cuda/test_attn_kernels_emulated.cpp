@@ -3,7 +3,7 @@
 // and checked against the double reference of layers/reference/attention.hpp: kv_append's bytes
 // (slots outside the pool skipped, nothing written out of bounds), attn_decode +
 // attn_decode_combine over several sequences with scattered blocks (lengths 1, ragged, several
-// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64 and 128), attn_prefill (tensor cores)
+// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64, 128 and 256), attn_prefill (tensor cores)
 // after past tokens at cache block sizes 1 to 256, under each thread schedule and block sizes that
 // do and do not divide the work, a partial warp, and its traps.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -142,6 +142,7 @@ TEST_CASE("attn_decode + attn_decode_combine match the reference under every sch
       {{128, 16, 4, 16}, {1300, 5, 513}},
       {{64, 16, 2, 32}, {1025, 31, 1}},
       {{64, 8, 1, 8}, {700, 64}},
+      {{256, 4, 2, 16}, {1, 530}},  // Qwen3.5's gated attention heads
   };
   for (const auto& [schedule, threads] : kRegimes) {
     emu::set_schedule(schedule);
@@ -217,6 +218,8 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens") {
       {{128, 8, 2, 1}, 33, 30},    // one position per cache block
       {{64, 4, 4, 256}, 130, 290},  // three row blocks; the chunk crosses a cache block
       {{128, 16, 2, 64}, 20, 0},    // no past: row i sees positions 0 .. i
+      {{256, 4, 2, 16}, 70, 9},     // head_dim 256: chunks of 16 positions, O in two sweeps
+      {{256, 2, 1, 1}, 17, 40},
   };
   for (const auto& [schedule, threads] : kRegimes) {
     emu::set_schedule(schedule);
@@ -228,6 +231,7 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens") {
 TEST_CASE("attn_prefill: threads past the last whole warp only load; fewer than a warp or another head_dim trap") {
   check_prefill({{128, 16, 4, 16}, 70, 5}, 100);
   check_prefill({{64, 8, 1, 8}, 40, 9}, 40);
+  check_prefill({{256, 4, 2, 8}, 40, 3}, 100);
   std::mt19937_64 rng(1);
   for (const auto& [shape, threads] : {std::pair<Shape, unsigned>{{128, 4, 4, 16}, 16}, {{96, 4, 4, 16}, 128}}) {
     CAPTURE(threads);

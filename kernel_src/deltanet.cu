@@ -186,7 +186,9 @@ extern "C" __global__ void delta_rule_recurrent(const __nv_bfloat16* qkv, const 
       }
       hd.out_row(row)[j] = metrale::to_bf16(o);
     }
-    __syncthreads();  // qs, ks and scalars are rewritten for the next token
+    // No barrier here: the next token's scalars are written by threads past this token's second
+    // barrier, after every thread read them; qs and ks only after its first, which no thread
+    // passes before every thread has left this token's columns.
   }
 }
 
@@ -280,6 +282,8 @@ __device__ void chunk_matrices(ChunkShared& sh, const Head& hd, size_t row0, uns
 
 // T = (I − A)⁻¹ in place of A by forward substitution, row by row:
 // T[t][c] = A[t][c] + Σ_{c < s < t} A[t][s] T[s][c] (T unit lower triangular; row 1 is A's).
+// Column c is always the same thread's, and a row reads T only in its own column, so one barrier
+// a row (before row t's A is overwritten) suffices; the caller's next barrier publishes T.
 __device__ void invert(ChunkShared& sh, unsigned n) {
   for (unsigned t = 2; t < n; ++t) {
     for (unsigned c = threadIdx.x; c < t; c += blockDim.x) {
@@ -289,8 +293,8 @@ __device__ void invert(ChunkShared& sh, unsigned n) {
     }
     __syncthreads();
     for (unsigned c = threadIdx.x; c < t; c += blockDim.x) sh.tp[t][c] = sh.row[c];
-    __syncthreads();
   }
+  __syncthreads();
 }
 
 // For columns j0 .. j0 + cols − 1: K S and Q S over k_dim tile by tile, then

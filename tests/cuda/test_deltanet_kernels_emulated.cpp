@@ -58,6 +58,18 @@ DeltaResult run_delta(DeltaKernel kernel, const ref::DeltaInputs& in, const std:
   return r;
 }
 
+// The same bits under the emulation's other thread schedules (races that round robin hides).
+void check_schedules(DeltaKernel kernel, const ref::DeltaInputs& in, const std::vector<float>& states0,
+                     const DeltaResult& first) {
+  for (const emu::Schedule schedule : {emu::Schedule::lowest_first, emu::Schedule::highest_first}) {
+    emu::set_schedule(schedule);
+    const DeltaResult other = run_delta(kernel, in, states0, kRuns, 96);
+    CHECK(other.out == first.out);
+    CHECK(std::memcmp(other.states.data(), first.states.data(), first.states.size() * 4) == 0);
+  }
+  emu::set_schedule(emu::Schedule::round_robin);
+}
+
 bool named(const std::vector<Run>& runs, uint32_t slot) {
   return std::any_of(runs.begin(), runs.end(), [&](const Run& r) { return r.slot >= 0 && static_cast<uint32_t>(r.slot) == slot; });
 }
@@ -108,7 +120,7 @@ std::vector<float> initial_states(const ref::DeltaShape& s, uint64_t stream) {
 
 }  // namespace
 
-TEST_CASE("delta_rule_recurrent: the double recurrence over runs of 1 to 130 tokens; the same bits at any block") {
+TEST_CASE("delta_rule_recurrent: the double recurrence over runs of 1 to 130 tokens; the same bits at any block and schedule") {
   const ref::DeltaShape s{2, 4, 32, 32};
   const auto in = ref::delta_inputs(s, kRows, 11);
   const auto states0 = initial_states(s, 12);
@@ -120,9 +132,10 @@ TEST_CASE("delta_rule_recurrent: the double recurrence over runs of 1 to 130 tok
     CHECK(other.out == first.out);
     CHECK(std::memcmp(other.states.data(), first.states.data(), first.states.size() * 4) == 0);
   }
+  check_schedules(&delta_rule_recurrent, in, states0, first);
 }
 
-TEST_CASE("delta_rule_chunked: the double recurrence in chunks of 64; the same bits at any block") {
+TEST_CASE("delta_rule_chunked: the double recurrence in chunks of 64; the same bits at any block and schedule") {
   const ref::DeltaShape s{2, 4, 32, 32};
   const auto in = ref::delta_inputs(s, kRows, 11);
   const auto states0 = initial_states(s, 12);
@@ -134,6 +147,7 @@ TEST_CASE("delta_rule_chunked: the double recurrence in chunks of 64; the same b
     CHECK(other.out == first.out);
     CHECK(std::memcmp(other.states.data(), first.states.data(), first.states.size() * 4) == 0);
   }
+  check_schedules(&delta_rule_chunked, in, states0, first);
 }
 
 TEST_CASE("delta rules: dims that are no multiples of the tiles (k_dim 40, v_dim 72), one key head for two value heads") {

@@ -4,14 +4,15 @@
 // f32; bf16 output. kv_append and the decode pair on CUDA cores: one block per work item of the
 // contract's grid, threads over tokens for the scores and over head_dim for P.V (probabilities in
 // f32), any 1-D block size up to 1024 (128 by convention). attn_prefill on tensor cores (sm_80),
-// probabilities rounded to bf16 for P.V; any block of whole warps (below).
+// probabilities rounded to bf16 for P.V; any block of whole warps (below). head_dim 64, 128 or 256.
+// Beside them output_gate, the gated attention's sigmoid gate on the attention output.
 #include "tile_pipeline.cuh"
 
 namespace {
 
 constexpr unsigned kPartition = 512;   // attn_decode: context tokens per split
 constexpr unsigned kPrefillRows = 64;  // attn_prefill: query rows per block
-constexpr unsigned kMaxHeadDim = 128;
+constexpr unsigned kMaxHeadDim = 256;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -30,7 +31,7 @@ __device__ __forceinline__ size_t kv_at(unsigned block, unsigned head, unsigned 
 // Flash-style prefill on tensor cores. A block takes 64 query rows of one kv head; its work is
 // the units (q head of the group, 16-row m-tile), one per warp at a time, in passes of as many
 // units as the block has whole warps. A pass streams the cache positions its rows reach in chunks
-// of 32 through a 2-stage cp.async ring (tile_pipeline.cuh; a chunk's rows are gathered through
+// of 32 (16 at head_dim 256, so that the ring stays within 48 KiB) through a 2-stage cp.async ring (tile_pipeline.cuh; a chunk's rows are gathered through
 // the block table, so any block_size works), every warp of the pass reading the same chunk.
 // Per warp and chunk: S = Q Kᵀ (mma m16n8k16, bf16 → f32; Q in registers, each thread's four
 // contiguous head_dim positions as fragment elements 2t, 2t+1, 2t+8, 2t+9 on Q and K alike),
@@ -39,28 +40,38 @@ __device__ __forceinline__ size_t kv_at(unsigned block, unsigned head, unsigned 
 // fragment layout of P V, and O += P V with V's fragments loaded transposed (ldmatrix .trans).
 // The row sums add the rounded P, so the output is the weighted mean of V with the weights the
 // mma used; rounded to bf16 once at the end.
-constexpr unsigned kPrefillChunk = 32;  // cache positions per pipeline stage
-
 // K rows padded by 16 bf16 (the 8-byte fragment loads of a half-warp hit distinct banks), V rows
 // by 8 (the eight rows of an ldmatrix matrix hit distinct banks); rows stay 16-byte aligned.
+// kChunk cache positions per pipeline stage: 32, or 16 at head_dim 256 (17 KiB a stage either way).
 template <unsigned D>
 struct PrefillStage {
+  static constexpr unsigned kChunk = D > 128 ? 16 : 32;
   static constexpr unsigned kKStride = D + 16, kVStride = D + 8;
-  alignas(16) __nv_bfloat16 k[kPrefillChunk * kKStride];
-  alignas(16) __nv_bfloat16 v[kPrefillChunk * kVStride];
+  alignas(16) __nv_bfloat16 k[kChunk * kKStride];
+  alignas(16) __nv_bfloat16 v[kChunk * kVStride];
 };
 constexpr unsigned kPrefillStages = 2;
-// The ring for either head_dim (a kernel's static shared memory is the sum of its variables).
+constexpr size_t kPrefillStageBytes = sizeof(PrefillStage<128>) > sizeof(PrefillStage<256>) ? sizeof(PrefillStage<128>)
+                                                                                              : sizeof(PrefillStage<256>);
+// The ring for any head_dim (a kernel's static shared memory is the sum of its variables): 35 KiB.
 struct alignas(16) PrefillShared {
-  unsigned char bytes[kPrefillStages * sizeof(PrefillStage<kMaxHeadDim>)];
+  unsigned char bytes[kPrefillStages * kPrefillStageBytes];
 };
+static_assert(sizeof(PrefillShared) <= 40 * 1024, "attn_prefill's ring within sm_80's 48 KiB of static shared memory");
 
 template <unsigned D>
 struct PrefillPass {
-  static constexpr unsigned kSteps = D / 16;             // k steps of S = Q Kᵀ
-  static constexpr unsigned kSTiles = kPrefillChunk / 8;  // n-tiles of S (positions)
-  static constexpr unsigned kOTiles = D / 8;             // n-tiles of O (head_dim)
   using Stage = PrefillStage<D>;
+  static constexpr unsigned kChunk = Stage::kChunk;
+  static constexpr unsigned kSteps = D / 16;      // k steps of S = Q Kᵀ
+  static constexpr unsigned kSTiles = kChunk / 8;  // n-tiles of S (positions)
+  // Up to head_dim 128 Q sits in registers and one sweep computes all of O; at 256 (so that the
+  // registers, and the occupancy of the smaller heads, stay those of 128) Q's fragments are read
+  // from global memory at each k step and O is computed in two sweeps of 128 columns.
+  static constexpr bool kQInRegisters = D <= 128;
+  static constexpr unsigned kODim = D <= 128 ? D : 128;  // columns of O per sweep
+  static constexpr unsigned kSweeps = D / kODim;
+  static constexpr unsigned kOTiles = kODim / 8;         // n-tiles of O per sweep
 
   // Shared by the block.
   const __nv_bfloat16* k_cache;
@@ -73,16 +84,18 @@ struct PrefillPass {
   // highest position; active: the warp has a unit in this pass.
   bool active;
   unsigned pos0, pos1, last;
-  unsigned q[kSteps][4];
+  unsigned q[kQInRegisters ? kSteps : 1][4];
+  const __nv_bfloat16 *q_lo, *q_hi;  // without kQInRegisters: rows g and g + 8 of Q (null past the rows)
+  unsigned o_at;                     // this sweep's first column of O
   float o[kOTiles][4];
   float top[2], sum[2];  // running maximum (log2 units) and sum of rows g and g + 8
 
   template <bool ASYNC>
   __device__ __forceinline__ void load(unsigned s, unsigned c) {
     constexpr unsigned kPieces = D / 8;  // 16-byte pieces per row
-    for (unsigned i = threadIdx.x; i < kPrefillChunk * kPieces; i += blockDim.x) {
+    for (unsigned i = threadIdx.x; i < kChunk * kPieces; i += blockDim.x) {
       const unsigned r = i / kPieces, piece = i % kPieces;
-      const unsigned pos = c * kPrefillChunk + r;
+      const unsigned pos = c * kChunk + r;
       const bool ok = pos < positions;
       const size_t at = ok ? kv_at(static_cast<unsigned>(block_table[pos / block_size]), kv_head, pos % block_size,
                                    kv_heads, block_size, D) + piece * 8
@@ -101,7 +114,7 @@ struct PrefillPass {
   }
 
   __device__ __forceinline__ void compute(unsigned s, unsigned c) {
-    const unsigned p0 = c * kPrefillChunk;
+    const unsigned p0 = c * kChunk;
     if (!active || p0 > last) return;  // warp-uniform: nothing of this chunk reaches the unit's rows
     const Stage& st = stages[s];
     const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
@@ -110,11 +123,19 @@ struct PrefillPass {
     for (unsigned j = 0; j < kSTiles; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
 #pragma unroll
     for (unsigned kk = 0; kk < kSteps; ++kk) {
+      unsigned qf[4];
+      if constexpr (kQInRegisters) {
+        qf[0] = q[kk][0], qf[1] = q[kk][1], qf[2] = q[kk][2], qf[3] = q[kk][3];
+      } else {
+        const uint2 lo = q_lo ? *reinterpret_cast<const uint2*>(q_lo + 16 * kk + 4 * t) : uint2{0, 0};
+        const uint2 hi = q_hi ? *reinterpret_cast<const uint2*>(q_hi + 16 * kk + 4 * t) : uint2{0, 0};
+        qf[0] = lo.x, qf[1] = hi.x, qf[2] = lo.y, qf[3] = hi.y;
+      }
 #pragma unroll
       for (unsigned j = 0; j < kSTiles; ++j) {
         const uint2 kv = *reinterpret_cast<const uint2*>(st.k + (8 * j + g) * Stage::kKStride + 16 * kk + 4 * t);
         const unsigned b[2] = {kv.x, kv.y};
-        metrale::mma_bf16_16816(sc[j], q[kk], b);
+        metrale::mma_bf16_16816(sc[j], qf, b);
       }
     }
     // Scores in log2 units, positions past a row masked; the maxima of rows g and g + 8.
@@ -164,7 +185,7 @@ struct PrefillPass {
 #pragma unroll
       for (unsigned j = 0; j < kOTiles; j += 2) {
         unsigned b[4];
-        metrale::ldmatrix_x4_trans(b, row + 8 * j);
+        metrale::ldmatrix_x4_trans(b, row + o_at + 8 * j);
         const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
         metrale::mma_bf16_16816(o[j], a, b0);
         metrale::mma_bf16_16816(o[j + 1], a, b1);
@@ -173,13 +194,63 @@ struct PrefillPass {
   }
 };
 
+// This warp's unit: its positions, and Q (rows tile_row .. tile_row + 15 of head `head`; rows past
+// the chunk's end are zeros, their outputs not stored).
+template <unsigned D>
+__device__ void start_unit(PrefillPass<D>& pass, const __nv_bfloat16* q, unsigned row0, unsigned rows, unsigned past,
+                           unsigned q_heads, unsigned head, unsigned tile_row) {
+  using Pass = PrefillPass<D>;
+  const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+  pass.pos0 = past + row0 + tile_row + g;
+  pass.pos1 = pass.pos0 + 8;
+  pass.last = past + row0 + min(rows, tile_row + 16) - 1;
+  const __nv_bfloat16* at[2];
+#pragma unroll
+  for (unsigned h = 0; h < 2; ++h) {
+    const unsigned r = tile_row + g + 8 * h;
+    at[h] = r < rows ? q + (static_cast<size_t>(row0 + r) * q_heads + head) * D : nullptr;
+  }
+  pass.q_lo = at[0];
+  pass.q_hi = at[1];
+  if constexpr (Pass::kQInRegisters) {
+#pragma unroll
+    for (unsigned kk = 0; kk < Pass::kSteps; ++kk) {
+#pragma unroll
+      for (unsigned h = 0; h < 2; ++h) {
+        const uint2 v = at[h] ? *reinterpret_cast<const uint2*>(at[h] + 16 * kk + 4 * t) : uint2{0, 0};
+        pass.q[kk][h] = v.x;      // row g (+8): positions 4t, 4t+1
+        pass.q[kk][2 + h] = v.y;  // positions 4t+2, 4t+3
+      }
+    }
+  }
+}
+
+// The sweep's columns of this warp's rows: O / the row sums, rounded to bf16 once.
+template <unsigned D>
+__device__ void store_unit(const PrefillPass<D>& pass, __nv_bfloat16* out, unsigned row0, unsigned rows,
+                           unsigned q_heads, unsigned head, unsigned tile_row) {
+  const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+#pragma unroll
+  for (unsigned h = 0; h < 2; ++h) {
+    float total = pass.sum[h];
+    total += __shfl_xor_sync(0xffffffffu, total, 1);
+    total += __shfl_xor_sync(0xffffffffu, total, 2);
+    const unsigned r = tile_row + g + 8 * h;
+    if (r >= rows) continue;
+    __nv_bfloat16* dst = out + (static_cast<size_t>(row0 + r) * q_heads + head) * D + pass.o_at + 2 * t;
+#pragma unroll
+    for (unsigned j = 0; j < PrefillPass<D>::kOTiles; ++j) {
+      *reinterpret_cast<unsigned*>(dst + 8 * j) = metrale::bf16_pair(pass.o[j][2 * h] / total, pass.o[j][2 * h + 1] / total);
+    }
+  }
+}
+
 template <unsigned D>
 __device__ void attn_prefill_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                                 const int* block_table, __nv_bfloat16* out, unsigned m, unsigned past, unsigned q_heads,
                                 unsigned kv_heads, unsigned block_size, float scale, unsigned char* shared) {
   using Pass = PrefillPass<D>;
   const unsigned warps = blockDim.x / 32, warp = threadIdx.x / 32;
-  const unsigned lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
   const unsigned kv_head = blockIdx.y, group = q_heads / kv_heads;
   const unsigned row0 = blockIdx.x * kPrefillRows;
   if (row0 >= m) return;  // uniform per block
@@ -202,42 +273,17 @@ __device__ void attn_prefill_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_c
     const unsigned unit = first + warp;
     pass.active = warp < warps && unit < units;
     const unsigned head = kv_head * group + unit / tiles, tile_row = (unit % tiles) * 16;
-    if (pass.active) {
-      pass.pos0 = past + row0 + tile_row + g;
-      pass.pos1 = pass.pos0 + 8;
-      pass.last = past + row0 + min(rows, tile_row + 16) - 1;
-      // Q rows past the chunk's end are zeros; their outputs are not stored.
+    if (pass.active) start_unit(pass, q, row0, rows, past, q_heads, head, tile_row);
+    for (unsigned sweep = 0; sweep < Pass::kSweeps; ++sweep) {
+      pass.o_at = sweep * Pass::kODim;
+      if (pass.active) {
 #pragma unroll
-      for (unsigned kk = 0; kk < Pass::kSteps; ++kk) {
-#pragma unroll
-        for (unsigned h = 0; h < 2; ++h) {
-          const unsigned r = tile_row + g + 8 * h;
-          const uint2 v = r < rows ? *reinterpret_cast<const uint2*>(
-                                         q + (static_cast<size_t>(row0 + r) * q_heads + head) * D + 16 * kk + 4 * t)
-                                   : uint2{0, 0};
-          pass.q[kk][h] = v.x;      // row g (+8): positions 4t, 4t+1
-          pass.q[kk][2 + h] = v.y;  // positions 4t+2, 4t+3
-        }
+        for (unsigned j = 0; j < Pass::kOTiles; ++j) pass.o[j][0] = pass.o[j][1] = pass.o[j][2] = pass.o[j][3] = 0.f;
+        pass.top[0] = pass.top[1] = neg_inf();
+        pass.sum[0] = pass.sum[1] = 0.f;
       }
-#pragma unroll
-      for (unsigned j = 0; j < Pass::kOTiles; ++j) pass.o[j][0] = pass.o[j][1] = pass.o[j][2] = pass.o[j][3] = 0.f;
-      pass.top[0] = pass.top[1] = neg_inf();
-      pass.sum[0] = pass.sum[1] = 0.f;
-    }
-    metrale::run_pipeline<kPrefillStages>((pass.positions + kPrefillChunk - 1) / kPrefillChunk, pass);
-    if (!pass.active) continue;
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h) {
-      float total = pass.sum[h];
-      total += __shfl_xor_sync(0xffffffffu, total, 1);
-      total += __shfl_xor_sync(0xffffffffu, total, 2);
-      const unsigned r = tile_row + g + 8 * h;
-      if (r >= rows) continue;
-      __nv_bfloat16* dst = out + (static_cast<size_t>(row0 + r) * q_heads + head) * D + 2 * t;
-#pragma unroll
-      for (unsigned j = 0; j < Pass::kOTiles; ++j) {
-        *reinterpret_cast<unsigned*>(dst + 8 * j) = metrale::bf16_pair(pass.o[j][2 * h] / total, pass.o[j][2 * h + 1] / total);
-      }
+      metrale::run_pipeline<kPrefillStages>((pass.positions + Pass::kChunk - 1) / Pass::kChunk, pass);
+      if (pass.active) store_unit(pass, out, row0, rows, q_heads, head, tile_row);
     }
   }
 }
@@ -347,7 +393,7 @@ extern "C" __global__ void attn_decode_combine(const float* partials, const int*
 
 // Grid (ceil(m/64), kv_heads), block: whole warps (32 .. 1024 threads, 128 by convention; threads
 // past the last whole warp only load, and fewer than 32 threads trap, as does a head_dim other
-// than 64 or 128).
+// than 64, 128 or 256).
 extern "C" __global__ void attn_prefill(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                                         const __nv_bfloat16* v_cache, const int* block_table, __nv_bfloat16* out,
                                         unsigned m, unsigned past, unsigned q_heads, unsigned kv_heads,
@@ -357,9 +403,24 @@ extern "C" __global__ void attn_prefill(const __nv_bfloat16* q, const __nv_bfloa
   if (blockDim.x < 32 || blockDim.y != 1 || blockDim.z != 1) __trap();
   if (head_dim == 128) {
     attn_prefill_tc<128>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
+  } else if (head_dim == 256) {
+    attn_prefill_tc<256>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
   } else if (head_dim == 64) {
     attn_prefill_tc<64>(q, k_cache, v_cache, block_table, out, m, past, q_heads, kv_heads, block_size, scale, stages.bytes);
   } else {
     __trap();
+  }
+}
+
+// The output gate of Qwen3.5's and Qwen3-Next's attention: out[r][j] = bf16(x · bf16(σ(gate))), σ in
+// f32 rounded to bf16 (transformers' bf16 sigmoid), the product in f32 rounded once. Grid (m, 1),
+// any 1-D block; out may be x (each thread writes only what it read).
+extern "C" __global__ void output_gate(const __nv_bfloat16* x, const __nv_bfloat16* gate, __nv_bfloat16* out, unsigned m,
+                                       unsigned n) {
+  if (blockIdx.x >= m) return;
+  const size_t row = static_cast<size_t>(blockIdx.x) * n;
+  for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = metrale::to_f32(metrale::to_bf16(metrale::sigmoid(metrale::to_f32(gate[row + j]))));
+    out[row + j] = metrale::to_bf16(metrale::to_f32(x[row + j]) * g);
   }
 }

@@ -70,4 +70,32 @@ __device__ float block_reduce(float v, float* scratch, Op op) {
   return result;
 }
 
+
+// σ(v) = 1 / (1 + e^−v) and silu(v) = v · σ(v) as v / (1 + e^−v), in f32.
+__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+__device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
+
+// Σ row[j]² over n bf16 values in f32, in an order that does not depend on the block size:
+// lane L (of kOrderedLanes) sums j = L, L + kOrderedLanes, ... in turn, then a fixed tree over the
+// lanes. Every thread gets the sum. `lanes` holds kOrderedLanes floats; ends with a barrier.
+constexpr unsigned kOrderedLanes = 256;
+__device__ inline float ordered_sum_squares(const __nv_bfloat16* row, unsigned n, float* lanes) {
+  for (unsigned lane = threadIdx.x; lane < kOrderedLanes; lane += blockDim.x) {
+    float sum = 0.f;
+    for (unsigned j = lane; j < n; j += kOrderedLanes) {
+      const float v = to_f32(row[j]);
+      sum += v * v;
+    }
+    lanes[lane] = sum;
+  }
+  __syncthreads();
+  for (unsigned s = kOrderedLanes / 2; s > 0; s >>= 1) {
+    for (unsigned lane = threadIdx.x; lane < s; lane += blockDim.x) lanes[lane] += lanes[lane + s];
+    __syncthreads();
+  }
+  const float total = lanes[0];
+  __syncthreads();  // lanes may be reused right after
+  return total;
+}
+
 }  // namespace metrale

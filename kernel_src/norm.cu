@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // Module `norm` (docs/kernels.md): RMSNorm with the rounding points of transformers' bf16
 // Qwen3RMSNorm / LlamaRMSNorm: statistics in f32, the normalised row rounded to bf16 before the
-// weight multiplies; and the bf16 adds beside it (the residual stream's, a Linear layer's bias).
-// Grid (m, 1), one row per block, any 1-D block size up to 1024.
+// weight multiplies; the zero-centred RMSNorm of Qwen3.5 / Qwen3-Next (the weight stored as the
+// offset from 1, nothing rounded before it); and the bf16 adds beside it (the residual stream's, a
+// Linear layer's bias). Grid (m, 1), one row per block, any 1-D block size up to 1024.
 #include "metrale_common.cuh"
 
 namespace {
@@ -70,4 +71,19 @@ extern "C" __global__ void bias_add(const __nv_bfloat16* x, const __nv_bfloat16*
   if (blockIdx.x >= m) return;
   const size_t row = static_cast<size_t>(blockIdx.x) * n;
   add_row(x + row, bias, out + row, n);
+}
+
+// y = bf16(x · s · (1 + weight[j])) per row, s = 1 / sqrt(Σ x² / h + eps), all in f32 with no
+// rounding of the normalised row (transformers' Qwen3NextRMSNorm). The sum of squares in fixed
+// lanes (metrale::ordered_sum_squares): the same bits at any block size. y may be x: each thread
+// writes only what it read after the reduction. Grid (m, 1).
+extern "C" __global__ void rms_norm_zero_centred(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* y,
+                                                 unsigned m, unsigned h, float eps) {
+  __shared__ float lanes[metrale::kOrderedLanes];
+  if (blockIdx.x >= m) return;
+  const size_t row = static_cast<size_t>(blockIdx.x) * h;
+  const float total = metrale::ordered_sum_squares(x + row, h, lanes);
+  const float scale = 1.f / sqrtf(total / static_cast<float>(h) + eps);
+  for (unsigned j = threadIdx.x; j < h; j += blockDim.x)
+    y[row + j] = metrale::to_bf16(metrale::to_f32(x[row + j]) * scale * (1.f + metrale::to_f32(weight[j])));
 }

@@ -13,13 +13,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$metrale" compile --target sm_86 >"$work/out1" 2>"$work/err1" || fail "first compile: $(cat "$work/err1")"
 grep -q '^w4a16 *compiled' "$work/out1" || fail "w4a16 not compiled: $(cat "$work/out1")"
 grep -q '^w4a16_v3 *gated' "$work/out1" || fail "w4a16_v3 should be gated on sm_86"
-grep -q '\[1/19\] w4a16: compiled in' "$work/err1" || fail "no progress lines on stderr"
+grep -q '\[1/20\] w4a16: compiled in' "$work/err1" || fail "no progress lines on stderr"
 grep -q '^fp8 *compiled' "$work/out1" || fail "fp8 not compiled: $(cat "$work/out1")"
 grep -q 'fp8_gemm_a8 .*gated: requires sm_89' "$work/out1" || fail "fp8_gemm_a8 should be gated on sm_86"
 grep -q '^w4afp8 *gated' "$work/out1" || fail "w4afp8 (every kernel sm_89+) should be gated on sm_86: $(cat "$work/out1")"
 
 "$metrale" compile --target sm_86 >"$work/out2" 2>"$work/err2" || fail "second compile"
-for m in w4a16 w4a16_v2 act moe w4a16_zp w8a16 fp8 quant w4a8 w8a8 bf16 f16 norm rope embed sample; do
+for m in w4a16 w4a16_v2 act moe w4a16_zp w8a16 fp8 quant w4a8 w8a8 bf16 f16 norm rope embed sample deltanet; do
   grep -q "^$m *cache hit" "$work/out2" || fail "$m not a cache hit the second time: $(cat "$work/out2")"
 done
 

@@ -3,13 +3,15 @@
 // and checked against the double reference of layers/reference/attention.hpp: kv_append's bytes
 // (slots outside the pool skipped, nothing written out of bounds), attn_decode +
 // attn_decode_combine over several sequences with scattered blocks (lengths 1, ragged, several
-// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64 and 128), attn_prefill (tensor cores)
+// 512-token splits; MHA, GQA 4 and 8, MQA; head_dim 64, 128 and 256), attn_prefill (tensor cores)
 // after past tokens at cache block sizes 1 to 256, under each thread schedule and block sizes that
 // do and do not divide the work, a partial warp, and its traps.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "reference/attention.hpp"
+
+#include "hybrid_reference.hpp"
 
 #include "metrale_emulated_ptx.hpp"
 
@@ -140,6 +142,7 @@ TEST_CASE("attn_decode + attn_decode_combine match the reference under every sch
       {{128, 16, 4, 16}, {1300, 5, 513}},
       {{64, 16, 2, 32}, {1025, 31, 1}},
       {{64, 8, 1, 8}, {700, 64}},
+      {{256, 4, 2, 16}, {1, 530}},  // Qwen3.5's gated attention heads
   };
   for (const auto& [schedule, threads] : kRegimes) {
     emu::set_schedule(schedule);
@@ -215,6 +218,8 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens") {
       {{128, 8, 2, 1}, 33, 30},    // one position per cache block
       {{64, 4, 4, 256}, 130, 290},  // three row blocks; the chunk crosses a cache block
       {{128, 16, 2, 64}, 20, 0},    // no past: row i sees positions 0 .. i
+      {{256, 4, 2, 16}, 70, 9},     // head_dim 256: chunks of 16 positions, O in two sweeps
+      {{256, 2, 1, 1}, 17, 40},
   };
   for (const auto& [schedule, threads] : kRegimes) {
     emu::set_schedule(schedule);
@@ -226,6 +231,7 @@ TEST_CASE("attn_prefill matches the reference for chunks after past tokens") {
 TEST_CASE("attn_prefill: threads past the last whole warp only load; fewer than a warp or another head_dim trap") {
   check_prefill({{128, 16, 4, 16}, 70, 5}, 100);
   check_prefill({{64, 8, 1, 8}, 40, 9}, 40);
+  check_prefill({{256, 4, 2, 8}, 40, 3}, 100);
   std::mt19937_64 rng(1);
   for (const auto& [shape, threads] : {std::pair<Shape, unsigned>{{128, 4, 4, 16}, 16}, {{96, 4, 4, 16}, 128}}) {
     CAPTURE(threads);
@@ -240,5 +246,25 @@ TEST_CASE("attn_prefill: threads past the last whole warp only load; fewer than 
                                      }),
                          doctest::Contains("__trap"), std::runtime_error);
     CHECK(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0xffff; }));
+  }
+}
+
+TEST_CASE("output_gate: bf16(x · bf16(sigmoid(gate))) bit for bit, in place; a grid past m writes nothing") {
+  constexpr uint32_t m = 5, n = 300;
+  const auto x = hybrid_reference::uniform_bf16(size_t{m} * n, -4.0f, 4.0f, 1);
+  auto gate = hybrid_reference::uniform_bf16(size_t{m} * n, -10.0f, 10.0f, 2);
+  gate[0] = 0;                                         // sigma 1/2
+  gate[1] = hybrid_reference::to_bf16(100.0f);         // sigma 1
+  gate[2] = hybrid_reference::to_bf16(-100.0f);        // sigma 0 (e^100 in f32 is +inf)
+  const auto want = hybrid_reference::output_gate(x, gate);
+  for (const unsigned block : {1u, 64u, 96u, 1024u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> out(x.size() + n, 0xffff);
+    emu::launch({m + 1, 1, 1}, {block, 1, 1}, [&] { output_gate(bf(x), bf(gate), bf(out), m, n); });
+    CHECK(std::equal(want.begin(), want.end(), out.begin()));
+    CHECK(std::all_of(out.begin() + x.size(), out.end(), [](uint16_t v) { return v == 0xffff; }));
+    std::vector<uint16_t> in_place = x;
+    emu::launch({m, 1, 1}, {block, 1, 1}, [&] { output_gate(bf(in_place), bf(gate), bf(in_place), m, n); });
+    CHECK(in_place == want);
   }
 }

@@ -83,7 +83,7 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3, w4afp8 and the F
     REQUIRE_MESSAGE(compile.status == METRALE_STATUS_OK, compile.error);
     CHECK(std::string(compile.result->target) == target);
     CHECK(std::string(compile.result->cache_dir).empty());
-    REQUIRE(compile.result->module_count == 19);
+    REQUIRE(compile.result->module_count == 20);
     size_t kernels = 0;
     size_t gated = 0;
     for (uint32_t i = 0; i < compile.result->module_count; ++i) {
@@ -124,11 +124,11 @@ TEST_CASE("every module compiles for sm_80 and sm_90; w4a16_v3, w4afp8 and the F
         }
       }
     }
-    CHECK(kernels == (std::string(target) == "sm_80" ? 63u : 66u));
+    CHECK(kernels == (std::string(target) == "sm_80" ? 69u : 72u));
     CHECK(gated == (std::string(target) == "sm_80" ? 9u : 0u));
-    CHECK(compile.progress.events.size() == 38);
+    CHECK(compile.progress.events.size() == 40);
     CHECK(compile.progress.events.front() == "start w4a16");
-    CHECK(compile.progress.events.back() == "end sample");
+    CHECK(compile.progress.events.back() == "end deltanet");
   }
 }
 

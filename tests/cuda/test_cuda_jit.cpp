@@ -151,7 +151,7 @@ TEST_CASE("unknown modules and kernels are not found, listing what exists") {
   uint64_t h = 0;
   CHECK(instance.kernel("nope", "x", h) == METRALE_STATUS_NOT_FOUND);
   CHECK(instance.last_error().find("modules: w4a16, w4a16_v2, w4a16_v3, act, moe, w4a16_zp, w8a16, fp8, quant, w4a8, "
-                                   "w8a8, w4afp8, bf16, f16, attn, norm, rope, embed, sample") != std::string::npos);
+                                   "w8a8, w4afp8, bf16, f16, attn, norm, rope, embed, sample, deltanet") != std::string::npos);
   CHECK(instance.kernel("act", "relu_mul", h) == METRALE_STATUS_NOT_FOUND);
   CHECK(instance.last_error().find("kernels: silu_mul, gelu_mul") != std::string::npos);
 }

@@ -49,12 +49,17 @@ TEST_CASE("catalog: the manifest's modules, and bad fields named by JSON pointer
   REQUIRE(catalog.find("moe") != nullptr);
   REQUIRE(catalog.find("sample") != nullptr);
   CHECK(catalog.find("sample")->source == "sample.cu");
+  REQUIRE(catalog.find("deltanet") != nullptr);
+  CHECK(catalog.find("deltanet")->source == "deltanet.cu");
+  CHECK(catalog.find("deltanet")->find("delta_rule_chunked") != nullptr);
+  CHECK(catalog.find("attn")->find("output_gate") != nullptr);
+  CHECK(catalog.find("norm")->find("rms_norm_zero_centred") != nullptr);
   CHECK(catalog.find("moe")->source == "moe.cu");
   const CatalogKernel* v3 = catalog.find("w4a16_v3")->find("w4a16_gemm_t_m128_v3");
   REQUIRE(v3 != nullptr);
   CHECK(v3->min_target == Target{90, '\0'});
   CHECK(v3->params.size() == 7);
-  CHECK(catalog.descriptors().size() == 66);
+  CHECK(catalog.descriptors().size() == 72);
   const CatalogKernel* a8 = catalog.find("fp8")->find("fp8_gemm_a8");
   REQUIRE(a8 != nullptr);
   CHECK(a8->min_target == Target{89, '\0'});

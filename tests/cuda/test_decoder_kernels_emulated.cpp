@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The decoder's small CUDA kernels (kernel_src/norm.cu, rope.cu, embed.cu), compiled for the host
 // against the CUDA emulation, bit for bit against the f32 mirror of their contracts
-// (tests/support/decoder_mirror.hpp) on inputs that make it exact, at several block sizes.
+// (tests/support/decoder_mirror.hpp; rms_norm_zero_centred's in tests/cuda/hybrid_reference.hpp)
+// on inputs that make it exact, at several block sizes.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "decoder_mirror.hpp"
+#include "hybrid_reference.hpp"
 #include "metrale_cuda_emulation.hpp"
 
 // The kernel sources themselves, as NVRTC sees them.
@@ -39,6 +41,28 @@ TEST_CASE("rms_norm: block-reduced f32 statistics, the bf16 cast before the weig
     std::vector<uint16_t> in_place = x;
     emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm(bf(in_place), bf(w), bf(in_place), kM, kH, kEps); });
     CHECK(in_place == want);
+  }
+}
+
+TEST_CASE("rms_norm_zero_centred: bf16(x · s · (1 + w)), nothing rounded before the weight; in place; any block") {
+  const auto x = mirror::eighths(size_t{kM} * kH, 21);
+  const auto w = hybrid_reference::uniform_bf16(kH, -0.75f, 0.75f, 22);  // the offsets from 1
+  const auto want = hybrid_reference::rms_norm_zero_centred(x, w, kM, kH, kEps);
+  const auto rough = mirror::scaled_rows(kM, kH, 23);  // sums of squares that round
+  std::vector<uint16_t> rough_first;
+  for (const unsigned block : {1u, 96u, 256u, 1024u}) {
+    CAPTURE(block);
+    std::vector<uint16_t> y(x.size() + kH, 0xffff);  // a grid one row wider than m writes nothing there
+    emu::launch({kM + 1, 1, 1}, {block, 1, 1}, [&] { rms_norm_zero_centred(bf(x), bf(w), bf(y), kM, kH, kEps); });
+    CHECK(std::equal(want.begin(), want.end(), y.begin()));
+    CHECK(std::all_of(y.begin() + x.size(), y.end(), [](uint16_t v) { return v == 0xffff; }));
+    std::vector<uint16_t> in_place = x;
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm_zero_centred(bf(in_place), bf(w), bf(in_place), kM, kH, kEps); });
+    CHECK(in_place == want);
+    std::vector<uint16_t> r(rough.size(), 0xffff);
+    emu::launch({kM, 1, 1}, {block, 1, 1}, [&] { rms_norm_zero_centred(bf(rough), bf(w), bf(r), kM, kH, kEps); });
+    if (rough_first.empty()) rough_first = r;
+    CHECK(r == rough_first);  // the same bits at every block size
   }
 }
 

@@ -2,7 +2,8 @@
 // The attn module on a real GPU against the double reference of layers/reference/attention.hpp:
 // a paged cache filled by kv_append with scattered blocks, decode over sequences up to 8k tokens
 // (16 splits) with GQA 4 and MQA, prefill (tensor cores) of 1, 7 and 200 rows after past tokens,
-// and at cache block sizes 1 and 256, head_dim 64, 128 threads. Suite 'gpu'; exits 77 with one
+// and at cache block sizes 1 and 256, head_dim 64, 128 threads; head_dim 256 (Qwen3.5's and
+// Qwen3-Next's gated attention: 16 q heads, 2 kv heads) for decode and prefill. Suite 'gpu'; exits 77 with one
 // line when no CUDA device is usable.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -95,6 +96,7 @@ TEST_CASE("attn_decode + attn_decode_combine on the GPU") {
   const std::pair<Shape, std::vector<uint32_t>> cases[] = {
       {{128, 32, 8, 16}, {8192, 1, 4000, 513}},
       {{64, 16, 1, 32}, {3000, 17}},
+      {{256, 16, 2, 16}, {4100, 1, 700}},
   };
   for (const auto& [s, lengths] : cases) {
     CAPTURE(s.q_heads);
@@ -130,7 +132,8 @@ TEST_CASE("attn_prefill on the GPU") {
   };
   const Case cases[] = {{{128, 32, 8, 16}, 1, 37, 64},   {{128, 32, 8, 16}, 7, 300, 64},
                         {{128, 32, 8, 16}, 200, 1000, 64}, {{128, 8, 2, 1}, 70, 33, 128},
-                        {{64, 16, 2, 256}, 300, 700, 128}};
+                        {{64, 16, 2, 256}, 300, 700, 128}, {{256, 16, 2, 16}, 200, 1000, 128},
+                        {{256, 16, 2, 16}, 7, 3, 64}};
   for (const auto& [s, m, past, threads] : cases) {
     CAPTURE(s.head_dim);
     CAPTURE(s.block_size);

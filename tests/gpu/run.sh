@@ -35,7 +35,7 @@ if [ ! -f "$build/build.ninja" ]; then
   step "configure" setup.log meson setup "$build" "$root" -Dbuildtype=release -Dtests=true || { tail -30 "$out/setup.log"; exit 1; }
 fi
 targets=(plugins/cuda/libmetrale_cuda.so plugins/cuda/cuda.json cli/metrale tests/gpu/gpu_kernel_tests tests/gpu/gpu_quant_tests
-  tests/gpu/gpu_attn_tests tests/gpu/gpu_decoder_tests tests/gpu/gpu_bench)
+  tests/gpu/gpu_attn_tests tests/gpu/gpu_decoder_tests tests/gpu/gpu_hybrid_tests tests/gpu/gpu_bench)
 ninja -C "$build" -t targets all 2>/dev/null | grep -q '^tests/conformance/conformance_tests:' && targets+=(tests/conformance/conformance_tests)
 step "build" build.log ninja -C "$build" -j"$(nproc)" "${targets[@]}" || { tail -40 "$out/build.log"; exit 1; }
 

@@ -244,6 +244,18 @@ nlohmann::json qwen3_shape(uint32_t hidden, uint32_t layers, uint32_t heads, uin
           {"tie_word_embeddings", tie}, {"torch_dtype", "bfloat16"}};
 }
 
+// Qwen3.5's text model at toy size: DeltaNet and gated attention (heads of 256) alternating.
+nlohmann::json qwen3_5_shape() {
+  return {{"model_type", "qwen3_5_text"}, {"architectures", {"Qwen3_5ForCausalLM"}}, {"hidden_size", 256},
+          {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 256},
+          {"intermediate_size", 512}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-6}, {"vocab_size", 1024},
+          {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+          {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4}, {"linear_key_head_dim", 64},
+          {"linear_value_head_dim", 64}, {"linear_conv_kernel_dim", 4}, {"max_position_embeddings", 4096},
+          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}}},
+          {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}};
+}
+
 }  // namespace
 
 const std::vector<DecoderPreset>& decoder_presets() {
@@ -251,6 +263,8 @@ const std::vector<DecoderPreset>& decoder_presets() {
       {"tiny-qwen3", "Qwen3 layout at toy size: 2 layers, hidden 256, 4 q / 2 kv heads of 128, vocab 1024 (tests, samples)"},
       {"qwen3-0.6b", "Qwen3-0.6B's shapes: 28 layers, hidden 1024, 16 q / 8 kv heads of 128, intermediate 3072, vocab 151936, tied"},
       {"qwen3-1.7b", "Qwen3-1.7B's shapes: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, intermediate 6144, vocab 151936, tied"},
+      {"tiny-qwen3.5", "Qwen3.5 (text) layout at toy size: 4 layers, Gated DeltaNet (2 key / 4 value heads of 64) and gated "
+                       "attention (2 q / 1 kv heads of 256) alternating, hidden 256, vocab 1024 (tests, samples)"},
   };
   return list;
 }
@@ -259,6 +273,7 @@ std::optional<nlohmann::json> decoder_preset(std::string_view name) {
   if (name == "tiny-qwen3") return qwen3_shape(256, 2, 4, 2, 512, 1024, false);
   if (name == "qwen3-0.6b") return qwen3_shape(1024, 28, 16, 8, 3072, 151936, true);
   if (name == "qwen3-1.7b") return qwen3_shape(2048, 28, 16, 8, 6144, 151936, true);
+  if (name == "tiny-qwen3.5") return qwen3_5_shape();
   return std::nullopt;
 }
 

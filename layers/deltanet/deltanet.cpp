@@ -29,18 +29,19 @@ DeltaNetKernels DeltaNetLayer::resolve(Backend& backend, const DeltaNetConfig& c
                                        const ActivationRequest& activations) {
   DeltaNetKernels k;
   k.conv = backend.lookup("deltanet", "conv_silu", plain_request(LookupKind::require, kConvSig));
-  k.decode = backend.lookup("deltanet", "delta_rule_recurrent", plain_request(LookupKind::require, kRecurrentSig));
   register_levers();
   const auto prefill = lever_choice(kPrefillLever);
-  if (prefill && *prefill == "recurrent") {
-    Backend::LookupRequest r = plain_request(LookupKind::require, kRecurrentSig);
+  const bool recurrent = prefill && *prefill == "recurrent";
+  const char* name = recurrent ? "delta_rule_recurrent" : "delta_rule_chunked";
+  Backend::LookupRequest r = plain_request(LookupKind::require, recurrent ? kRecurrentSig : kChunkedSig);
+  if (prefill) {
+    // Asked for by name: a backend without it is a refusal (exit 3), not a missing kernel (exit 1).
+    r.kind = LookupKind::try_lookup;
     r.lever = lever_note(kPrefillLever);
-    k.prefill = backend.lookup("deltanet", "delta_rule_recurrent", r);
-  } else {
-    Backend::LookupRequest r = plain_request(LookupKind::require, kChunkedSig);
-    if (prefill) r.lever = lever_note(kPrefillLever);
-    k.prefill = backend.lookup("deltanet", "delta_rule_chunked", r);
+    r.refuse_because = lever_note(kPrefillLever) + " asks for deltanet/" + name + " for the DeltaNet's prompts";
   }
+  k.prefill = backend.lookup("deltanet", name, r);  // before decode's: a lever's refusal comes first
+  k.decode = backend.lookup("deltanet", "delta_rule_recurrent", plain_request(LookupKind::require, kRecurrentSig));
   k.gated_norm = backend.lookup("deltanet", "gated_norm", plain_request(LookupKind::require, kGatedNormSig));
   ProjectionSetRequest request;
   request.name = "deltanet";

@@ -78,7 +78,7 @@ TEST_CASE("the CPU backend is consistent and serves every path") {
   REQUIRE(cpu);
   for (const auto& r : manifest_checks(*cpu)) FAIL_CHECK(r.name << ": " << r.detail);
   const auto rows = coverage(*cpu);
-  CHECK(rows.size() == 21);
+  CHECK(rows.size() == 24);
   for (const auto& r : rows) CHECK_MESSAGE(r.status == PathStatus::serves, r.path << ": " << path_status_name(r.status) << " " << r.detail);
   CHECK(row(rows, "dense/decode").kernels.front() == "w4a16/w4a16_gemv");
   CHECK(row(rows, "moe/device_routing").kernels.front() == "moe/moe_align");

@@ -10,6 +10,7 @@
 #include <layers/core/levers.hpp>
 #include <layers/ffn/dense_ffn.hpp>
 #include <layers/ffn/moe.hpp>
+#include <layers/deltanet/deltanet.hpp>
 #include <metrale/registry.hpp>
 #include <metrale/status.hpp>
 
@@ -157,5 +158,39 @@ TEST_CASE("METRALE_FP8_MOE_GROUPED_DECODE without fp8_grouped_gemv: 1 refuses, u
     const uint64_t before = cpu.backend->audit().last_sequence();
     resolve();
     CHECK(rows_for(before) == 0);
+  }
+}
+
+TEST_CASE("a backend without the deltanet module cannot build a DeltaNet layer (Error naming the kernel); a lever asking for a missing variant is a Refusal") {
+  register_levers();
+  testing::TempDir dir;
+  DeltaNetConfig c;
+  c.source = "test";
+  c.hidden_size = 256;
+  c.k_heads = 2;
+  c.v_heads = 4;
+  c.k_dim = c.v_dim = 64;
+  {
+    auto cpu = trimmed_cpu(dir, {"deltanet"});
+    try {
+      DeltaNetLayer::resolve(*cpu.backend, c, WeightFormat::bf16, false);
+      FAIL("no error");
+    } catch (const Refusal&) {
+      FAIL("a missing kernel nobody asked for by name is not a refusal");
+    } catch (const Error& e) {
+      CHECK(has(e.what(), "deltanet/conv_silu"));
+    }
+  }
+  testing::TempDir dir2;
+  auto cpu = trimmed_cpu(dir2, {}, {"deltanet/delta_rule_chunked"});
+  {
+    testing::EnvGuard env{{"METRALE_DELTANET_PREFILL", "chunked"}};
+    CHECK(has(refusal_of([&] { DeltaNetLayer::resolve(*cpu.backend, c, WeightFormat::bf16, false); }),
+              "METRALE_DELTANET_PREFILL=chunked asks for deltanet/delta_rule_chunked"));
+  }
+  {
+    testing::EnvGuard env{{"METRALE_DELTANET_PREFILL", "recurrent"}};
+    const DeltaNetKernels k = DeltaNetLayer::resolve(*cpu.backend, c, WeightFormat::bf16, false);
+    CHECK(cpu.backend->kernel_name(k.prefill) == "deltanet/delta_rule_recurrent");
   }
 }

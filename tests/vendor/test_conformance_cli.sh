@@ -26,7 +26,7 @@ for c in out["cases"]:
     assert c["outcome"] == "PASS" and c["kernels"] == ["w4a16/w4a16_gemm_t"], c
     assert c["comparison"]["violations"] == 0 and c["comparison"]["checked"] > 0, c
 paths = {r["path"]: r for r in out["coverage"]}
-assert len(paths) == 21 and all(r["status"] == "serves" for r in paths.values()), out["coverage"]
+assert len(paths) == 24 and all(r["status"] == "serves" for r in paths.values()), out["coverage"]
 assert paths["dense/decode"]["kernels"][0] == "w4a16/w4a16_gemv", paths["dense/decode"]
 PY
 

@@ -3,6 +3,7 @@
 
 #include "attention/attention.hpp"
 #include "decoder/decoder_layer.hpp"
+#include "deltanet/deltanet.hpp"
 #include "engine/engine.hpp"
 #include "io/config.hpp"
 #include "ffn/dense_ffn.hpp"
@@ -158,6 +159,33 @@ Probe attention_probe(Backend& b, const char* model_type, const char* primary) {
   return p;
 }
 
+// The attention of a small Qwen3.5 (gated, heads of 256, zero-centred q/k norm, partial rotary).
+Probe gated_attention_probe(Backend& b) {
+  const nlohmann::json doc{{"model_type", "qwen3_5_text"}, {"hidden_size", kHidden}, {"num_attention_heads", 2},
+                           {"num_key_value_heads", 1}, {"head_dim", 256}, {"max_position_embeddings", 4096}};
+  const AttentionKernels k = AttentionLayer::resolve(b, parse_attention_config(doc, "conformance coverage"), WeightFormat::bf16, false);
+  Probe p;
+  for (KernelHandle h : {k.rms_norm, k.rope, k.kv_append, k.decode, k.decode_combine, k.prefill, k.output_gate})
+    if (h) p.kernels.push_back(name_of(b, h));
+  p.primary = "attn/output_gate";
+  return p;
+}
+
+// A Gated DeltaNet mixer (Qwen3.5's layout) of bf16 weights, resolved as the layers do.
+Probe deltanet_probe(Backend& b) {
+  DeltaNetConfig c;
+  c.source = "conformance coverage";
+  c.hidden_size = kHidden;
+  c.k_heads = 2;
+  c.v_heads = 4;
+  c.k_dim = c.v_dim = 64;
+  const DeltaNetKernels k = DeltaNetLayer::resolve(b, c, WeightFormat::bf16, false);
+  Probe p;
+  for (KernelHandle h : {k.conv, k.prefill, k.decode, k.gated_norm}) p.kernels.push_back(name_of(b, h));
+  p.primary = "deltanet/delta_rule_chunked";
+  return p;
+}
+
 // The decoder layer's norms and residual adds.
 Probe decoder_norms_probe(Backend& b) {
   const DecoderNormKernels k = resolve_decoder_norms(b);
@@ -167,6 +195,12 @@ Probe decoder_norms_probe(Backend& b) {
   p.native = static_cast<bool>(k.rms_norm_residual);
   p.primary = "norm/rms_norm_residual";
   return p;
+}
+
+// The zero-centred norms of a hybrid model's layers (no fused add + norm serves them).
+Probe zero_centred_norms_probe(Backend& b) {
+  const DecoderNormKernels k = resolve_decoder_norms(b, /*zero_centred=*/true);
+  return Probe{.native = true, .kernels = {name_of(b, k.rms_norm), name_of(b, k.add)}, .primary = {}};
 }
 
 // Greedy tokens: sample/argmax as the engine tries it, else the host's argmax on copied logits.
@@ -226,6 +260,15 @@ std::vector<PathSpec> paths() {
        [](Backend& b, A) { return attention_probe(b, "qwen2", "norm/bias_add"); }},
       {"decoder/layer", "the decoder layer's norms and residual adds", {{"norm/rms_norm"}, {"norm/add"}, {"norm/rms_norm_residual"}},
        [](Backend& b, A) { return decoder_norms_probe(b); }},
+      {"hybrid/deltanet", "Gated DeltaNet mixer (Qwen3.5, Qwen3-Next): conv, chunked and recurrent delta rule, gated norm",
+       {{"deltanet/conv_silu"}, {"deltanet/delta_rule_chunked"}, {"deltanet/delta_rule_recurrent"}, {"deltanet/gated_norm"},
+        {"bf16/bf16_gemm"}},
+       [](Backend& b, A) { return deltanet_probe(b); }},
+      {"hybrid/gated_attention", "gated attention: heads of 256, output gate, zero-centred q/k norm, partial RoPE",
+       with(kAttention, {{"attn/output_gate"}, {"norm/rms_norm_zero_centred"}}),
+       [](Backend& b, A) { return gated_attention_probe(b); }},
+      {"hybrid/layer", "the hybrid layer's zero-centred norms and residual adds", {{"norm/rms_norm_zero_centred"}, {"norm/add"}},
+       [](Backend& b, A) { return zero_centred_norms_probe(b); }},
       {"engine/greedy", "greedy tokens chosen on the device, only ids copied back", {{"sample/argmax"}},
        [](Backend& b, A) { return greedy_probe(b); }},
   };

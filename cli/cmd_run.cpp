@@ -410,8 +410,11 @@ uint32_t run_schedule(Backend& b, OpenedBlock& opened, const BlockSchedule& s, c
   constexpr uint32_t kBlockSize = 16;
   uint64_t blocks = 0;
   for (uint64_t l : lengths) blocks += (l + kBlockSize - 1) / kBlockSize;
-  StatePool cache(b, StatePoolShape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
-                                static_cast<uint32_t>(blocks), 1});
+  StatePoolShape shape{opened.config.attention.kv_heads, opened.config.attention.head_dim, kBlockSize,
+                       static_cast<uint32_t>(std::max<uint64_t>(blocks, 1)), 1};
+  if (opened.decoder && opened.decoder->deltanet())  // a DeltaNet layer: one recurrent slot per sequence
+    shape.recurrent = RecurrentStateShape{1, opened.config.deltanet.state_bytes(), s.sequences};
+  StatePool cache(b, shape);
   for (uint32_t i = 0; i < s.sequences; ++i) cache.add_sequence();
   const size_t row = opened.config.attention.hidden_size;
   DeviceBuffer dx;

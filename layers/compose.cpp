@@ -46,7 +46,7 @@ ModelConfig request_model(const LayerRequest& request, const CheckpointFiles* fi
     throw Error(Status::not_found, request.weights + ": no model config: expected " + files->config_source +
                                        " beside the weights; pass --model PRESET|config.json to say which model they belong to");
   }
-  return parse_model_config(*files->config, files->config_source);
+  return architecture_model_config(*files->config, files->config_source);
 }
 
 // A checkpoint's format is what it declares: formats asked for may only repeat it.
@@ -78,8 +78,8 @@ LayerSource read_weights_file(const LayerRequest& request) {
   }
   // A checkpoint of an architecture metrale does not know is refused, even for its FFN alone.
   if (request.model.empty() && files.config) resolve_architecture(*files.config, files.config_source, ArchitectureUse::ffn_only);
-  LayerSource c = checkpoint_source(
-      load_checkpoint(files, request.layer, request.model.empty() ? std::nullopt : std::optional(s.config)));
+  // s.config: --model's, or the checkpoint's as its architecture runs it (architecture_model_config).
+  LayerSource c = checkpoint_source(load_checkpoint(files, request.layer, std::optional(s.config)));
   c.weights_source = request.weights;
   return c;
 }

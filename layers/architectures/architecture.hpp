@@ -40,6 +40,12 @@ enum class DeltaNetProjections {
   grouped_per_key_head,  // Qwen3-Next: in_proj_qkvz and in_proj_ba, each grouped per key head
 };
 
+// Whether a MoE's top-k routing weights are renormalised to sum to 1.
+enum class TopkNorm {
+  key,     // as norm_topk_prob says (io/config.cpp: absent is false, but Mixtral's true)
+  always,  // whatever the config says (Qwen3.5-MoE: transformers' router always renormalises)
+};
+
 // How the attention's projections carry biases.
 enum class AttentionBias {
   none,               // never (Mistral, Mixtral)
@@ -95,6 +101,7 @@ struct ArchitectureSpec {
   // Prefixes of tensors a checkpoint may hold that metrale does not run (a vision tower, an MTP
   // head): skipped and reported, not refused.
   std::vector<std::string_view> unused_tensors = {};
+  TopkNorm topk_norm = TopkNorm::key;
 };
 
 // The spec of `model_type`; nullptr when metrale has none.
@@ -127,6 +134,11 @@ ResolvedArchitecture resolve_architecture(const nlohmann::json& doc, const std::
 // language_model_key object, with the wrapper's tie_word_embeddings (the one transformers obeys).
 // Error naming the key when a wrapper has no such object.
 nlohmann::json language_model_config(const nlohmann::json& doc, const std::string& source);
+
+// The FFN settings of `doc` as its architecture runs them: parse_model_config of its language
+// model (language_model_config()), with what the spec fixes (TopkNorm::always). A model_type
+// without a spec is parsed as it is (resolve_architecture refuses it where that matters).
+ModelConfig architecture_model_config(const nlohmann::json& doc, const std::string& source);
 
 // Refusal naming the first tensor of `src` that the spec's table does not name, or a bias the
 // config does not declare (a tensor metrale would not read: the model computes something more).

@@ -5,7 +5,10 @@
 // rotary embedding turns a quarter of each head; every RMSNorm but the DeltaNet's is
 // zero-centred. Qwen3-Next stores the DeltaNet's projections grouped per key head and has a
 // Qwen2-MoE style FFN; Qwen3.5's text model is dense, and Qwen3_5ForConditionalGeneration wraps it
-// with a vision tower, which is skipped.
+// with a vision tower, which is skipped. Qwen3.5-MoE is Qwen3.5 with a MoE FFN on every layer
+// (softmax top-k, always renormalised, plus sigmoid(x . shared_expert_gate) * shared_expert(x)),
+// its experts read fused (gate_up_proj [E, 2I, H], down_proj [E, H, I], as released) or per
+// expert (as transformers' save_pretrained writes them); Qwen3_5MoeForConditionalGeneration wraps it.
 #include "architectures/specs.hpp"
 
 #include "io/config_json.hpp"
@@ -56,6 +59,24 @@ std::vector<HonouredKey> hybrid_keys() {
           {"attention_bias", "false", key_checks::must_be_false},
           {"attn_output_gate", "true", output_gate_on},
           {"mtp_use_dedicated_embeddings", "any (the MTP head is not run)", nullptr}};
+}
+
+// transformers' Qwen3_5MoeSparseMoeBlock has a MoE FFN on every layer; keys that would make some
+// layers dense are refused rather than followed.
+void every_layer_moe(const Object& root, std::string_view key) {
+  const nlohmann::json& v = *root.find(key);
+  const bool inert = v.is_null() || (v.is_array() && v.empty()) || (key == "decoder_sparse_step" && v == 1);
+  if (!inert) root.unsupported(key, v, key == "decoder_sparse_step" ? "1 (a MoE FFN on every layer)" : "[] (a MoE FFN on every layer)");
+}
+
+std::vector<HonouredKey> qwen35_moe_keys() {
+  return {{"num_experts", "up to 4096", nullptr},
+          {"num_experts_per_tok", "1 .. the experts", nullptr},
+          {"moe_intermediate_size", "a multiple of 128", nullptr},
+          {"shared_expert_intermediate_size", "a multiple of 128 (the gated shared expert)", nullptr},
+          {"norm_topk_prob", "any: the top-k weights are always renormalised (as transformers' router does)", nullptr},
+          {"decoder_sparse_step", "1 (a MoE FFN on every layer)", every_layer_moe},
+          {"mlp_only_layers", "[] (a MoE FFN on every layer)", every_layer_moe}};
 }
 
 std::vector<TensorEntry> deltanet_tensors(DeltaNetProjections projections) {
@@ -120,8 +141,31 @@ const ArchitectureSpec kQwen35Text{
     .unused_tensors = {"mtp."},
 };
 
-std::vector<HonouredKey> wrapper_keys() {
-  return {{"text_config", "the language model's config (qwen3_5_text)", nullptr},
+const ArchitectureSpec kQwen35MoeText{
+    .model_type = "qwen3_5_moe_text",
+    .description = "Qwen3.5-MoE (text): Qwen3.5's mixers, a MoE FFN on every layer (softmax top-k, always "
+                   "renormalised) with a gated shared expert; experts fused or per expert",
+    .classes = {"Qwen3_5MoeForCausalLM"},
+    .decode_refusal = {},
+    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
+    .ffns = {FfnKind::moe},
+    .qk_norm = true,
+    .attention_bias = AttentionBias::none,
+    .keys = join(hybrid_keys(), qwen35_moe_keys()),
+    .tensors = join(join(decoder_tensors(true), qwen_moe_tensors(true)), deltanet_tensors(DeltaNetProjections::separate)),
+    .zero_centred_norms = true,
+    .attention_output_gate = true,
+    .default_partial_rotary_factor = 0.25,
+    .deltanet = DeltaNetProjections::separate,
+    .language_model_key = {},
+    .language_model_root = {},
+    .unused_tensors = {"mtp."},
+    .topk_norm = TopkNorm::always,
+};
+
+// `text` says which language model the wrapper's text_config holds.
+std::vector<HonouredKey> wrapper_keys(std::string_view text) {
+  return {{"text_config", text, nullptr},
           {"vision_config", "any (the vision tower is not run; its tensors are skipped)", nullptr},
           {"image_token_id", "any (images are not run)", nullptr},
           {"video_token_id", "any (videos are not run)", nullptr},
@@ -139,7 +183,7 @@ const ArchitectureSpec kQwen35{
     .ffns = {FfnKind::dense},
     .qk_norm = true,
     .attention_bias = AttentionBias::none,
-    .keys = wrapper_keys(),
+    .keys = wrapper_keys("the language model's config (qwen3_5_text)"),
     .tensors = {},
     .zero_centred_norms = true,
     .attention_output_gate = true,
@@ -150,8 +194,32 @@ const ArchitectureSpec kQwen35{
     .unused_tensors = {"model.visual.", "mtp."},
 };
 
+const ArchitectureSpec kQwen35Moe{
+    .model_type = "qwen3_5_moe",
+    .description = "Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration): its text model (qwen3_5_moe_text); the vision "
+                   "tower is skipped",
+    .classes = {"Qwen3_5MoeForConditionalGeneration"},
+    .decode_refusal = {},
+    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
+    .ffns = {FfnKind::moe},
+    .qk_norm = true,
+    .attention_bias = AttentionBias::none,
+    .keys = wrapper_keys("the language model's config (qwen3_5_moe_text)"),
+    .tensors = {},
+    .zero_centred_norms = true,
+    .attention_output_gate = true,
+    .default_partial_rotary_factor = 0.25,
+    .deltanet = DeltaNetProjections::separate,
+    .language_model_key = "text_config",
+    .language_model_root = "model.language_model.",
+    .unused_tensors = {"model.visual.", "mtp."},
+    .topk_norm = TopkNorm::always,
+};
+
 }  // namespace
 
-std::vector<const ArchitectureSpec*> qwen3_hybrid_specs() { return {&kQwen3Next, &kQwen35Text, &kQwen35}; }
+std::vector<const ArchitectureSpec*> qwen3_hybrid_specs() {
+  return {&kQwen3Next, &kQwen35Text, &kQwen35, &kQwen35MoeText, &kQwen35Moe};
+}
 
 }  // namespace metrale::layers

@@ -283,6 +283,13 @@ nlohmann::json language_model_config(const nlohmann::json& doc, const std::strin
   return inner;
 }
 
+ModelConfig architecture_model_config(const nlohmann::json& doc, const std::string& source) {
+  ModelConfig c = parse_model_config(language_model_config(doc, source), source);
+  const ArchitectureSpec* spec = find_architecture(c.model_type);
+  if (spec && spec->topk_norm == TopkNorm::always) c.norm_topk_prob = true;
+  return c;
+}
+
 ResolvedArchitecture resolve_architecture(const nlohmann::json& doc, const std::string& source, ArchitectureUse use,
                                           bool warn) {
   const Object root(doc, source, "", "a JSON object (the model config)");

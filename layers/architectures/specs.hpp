@@ -13,7 +13,7 @@ namespace metrale::layers {
 std::vector<const ArchitectureSpec*> llama_specs();     // llama.cpp: llama, mistral, mixtral
 std::vector<const ArchitectureSpec*> qwen2_specs();     // qwen2.cpp: qwen2, qwen2_moe
 std::vector<const ArchitectureSpec*> qwen3_specs();     // qwen3.cpp: qwen3, qwen3_moe
-std::vector<const ArchitectureSpec*> qwen3_hybrid_specs();  // qwen3_hybrid.cpp: qwen3_next, qwen3_5_text, qwen3_5
+std::vector<const ArchitectureSpec*> qwen3_hybrid_specs();  // qwen3_hybrid.cpp: qwen3_next, qwen3_5(_moe)_text, qwen3_5(_moe)
 std::vector<const ArchitectureSpec*> deepseek_specs();  // deepseek.cpp: deepseek_v2, deepseek_v3 (FFN only)
 
 namespace spec_parts {

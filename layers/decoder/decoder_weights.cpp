@@ -43,7 +43,7 @@ DecoderConfig parse_decoder_config(const nlohmann::json& wrapped, const std::str
   c.architecture = resolve_architecture(wrapped, source);  // a wrapper's keys, then its language model's
   const nlohmann::json doc = language_model_config(wrapped, source);
   const Object root(doc, source, "", "a JSON object (the model config)");
-  c.ffn = parse_model_config(doc, source);
+  c.ffn = architecture_model_config(wrapped, source);  // with what the spec fixes (Qwen3.5-MoE's top-k norm)
   c.ffn.mlp_bias = c.architecture.mlp_bias;  // the spec decides (a key it does not honour is refused)
   c.attention = parse_attention_config(doc, source);
   if (c.architecture.spec->deltanet != DeltaNetProjections::none) c.deltanet = parse_deltanet_config(doc, source);

@@ -6,8 +6,14 @@
 
 Each model is a tiny random checkpoint written by transformers' own config class and
 save_pretrained (bf16): qwen3_next in its release form (full_attention_interval instead of
-layer_types, a top-level partial_rotary_factor), qwen3_5_text, and qwen3_5 (the
-Qwen3_5ForConditionalGeneration wrapper with a vision tower and tied embeddings). Every norm, the
+layer_types, a top-level partial_rotary_factor), qwen3_5_text, qwen3_5 (the
+Qwen3_5ForConditionalGeneration wrapper with a vision tower and tied embeddings), and Qwen3.5-MoE
+in both forms its experts come in: transformers' save_pretrained writes them per expert
+(experts.<E>.{gate,up,down}_proj.weight: qwen3_5_moe_text-per-expert, as saved), the released
+checkpoints fused (experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I] in bf16, no
+.weight: qwen3_5_moe-fused, the wrapper, rewritten with the safetensors package). A name
+"<case>-fused" or "<case>-per-expert" rewrites any case's experts so (--model qwen3_next-fused).
+Every norm, the
 DeltaNet's convolution, A_log and dt_bias are randomised so that the state carried from token to
 token matters (transformers' own init forgets within a token, which would hide a state bug).
 
@@ -60,7 +66,60 @@ def model_cases():
         "qwen3_next": lambda: t.Qwen3NextConfig(**TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
                                                 shared_expert_intermediate_size=128, norm_topk_prob=True,
                                                 mlp_only_layers=[0]),
+        # No norm_topk_prob: Qwen3.5-MoE's router always renormalises. Every layer is MoE.
+        "qwen3_5_moe-fused": lambda: t.Qwen3_5MoeConfig(
+            text_config=dict(MOE_TEXT), tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)),
+        "qwen3_5_moe_text-per-expert": lambda: t.Qwen3_5MoeTextConfig(**MOE_TEXT),
     }
+
+
+MOE_TEXT = {**{k: v for k, v in TEXT.items() if k != "intermediate_size"}, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128}
+WRAPPERS = {"qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
+
+
+def case_of(name):
+    """(the case whose config it is, the experts' form to rewrite to or None): "qwen3_next-fused" -> ("qwen3_next", "fused")."""
+    for form in ("fused", "per-expert"):
+        if name.endswith("-" + form):
+            base = name[:-len(form) - 1]
+            return (base if base in model_cases() else name, form)
+    return name, None
+
+
+def experts_form(directory, form):
+    """Rewrites every layer's experts fused ([E, 2I, H] gate rows then up rows; [E, H, I]; no .weight) or
+    per expert (experts.<E>.{gate,up,down}_proj.weight), whichever way they were saved."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    path = os.path.join(directory, "model.safetensors")
+    assert os.path.exists(path), "one shard expected"
+    with safe_open(path, "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    out, per_expert = {}, {}
+    for k, v in tensors.items():
+        head, sep, rest = k.partition(".experts.")
+        parts = rest.split(".")
+        if sep and form == "fused" and parts[0].isdigit():      # <head>.experts.<E>.<proj>.weight
+            per_expert.setdefault(head, {})[(int(parts[0]), parts[1])] = v
+        elif sep and form == "per-expert" and rest in ("gate_up_proj", "down_proj"):
+            for e in range(v.shape[0]):
+                if rest == "down_proj":
+                    out[f"{head}.experts.{e}.down_proj.weight"] = v[e].contiguous()
+                else:
+                    gate, up = v[e].chunk(2, dim=0)
+                    out[f"{head}.experts.{e}.gate_proj.weight"] = gate.contiguous()
+                    out[f"{head}.experts.{e}.up_proj.weight"] = up.contiguous()
+        else:
+            out[k] = v
+    for head, by in per_expert.items():
+        experts = range(1 + max(e for e, _ in by))
+        out[f"{head}.experts.gate_up_proj"] = torch.stack([torch.cat([by[e, "gate_proj"], by[e, "up_proj"]]) for e in experts])
+        out[f"{head}.experts.down_proj"] = torch.stack([by[e, "down_proj"] for e in experts])
+    fused = any(k.endswith("experts.gate_up_proj") for k in out)
+    assert fused == (form == "fused") and any(".experts." in k for k in out), f"{directory}: no experts to write {form}"
+    save_file(out, path, metadata={"format": "pt"})
 
 
 def randomise(model, seed):
@@ -102,27 +161,34 @@ def release_form(directory):
 
 
 def write_model(root, name):
-    config = model_cases()[name]()
+    case, form = case_of(name)
+    config = model_cases()[case]()
     torch.manual_seed(0)
-    cls = transformers.Qwen3_5ForConditionalGeneration if name == "qwen3_5" else transformers.AutoModelForCausalLM
-    model = cls._from_config(config, dtype=torch.float32) if name == "qwen3_5" else cls.from_config(config, dtype=torch.float32)
-    randomise(model, seed=sum(map(ord, name)))
+    wrapper = WRAPPERS.get(config.model_type)
+    if wrapper:
+        model = getattr(transformers, wrapper)._from_config(config, dtype=torch.float32)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomise(model, seed=sum(map(ord, case)))
     d = os.path.join(root, name)
     model.to(torch.bfloat16)
-    if name == "qwen3_5":
+    if case == "qwen3_5":
         # As the released Qwen3.5 checkpoints: A_log and the DeltaNet's norm in F32 among bf16 tensors.
         for n, p in model.named_parameters():
             if n.endswith("A_log") or n.endswith("linear_attn.norm.weight"):
                 p.data = p.data.float()
     model.save_pretrained(d)
-    if name == "qwen3_next":
+    if case == "qwen3_next":
         release_form(d)
+    if form:
+        experts_form(d, form)
     return d
 
 
 def load(d, dtype):
-    if json.load(open(os.path.join(d, "config.json")))["model_type"] == "qwen3_5":
-        return transformers.Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=dtype)
+    wrapper = WRAPPERS.get(json.load(open(os.path.join(d, "config.json")))["model_type"])
+    if wrapper:
+        return getattr(transformers, wrapper).from_pretrained(d, dtype=dtype)
     return transformers.AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
 
 
@@ -230,6 +296,8 @@ def main():
     failures = []
     try:
         for name in a.model or model_cases():
+            if case_of(name)[0] not in model_cases():
+                raise SystemExit(f"unknown model {name!r}: one of {', '.join(model_cases())}, or a case with -fused / -per-expert")
             failures += check_model(a.metrale, root, name)
     finally:
         if not a.keep:

@@ -37,7 +37,7 @@ std::string architecture_refusal_of(const json& doc) {
 
 TEST_CASE("every supported model_type has a spec; the registry lists each once") {
   for (const char* type : {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text",
-                           "qwen3_5", "deepseek_v2", "deepseek_v3"}) {
+                           "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "deepseek_v2", "deepseek_v3"}) {
     CAPTURE(type);
     const ArchitectureSpec* s = find_architecture(type);
     REQUIRE(s != nullptr);
@@ -45,9 +45,9 @@ TEST_CASE("every supported model_type has a spec; the registry lists each once")
     CHECK((!s->tensors.empty() || !s->language_model_key.empty()));  // a wrapper's tensors are its language model's
   }
   CHECK(find_architecture("gemma3") == nullptr);
-  CHECK(architectures().size() == 12);
+  CHECK(architectures().size() == 14);
   const json listed = architectures_json();
-  CHECK(listed["architectures"].size() == 12);
+  CHECK(listed["architectures"].size() == 14);
   CHECK(listed["architectures"][5]["model_type"] == "qwen3");
   CHECK(listed["architectures"][5]["qk_norm"] == true);
 }
@@ -131,4 +131,40 @@ TEST_CASE("inert keys pass silently; a key in no list is reported, not read") {
   q["frobnication_level"] = 3;
   const ResolvedArchitecture r = resolve_architecture(q, "config.json", ArchitectureUse::decoder, false);
   CHECK(r.unknown_keys == std::vector<std::string>{"frobnication_level"});
+}
+
+TEST_CASE("Qwen3.5-MoE: top-k weights always renormalised, every layer MoE, the wrapper's language model") {
+  json text = llama_like("qwen3_5_moe_text");
+  text.erase("intermediate_size");
+  text["num_experts"] = 4;
+  text["num_experts_per_tok"] = 2;
+  text["moe_intermediate_size"] = 128;
+  text["shared_expert_intermediate_size"] = 128;
+  text["layer_types"] = {"linear_attention", "full_attention"};
+  CHECK(architecture_refusal_of(text) == "(no refusal)");
+  const ModelConfig c = architecture_model_config(text, "config.json");
+  CHECK(c.norm_topk_prob);  // no norm_topk_prob key: the spec says always
+  CHECK(c.shared_expert_intermediate_size == 128);
+  text["norm_topk_prob"] = false;  // transformers' router ignores it too
+  CHECK(architecture_model_config(text, "config.json").norm_topk_prob);
+  CHECK(!parse_model_config(text, "config.json").norm_topk_prob);  // what the key alone would say
+
+  json dense_layers = text;
+  dense_layers["mlp_only_layers"] = {0};
+  CHECK(architecture_refusal_of(dense_layers).find("mlp_only_layers = [0] is not supported") != std::string::npos);
+  dense_layers = text;
+  dense_layers["decoder_sparse_step"] = 2;
+  CHECK(architecture_refusal_of(dense_layers).find("decoder_sparse_step = 2 is not supported") != std::string::npos);
+  dense_layers["decoder_sparse_step"] = 1;
+  CHECK(architecture_refusal_of(dense_layers) == "(no refusal)");
+
+  const json wrapper{{"model_type", "qwen3_5_moe"}, {"text_config", text}, {"vision_config", json::object()},
+                     {"tie_word_embeddings", false}};
+  const ResolvedArchitecture r = resolve_architecture(wrapper, "config.json", ArchitectureUse::decoder, false);
+  CHECK(r.spec->model_type == "qwen3_5_moe_text");
+  CHECK(r.wrapper->model_type == "qwen3_5_moe");
+  CHECK(architecture_model_config(wrapper, "config.json").norm_topk_prob);
+  json wrong = wrapper;
+  wrong["text_config"]["model_type"] = "qwen3_5_text";
+  CHECK(architecture_refusal_of(wrong).find("text_config.model_type = \"qwen3_5_text\" is not supported") != std::string::npos);
 }

@@ -122,11 +122,11 @@ def delta_rule_chunked(q, k, v, g, beta, state=None, chunk=CHUNK):
     return out.transpose(1, 0, 2), s
 
 
-def conv_silu(x, weight, window=None):
-    """The causal depthwise convolution with SiLU: x [T, C], weight [C, K] (conv1d's [C, 1, K]
-    squeezed), window [K - 1, C] (the previous inputs, oldest first; zeros for a new sequence).
-    y[t, c] = silu(sum_j weight[c, j] * in[t - K + 1 + j, c]) over the inputs preceded by the window.
-    Returns (y [T, C], the next window: the last K - 1 inputs)."""
+def conv(x, weight, window=None):
+    """The causal depthwise convolution, before its SiLU: x [T, C], weight [C, K] (conv1d's
+    [C, 1, K] squeezed), window [K - 1, C] (the previous inputs, oldest first; zeros for a new
+    sequence). y[t, c] = sum_j weight[c, j] * in[t - K + 1 + j, c] over the inputs preceded by the
+    window. Returns (y [T, C], the next window: the last K - 1 inputs)."""
     x, weight = np.asarray(x, np.float64), np.asarray(weight, np.float64)
     taps = weight.shape[1]
     if window is None:
@@ -135,7 +135,13 @@ def conv_silu(x, weight, window=None):
     y = np.zeros_like(x)
     for j in range(taps):
         y += weight[:, j] * full[j:j + x.shape[0]]
-    return silu(y), full[full.shape[0] - (taps - 1):].copy()
+    return y, full[full.shape[0] - (taps - 1):].copy()
+
+
+def conv_silu(x, weight, window=None):
+    """silu(conv(...)): the mixer's convolution as transformers runs it (activation "silu")."""
+    y, window = conv(x, weight, window)
+    return silu(y), window
 
 
 def gated_norm(x, z, weight, eps):

@@ -94,6 +94,7 @@ struct Options {
   std::vector<uint32_t> m_list{1, 2, 4, 8, 16, 64, 256, 512};
   std::vector<unsigned> threads;
   AttentionRequest attention;
+  DeltaNetRequest deltanet;
   ModelRowsRequest model;
   uint32_t repeat = 3;
   uint32_t launches = 2000;
@@ -113,7 +114,8 @@ void add_options(CLI::App& app, Options& o) {
                  "permutation, as compressed-tensors' act-order loads; m = 1 and m >= 64), w8a16, fp8 and "
                  "fp8-block (FP8 weights, E4M3 activations scaled per 128 columns; m = 1), w4a8 and w8a8 "
                  "(int8 activations; m >= 64), bf16; attn-decode and attn-prefill (the attention kernels, "
-                 "--attn-contexts, --attn-seqs, --attn-m); model (a decoder preset end to end: --model-preset, "
+                 "--attn-contexts, --attn-seqs, --attn-m); deltanet-prefill and deltanet-decode (the Gated DeltaNet on "
+                 "Qwen3.5-0.8B's and a Qwen3.5-27B layer's shapes: --deltanet-m, --deltanet-seqs); model (a decoder preset end to end: --model-preset, "
                  "--model-prompts, --model-seqs)")
       ->delimiter(',')
       ->capture_default_str();
@@ -128,6 +130,14 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--attn-m", o.attention.prefill_m, "attn-prefill: query rows of the chunk (no past), comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(uint32_t{1}, uint32_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--deltanet-m", o.deltanet.prefill_m, "deltanet-prefill: tokens of the one sequence, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(uint32_t{1}, uint32_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--deltanet-seqs", o.deltanet.seqs, "deltanet-decode: sequences per decode step, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(uint32_t{1}, uint32_t{256}))
       ->capture_default_str();
   app.add_option("--model-preset", o.model.preset, "model: the decoder preset (qwen3-0.6b, qwen3-1.7b, tiny-qwen3)")
       ->capture_default_str();
@@ -184,8 +194,14 @@ void measure_runs(const Options& o, Report& rep, CacheEvictor& evictor) {
   AttentionRequest attention = o.attention;
   attention.rows = attention_rows(request.variants);
   attention.repeat = o.repeat;
+  DeltaNetRequest deltanet = o.deltanet;
+  deltanet.repeat = o.repeat;
   ModelRowsRequest model = o.model;
-  for (const auto& v : request.variants) model.enabled |= v.whole_model;
+  for (const auto& v : request.variants) {
+    model.enabled |= v.whole_model;
+    deltanet.prefill |= v.deltanet == DeltaNetRows::prefill;
+    deltanet.decode |= v.deltanet == DeltaNetRows::decode;
+  }
   for (unsigned requested : o.threads) {
     auto backend = backend_on_threads(requested, o.backend_name);
     Backend& b = *backend;
@@ -205,6 +221,7 @@ void measure_runs(const Options& o, Report& rep, CacheEvictor& evictor) {
     run.d = denominators_at(rep, run.threads);
     run.rates = measure_rates(b, request, run.threads, run.d, evictor);
     for (auto& r : measure_attention_rates(b, attention, run.threads, run.d, evictor)) run.rates.push_back(std::move(r));
+    for (auto& r : measure_deltanet_rates(b, deltanet, run.threads, run.d, evictor)) run.rates.push_back(std::move(r));
     for (auto& r : measure_model_rates(b, model, run.threads, run.d)) run.rates.push_back(std::move(r));
     std::fprintf(stderr, "measuring launch overhead (%s)...\n", threads_label(run.threads).c_str());
     run.launch = measure_launch(b, o.launches);

@@ -16,37 +16,22 @@ namespace metrale::bench {
 
 using namespace metrale::layers;
 
+PoolWaker::PoolWaker(Backend& b)
+    : b_(b), blocks_(std::max(1u, b.compute_units())), act_(b.kernel("act", "silu_mul")),
+      gate_up_(b, size_t{blocks_} * 2 * kCols * 2), out_(b, size_t{blocks_} * kCols * 2) {
+  b.memset(gate_up_.ptr(), 0, size_t{blocks_} * 2 * kCols * 2);
+}
+
+void PoolWaker::wake() {
+  LaunchShape wide;
+  wide.block = {256, 1, 1};
+  wide.grid = {1, blocks_, 1};
+  const double start = clock_now();
+  while (clock_now() - start < 200e-6) b_.launch(act_, wide, gate_up_.ptr(), out_.ptr(), blocks_, kCols);
+  b_.synchronize();
+}
+
 namespace {
-
-// Wakes the CPU backend's pool before a timed pass. Its workers sleep after about 100 us idle and
-// the evictor's read before each pass lasts milliseconds, so the pass's first launches would run
-// on the calling thread alone while the workers wake (a futex wake; on a virtual machine a halted
-// vCPU's, tens of microseconds to milliseconds), which a model's back-to-back decode launches never
-// see. One-block-per-thread launches for about 200 us keep them spinning into the pass (the
-// eviction runs on the pass's threads, so that no vCPU halts through it: CacheEvictor::evict).
-class PoolWaker {
- public:
-  explicit PoolWaker(Backend& b)
-      : b_(b), blocks_(std::max(1u, b.compute_units())), act_(b.kernel("act", "silu_mul")),
-        gate_up_(b, size_t{blocks_} * 2 * kCols * 2), out_(b, size_t{blocks_} * kCols * 2) {
-    b.memset(gate_up_.ptr(), 0, size_t{blocks_} * 2 * kCols * 2);
-  }
-  void wake() {
-    LaunchShape wide;
-    wide.block = {256, 1, 1};
-    wide.grid = {1, blocks_, 1};
-    const double start = clock_now();
-    while (clock_now() - start < 200e-6) b_.launch(act_, wide, gate_up_.ptr(), out_.ptr(), blocks_, kCols);
-    b_.synchronize();
-  }
-
- private:
-  static constexpr uint32_t kCols = 64;
-  Backend& b_;
-  uint32_t blocks_;
-  KernelHandle act_;
-  DeviceBuffer gate_up_, out_;
-};
 
 Variant variant(std::string name, WeightFormat format, ActivationQuant act, VariantPaths paths, bool moe,
                 bool act_order = false, bool symmetric = false, ActivationScaling scaling = {}) {
@@ -68,6 +53,14 @@ Variant attention_variant(std::string name, AttentionRows rows) {
   v.name = std::move(name);
   v.dense = false;  // no FFN preset covers it
   v.attention = rows;
+  return v;
+}
+
+Variant deltanet_variant(std::string name, DeltaNetRows rows) {
+  Variant v;
+  v.name = std::move(name);
+  v.dense = false;  // no FFN preset covers it
+  v.deltanet = rows;
   return v;
 }
 
@@ -166,6 +159,8 @@ const std::vector<Variant>& all_variants() {
       variant("bf16", F::bf16, A::bf16, P::decode_and_prefill, true),
       attention_variant("attn-decode", AttentionRows::decode),
       attention_variant("attn-prefill", AttentionRows::prefill),
+      deltanet_variant("deltanet-prefill", DeltaNetRows::prefill),
+      deltanet_variant("deltanet-decode", DeltaNetRows::decode),
       model_variant(),
   };
   return variants;

@@ -9,6 +9,7 @@
 
 #include "core/tiers.hpp"
 #include "io/weights.hpp"
+#include "core/device_buffer.hpp"
 
 #include <cstdint>
 #include <string>
@@ -16,11 +17,32 @@
 
 namespace metrale::bench {
 
+// Wakes the CPU backend's pool before a timed pass. Its workers sleep after about 100 us idle and
+// the evictor's read before each pass lasts milliseconds, so the pass's first launches would run
+// on the calling thread alone while the workers wake (a futex wake; on a virtual machine a halted
+// vCPU's, tens of microseconds to milliseconds), which a model's back-to-back decode launches never
+// see. One-block-per-thread launches for about 200 us keep them spinning into the pass (the
+// eviction runs on the pass's threads, so that no vCPU halts through it: CacheEvictor::evict).
+class PoolWaker {
+ public:
+  explicit PoolWaker(Backend& b);
+  void wake();
+
+ private:
+  static constexpr uint32_t kCols = 64;
+  Backend& b_;
+  uint32_t blocks_;
+  KernelHandle act_;
+  layers::DeviceBuffer gate_up_, out_;
+};
+
 // Which m of --m a variant is measured at.
 enum class VariantPaths { all, decode_and_prefill, decode, prefill };
 
 // The attention variants' rows (measure_attention_rates), not an FFN's.
 enum class AttentionRows { none, decode, prefill };
+// The Gated DeltaNet variants' rows (measure_deltanet_rates, bench_deltanet.cpp).
+enum class DeltaNetRows { none, decode, prefill };
 
 // One weight tier of the rows: synthetic weights in `formats`, activations entering the
 // projections as `activations`.
@@ -33,6 +55,7 @@ struct Variant {
   bool dense = true;  // measured on dense presets
   bool moe = false;   // measured on MoE presets
   AttentionRows attention = AttentionRows::none;  // an attention row set: no preset, no weights
+  DeltaNetRows deltanet = DeltaNetRows::none;     // a DeltaNet row set, on its own shapes
   bool whole_model = false;  // the `model` variant: a decoder preset end to end (measure_model_rates)
   bool covers(uint32_t m, bool moe_preset) const;
 };
@@ -130,7 +153,7 @@ struct AttentionRequest {
   std::vector<AttentionRows> rows;                                // from the selected variants
   std::vector<uint32_t> contexts{512, 4096, 8192, 16384, 32768};  // decode: tokens per sequence
   std::vector<uint32_t> seqs{1, 4};                               // decode: sequences per step
-  std::vector<uint32_t> prefill_m{512, 4096};                     // prefill: rows, past 0
+  std::vector<uint32_t> prefill_m{512};  // 4096 on the 27B shape: about 2 minutes a thread count                     // prefill: rows, past 0
   uint32_t repeat = 3;
 };
 // The attention row sets among `variants`, in order.
@@ -155,5 +178,28 @@ struct ModelRowsRequest {
   uint32_t new_tokens = 17;
 };
 std::vector<Rate> measure_model_rates(Backend& b, const ModelRowsRequest& request, unsigned threads, const Denominators& d);
+
+// The Gated DeltaNet rows (variants deltanet-prefill and deltanet-decode, bench_deltanet.cpp), on
+// Qwen3.5 shapes. Prefill: delta_rule_chunked alone over one sequence of m tokens from a zero
+// state, in chunked_flops per second against the dot peak. Decode: the whole DeltaNetLayer on
+// synthetic bf16 weights for one token of each of `seqs` sequences, in the bytes a step reads
+// (every weight once, each sequence's state [v_heads][k_dim][v_dim] f32 and conv window once) per
+// second against the read bandwidth.
+struct DeltaNetShape {
+  std::string name;  // the rows' preset column: "deltanet-" + name
+  uint32_t hidden = 0, k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0;
+};
+std::vector<DeltaNetShape> default_deltanet_shapes();
+struct DeltaNetRequest {
+  std::vector<DeltaNetShape> shapes = default_deltanet_shapes();
+  bool prefill = false, decode = false;  // from the selected variants
+  std::vector<uint32_t> prefill_m{512};  // 4096 on the 27B shape: about 2 minutes a thread count
+  std::vector<uint32_t> seqs{1, 16};
+  uint32_t repeat = 3;
+};
+// The FLOP of the chunked (WY) form over m tokens, every value head.
+double chunked_flops(const DeltaNetShape& s, uint32_t m);
+std::vector<Rate> measure_deltanet_rates(Backend& b, const DeltaNetRequest& request, unsigned threads,
+                                         const Denominators& d, CacheEvictor& evictor);
 
 }  // namespace metrale::bench

@@ -48,7 +48,13 @@ const TargetRow& target(const std::vector<TargetRow>& all, int id) {
 
 TEST_CASE("each weight tier covers its paths") {
   const auto v = select_variants(variant_names());
-  REQUIRE(v.size() == 13);
+  REQUIRE(v.size() == 15);
+  for (size_t i : {size_t{12}, size_t{13}}) {  // the DeltaNet rows: no FFN preset row either
+    CHECK(v[i].deltanet != DeltaNetRows::none);
+    CHECK_FALSE(v[i].covers(1, false));
+  }
+  CHECK(v[12].name == "deltanet-prefill");
+  CHECK(v[13].name == "deltanet-decode");
   CHECK(v.back().name == "model");
   CHECK(v.back().whole_model);
   CHECK_FALSE(v.back().covers(1, false));  // no FFN preset row: measure_model_rates measures it
@@ -89,7 +95,7 @@ TEST_CASE("each weight tier covers its paths") {
   CHECK(attention_rows(select_variants({"w4a16"})).empty());
   CHECK_THROWS_WITH_AS(select_variants({"w4a16", "w3a16"}),
                        "--variants: unknown variant 'w3a16' (known: w4a16, w4-zp, w4-zp-act, ct-act-order, w8a16, fp8, "
-                       "fp8-block, w4a8, w8a8, bf16, attn-decode, attn-prefill, model)",
+                       "fp8-block, w4a8, w8a8, bf16, attn-decode, attn-prefill, deltanet-prefill, deltanet-decode, model)",
                        metrale::Error);
 }
 

@@ -238,6 +238,8 @@ def check_model(metrale, root, name):
     rng = np.random.default_rng(7)
     prompts = {n: rng.integers(0, VOCAB, n).tolist() for n in (1, 37, 300)}
     failures = []
+    if name in ("qwen3_5_text", "qwen3_5"):  # one dense text model and the wrapper: the blocks and the output file
+        failures += check_blocks(metrale, d, models, name)
     runs = [(f"prompt of {n}", prompts[n], ()) for n in prompts]
     runs.append(("prompt of 300 in chunks of 37, blocks of 8", prompts[300], ("--prefill-chunk", "37", "--block-size", "8")))
     for label, prompt, extra in runs:
@@ -279,6 +281,53 @@ def check_model(metrale, root, name):
         failures.append(f"{name}: batch of 5: {e}")
         print(f"FAIL {name}: batch of 5: {e}")
     return failures
+
+
+def text_model(model):
+    """The decoder stack of a causal LM or of a wrapper (Qwen3_5ForConditionalGeneration)."""
+    inner = model.model
+    return inner.language_model if hasattr(inner, "language_model") else inner
+
+
+def check_blocks(metrale, d, models, name):
+    """`metrale run --block decoder` on a DeltaNet layer (0) and a gated attention layer (1) against
+    transformers' own decoder layer in float32 on the same bf16 rows; `generate --output
+    --prompt-logits` keeps the logits each id was chosen from."""
+    from numerics import bf16_bits, bf16_value  # noqa: E402
+    from safetensors import safe_open  # noqa: E402
+    failures = []
+    model = text_model(models[torch.float32])
+    x = bf16_value(bf16_bits(np.random.default_rng(3).standard_normal((6, model.config.hidden_size))))
+    path = d.rstrip("/") + "-x.safetensors"
+    save(path, {"x": tensor("BF16", bf16_bits(x))})
+    xt, pos = torch.tensor(x, dtype=torch.float32)[None], torch.arange(6)[None]
+    for layer in (0, 1):
+        out = d.rstrip("/") + f"-y{layer}.safetensors"
+        r = subprocess.run([metrale, "run", "--weights", d, "--layer", str(layer), "--block", "decoder", "--input", path,
+                            "--output", out, "--quiet"], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            failures.append(f"{name}: run --block decoder --layer {layer}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            continue
+        with torch.no_grad():
+            want = model.layers[layer](xt, position_embeddings=model.rotary_emb(xt, pos), attention_mask=None,
+                                       position_ids=pos)
+        want = (want[0] if isinstance(want, tuple) else want)[0].double().numpy()
+        got = safe_open(out, "pt").get_tensor("y").double().numpy()
+        err, bound = float(np.abs(got - want).max()), 2.0 ** -6 * float(np.abs(want).max())
+        mixer = model.config.layer_types[layer]
+        print(f"{'ok  ' if err <= bound else 'FAIL'} {name}: run --block decoder, layer {layer} ({mixer}): "
+              f"max |error| {err:.4f} (bound {bound:.4f})")
+        if err > bound:
+            failures.append(f"{name}: run --block decoder --layer {layer}: max |error| {err:.4f} > {bound:.4f}")
+    out = d.rstrip("/") + "-out.safetensors"
+    prompt = [3, 141, 59, 265, 35]
+    r = subprocess.run([metrale, "generate", "--weights", d, "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "4",
+                        "--output", out, "--prompt-logits", "--quiet"], capture_output=True, text=True, timeout=300)
+    f = safe_open(out, "np") if r.returncode == 0 else None
+    ok = f is not None and (f.get_tensor("logits")[0].argmax(-1) == f.get_tensor("ids")[0]).all() and \
+        f.get_tensor("prompt_logits").shape[1] == len(prompt)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: generate --output --prompt-logits: each id its logits row's argmax")
+    return failures + ([] if ok else [f"{name}: generate --output --prompt-logits (exit {r.returncode})"])
 
 
 def main():

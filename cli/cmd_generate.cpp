@@ -206,6 +206,8 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
                              {"tiers", opened.model->tiers()},
                              {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
                                            {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
+                             {"recurrent_state", {{"layers", r.cache.recurrent.layers}, {"bytes_per_sequence", r.cache.recurrent.bytes},
+                                                  {"slots", r.cache.recurrent.max_sequences}}},
                              {"memory", memory_json(opened.load)},
                              {"sampling", o.sampling.describe()},
                              {"steps", r.stats.steps},
@@ -231,7 +233,12 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   for (const auto& tier : opened.model->tiers()) std::cout << "tier     " << tier << '\n';
   std::cout << "kv cache " << r.cache.capacity_tokens() << " tokens per layer, " << r.cache.num_blocks
             << (r.cache.num_blocks == 1 ? " block" : " blocks") << " of " << r.cache.block_size << ", " << r.cache.layers
-            << " layers\n\naudit: the lookups made building the model\n"
+            << " layers\n";
+  if (r.cache.recurrent.layers > 0) {  // the DeltaNet layers' per-sequence state (docs/layers.md, "The hybrid layer")
+    std::cout << "state    " << r.cache.recurrent.bytes << " bytes per sequence in each of " << r.cache.recurrent.layers
+              << " recurrent layers, " << r.cache.recurrent.max_sequences << " slot(s)\n";
+  }
+  std::cout << "\naudit: the lookups made building the model\n"
             << render_audit_table(opened.audit) << '\n';
   if (!o.sampling.greedy()) std::cout << "sampling " << o.sampling.describe() << '\n';
   for (size_t p = 0; p < prompts.size(); ++p) {

@@ -14,6 +14,8 @@ formats.py), in these forms:
                            shared-expert gate.
   ct-w4a16-ab-bf16         the same, the DeltaNet's in_proj_qkv(z)/in_proj_z/out_proj quantized and
                            only in_proj_a/in_proj_b (Qwen3-Next: in_proj_ba) ignored.
+  ct-w4a16-all             W4A16 with only lm_head and the routers ignored: a and b (4 and 8 rows)
+                           quantized too, as the scheme's default ignore list leaves them.
   fp8-block                the publishers' block FP8 (quant_method fp8, weight_block_size
                            [128, 128], F32 weight_scale_inv), with modules_to_not_convert as Qwen's
                            FP8 releases list it: lm_head, and per layer in_proj_a/in_proj_b
@@ -57,7 +59,7 @@ import run_hybrid_tests as hybrid  # noqa: E402
 from safetensors_np import load_checkpoint, save, tensor  # noqa: E402
 
 MODELS = ("qwen3_5_text", "qwen3_next")
-FORMS = ("ct-w4a16-deltanet-bf16", "ct-w4a16-ab-bf16", "fp8-block", "fp8-block-ab")
+FORMS = ("ct-w4a16-deltanet-bf16", "ct-w4a16-ab-bf16", "ct-w4a16-all", "fp8-block", "fp8-block-ab")
 PROMPT_LENGTHS = (1, 37)
 ROUTERS = ["re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$"]
 
@@ -76,7 +78,8 @@ def linear_modules(tensors):
 def quantization_config(form, name, modules):
     """The config.json quantization_config the tool writes for `form`."""
     if form.startswith("ct-"):
-        deltanet = ["re:.*linear_attn.*"] if form == "ct-w4a16-deltanet-bf16" else [f"re:.*{m}$" for m in ab_modules(name)]
+        deltanet = {"ct-w4a16-deltanet-bf16": ["re:.*linear_attn.*"], "ct-w4a16-all": []}.get(
+            form, [f"re:.*{m}$" for m in ab_modules(name)])
         q = formats.quantization_config({"method": "ct-int4"}, name)
         q["ignore"] = ["lm_head"] + deltanet + ROUTERS
         return q
@@ -177,17 +180,32 @@ def check_runs(metrale, label, quant_dir, models, prompts, extra):
             failures.append(f"{what}: {e}")
             continue
         wrong, ties = hybrid.teacher_forced(models, prompt, ids)
+        if not wrong and ties > hybrid.NEW_TOKENS // 4:
+            wrong = f"{ties} near-ties of {hybrid.NEW_TOKENS}: too flat to judge"
         print(f"{'FAIL' if wrong else 'ok  '} {what}: {len(ids)} ids, {ties} near-tie(s) excused" + (f": {wrong}" if wrong else ""))
         if wrong:
             failures.append(f"{what}: {wrong}")
-        elif ties > hybrid.NEW_TOKENS // 4:
-            failures.append(f"{what}: {ties} near-ties of {hybrid.NEW_TOKENS}: too flat to judge")
     return failures
 
 
-def check_form(metrale, root, name, form, bf16_dir, prompts):
+def corrupt(quant_dir, module, factor):
+    """The self-check (--corrupt): `module`'s scales multiplied by `factor` in the quantized files
+    only, after the reference was decoded, as a loader misreading them would; the form must fail."""
+    path = os.path.join(quant_dir, "model.safetensors")
+    tensors = load_checkpoint(quant_dir)
+    name = next(f"{module}.{s}" for s in ("weight_scale", "weight_scale_inv") if f"{module}.{s}" in tensors)
+    t = tensors[name]
+    tensors[name] = (tensor("F32", t.data * factor) if t.dtype == "F32"
+                     else formats.writers._store_float(decoders.float_values(t) * factor, t.dtype))
+    save(path, tensors, {"format": "pt"})
+    print(f"corrupted {name} (x{factor}): this form must fail")
+
+
+def check_form(metrale, root, name, form, bf16_dir, prompts, corruption=None):
     quant_dir, quantized, kept = write_quantized(root, form, name, bf16_dir)
     dequantized, prefixes = write_dequantized(quant_dir)
+    if corruption:
+        corrupt(quant_dir, *corruption)
     label = f"{name} {form} ({quantized} modules quantized, {kept} in bf16)"
     failures = check_runs(metrale, label + " W·A16", quant_dir, reference_models(dequantized), prompts,
                           ("--activation-quantization", "bf16"))
@@ -211,6 +229,9 @@ def main():
     ap.add_argument("--model", action="append", default=[], choices=MODELS)
     ap.add_argument("--form", action="append", default=[], choices=FORMS)
     ap.add_argument("--keep")
+    ap.add_argument("--corrupt", nargs=2, metavar=("MODULE", "FACTOR"),
+                    help="self-check: multiply MODULE's scales by FACTOR in the quantized files after the reference "
+                         "is decoded (e.g. model.layers.1.self_attn.q_proj 2); every run of the forms quantizing it must fail")
     a = ap.parse_args()
     probe = subprocess.run([a.metrale, "--json", "list"], capture_output=True, text=True)
     if probe.returncode != 0 or not any(e.get("backend") == "cpu" and e.get("state") == "loaded" for e in json.loads(probe.stdout)):
@@ -225,7 +246,8 @@ def main():
         for name in a.model or MODELS:
             bf16_dir = hybrid.write_model(root, name)
             for form in a.form or FORMS:
-                failures += check_form(a.metrale, root, name, form, bf16_dir, prompts)
+                corruption = (a.corrupt[0], float(a.corrupt[1])) if a.corrupt else None
+                failures += check_form(a.metrale, root, name, form, bf16_dir, prompts, corruption)
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)

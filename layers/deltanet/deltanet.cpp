@@ -26,7 +26,8 @@ constexpr auto kGatedNormSig = signature("deltanet", "gated_norm");
 }  // namespace
 
 DeltaNetKernels DeltaNetLayer::resolve(Backend& backend, const DeltaNetConfig& c, WeightFormat format, bool act_order,
-                                       const ActivationRequest& activations) {
+                                       const ActivationRequest& activations, std::optional<WeightFormat> ab_format,
+                                       bool ab_act_order) {
   DeltaNetKernels k;
   k.conv = backend.lookup("deltanet", "conv_silu", plain_request(LookupKind::require, kConvSig));
   register_levers();
@@ -47,13 +48,23 @@ DeltaNetKernels DeltaNetLayer::resolve(Backend& backend, const DeltaNetConfig& c
   request.name = "deltanet";
   request.format = format;
   request.act_order = act_order;
+  const bool separate = ab_format && *ab_format != format;
+  const std::vector<ProjectionShape> ab_shapes{ProjectionShape{"deltanet.a", c.v_heads, c.hidden_size},
+                                               ProjectionShape{"deltanet.b", c.v_heads, c.hidden_size}};
   request.shapes = {ProjectionShape{"deltanet.qkv", c.conv_channels(), c.hidden_size},
                     ProjectionShape{"deltanet.z", c.value_width(), c.hidden_size},
-                    ProjectionShape{"deltanet.a", c.v_heads, c.hidden_size},
-                    ProjectionShape{"deltanet.b", c.v_heads, c.hidden_size},
                     ProjectionShape{"deltanet.out", c.hidden_size, c.value_width()}};
+  if (!separate) request.shapes.insert(request.shapes.begin() + 2, ab_shapes.begin(), ab_shapes.end());
   request.activations = activations;
   k.projections = resolve_projection_set(backend, request);
+  k.ab = k.projections;
+  if (separate) {
+    request.name = "deltanet.ab";
+    request.format = *ab_format;
+    request.act_order = ab_act_order;
+    request.shapes = ab_shapes;
+    k.ab = resolve_projection_set(backend, request);
+  }
   return k;
 }
 
@@ -64,12 +75,13 @@ DeltaNetLayer DeltaNetLayer::build(Backend& backend, const DeltaNetConfig& confi
   d.backend_ = &backend;
   d.config_ = config;
   d.state_layer_ = state_layer;
-  d.kernels_ = resolve(backend, config, weights.format(), weights.act_order(), activations);
+  d.kernels_ = resolve(backend, config, weights.format(), weights.act_order(), activations, weights.ab_format(),
+                       weights.ab_act_order());
   const ProjectionSet& set = d.kernels_.projections;
   d.qkv_ = set.upload(backend, weights.qkv);
   d.z_ = set.upload(backend, weights.z);
-  d.a_ = set.upload(backend, weights.a);
-  d.b_ = set.upload(backend, weights.b);
+  d.a_ = d.kernels_.ab.upload(backend, weights.a);
+  d.b_ = d.kernels_.ab.upload(backend, weights.b);
   d.out_ = set.upload(backend, weights.out);
   d.conv_ = device_copy(backend, weights.conv);
   d.a_log_ = device_copy(backend, weights.a_log);
@@ -116,8 +128,8 @@ void DeltaNetLayer::forward_into(const SequenceBatch& batch, DevicePtr x, Device
   const ProjectionSet& set = kernels_.projections;
   run_projection(b, set, qkv_, 0, x, mixed_.ptr(), m, scratch_, stream);
   run_projection(b, set, z_, 0, x, z_out_.ptr(), m, scratch_, stream);
-  run_projection(b, set, a_, 0, x, a_out_.ptr(), m, scratch_, stream);
-  run_projection(b, set, b_, 0, x, b_out_.ptr(), m, scratch_, stream);
+  run_projection(b, kernels_.ab, a_, 0, x, a_out_.ptr(), m, scratch_, stream);
+  run_projection(b, kernels_.ab, b_, 0, x, b_out_.ptr(), m, scratch_, stream);
   const DevicePtr slots = batch.pool().recurrent_slots(state_layer_);
   const auto stride = static_cast<uint32_t>(c.state_floats());
   b.launch(kernels_.conv, launch_shape({runs, 1, 1}, kBlock, stream), mixed_.ptr(), conv_.ptr(), slots, batch.recurrent_runs(),
@@ -139,8 +151,8 @@ std::vector<PlanStep> DeltaNetLayer::plan(uint32_t m) const {
   std::vector<PlanStep> steps;
   steps.push_back(describe_set_projection(b, set, "deltanet.qkv", m, c.conv_channels(), c.hidden_size));
   steps.push_back(describe_set_projection(b, set, "deltanet.z", m, c.value_width(), c.hidden_size));
-  steps.push_back(describe_set_projection(b, set, "deltanet.a", m, c.v_heads, c.hidden_size));
-  steps.push_back(describe_set_projection(b, set, "deltanet.b", m, c.v_heads, c.hidden_size));
+  steps.push_back(describe_set_projection(b, kernels_.ab, "deltanet.a", m, c.v_heads, c.hidden_size));
+  steps.push_back(describe_set_projection(b, kernels_.ab, "deltanet.b", m, c.v_heads, c.hidden_size));
   const auto step = [&](std::string name, KernelHandle k, std::string why, std::array<uint32_t, 3> grid) {
     steps.push_back(PlanStep{std::move(name), b.kernel_name(k), std::move(why), grid});
   };

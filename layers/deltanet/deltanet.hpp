@@ -3,6 +3,7 @@
 // hybrid layer"), a stateful Layer whose batch state is a SequenceBatch over a StatePool with
 // recurrent slots. For m rows of normalised hidden states x [m, hidden]:
 //   qkv0 = x W_qkv^T; z = x W_z^T; a = x W_a^T; b = x W_b^T     projections under the layer's tier
+//          (a and b in their own set where the checkpoint stores them in another format)
 //   qkv  = deltanet/conv_silu(qkv0)        the causal conv per run, its window in the sequence's slot
 //   o    = deltanet/delta_rule_recurrent   a decode batch (every run one row): all sequences at once
 //          deltanet/delta_rule_chunked     anything else: each run in chunks of 64
@@ -26,12 +27,14 @@
 #include <metrale/backend.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace metrale::layers {
 
 struct DeltaNetKernels {
-  ProjectionSet projections;       // in_proj_qkv, _z, _a, _b, out_proj under the layer's tier
+  ProjectionSet projections;       // in_proj_qkv, _z, out_proj (and _a, _b) under the layer's tier
+  ProjectionSet ab;                // in_proj_a, _b: `projections`, or their own set where their format differs
   KernelHandle conv;               // deltanet/conv_silu
   KernelHandle prefill;            // deltanet/delta_rule_chunked (or _recurrent under the lever)
   KernelHandle decode;             // deltanet/delta_rule_recurrent
@@ -40,9 +43,12 @@ struct DeltaNetKernels {
 
 class DeltaNetLayer final : public Layer {
  public:
-  // Resolves the kernels only (audit rows, no memory).
+  // Resolves the kernels only (audit rows, no memory). `ab_format` (with `ab_act_order`): the
+  // format of in_proj_a and in_proj_b where it is not `format` (a checkpoint that left them in
+  // bf16), resolved as a second projection set "deltanet.ab" under the same activation request.
   static DeltaNetKernels resolve(Backend& backend, const DeltaNetConfig& config, WeightFormat format, bool act_order,
-                                 const ActivationRequest& activations = {});
+                                 const ActivationRequest& activations = {},
+                                 std::optional<WeightFormat> ab_format = std::nullopt, bool ab_act_order = false);
   // Resolves, then uploads `weights` (checked against `config`). `state_layer` picks this layer's
   // recurrent slots in the pools the batches carry.
   static DeltaNetLayer build(Backend& backend, const DeltaNetConfig& config, const DeltaNetWeights& weights,

@@ -62,7 +62,11 @@ void DeltaNetWeights::validate(const DeltaNetConfig& c) const {
       invalid(m->name + ": shape [" + std::to_string(m->n) + ", " + std::to_string(m->k) + "], expected [" + std::to_string(n) +
               ", " + std::to_string(k) + "] (" + c.source + ")");
     }
-    if (m->format != qkv.format) invalid(m->name + " and " + qkv.name + " differ in weight format: the DeltaNet's projections run as one family");
+    const QuantMatrix& family = (m == &a || m == &b) ? a : qkv;
+    if (m->format != family.format) {
+      invalid(m->name + " and " + family.name + " differ in weight format: " +
+              (&family == &a ? "in_proj_a and in_proj_b" : "in_proj_qkv, in_proj_z and out_proj") + " run as one family");
+    }
   }
   if (conv.size() != size_t{c.conv_channels()} * c.conv_kernel) invalid("conv1d.weight: " + std::to_string(conv.size()) + " values");
   if (a_log.size() != c.v_heads || dt_bias.size() != c.v_heads) invalid("A_log / dt_bias: not one value per value head");

@@ -170,6 +170,23 @@ GenerateOptions generate_options(const GenerateCliOptions& o) {
   return g;
 }
 
+// The model, backend, weights, tiers and the state pool's shape, one line each.
+void print_model(Backend& b, const OpenedModel& opened, const StatePoolShape& cache) {
+  const DecoderConfig& c = opened.model->config();
+  std::cout << "model    " << c.source << ": " << c.num_layers << " layers, hidden " << c.attention.hidden_size << ", "
+            << c.attention.q_heads << " q / " << c.attention.kv_heads << " kv heads of " << c.attention.head_dim << ", vocab "
+            << c.vocab_size << " (model_type " << c.attention.model_type << ")\n"
+            << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << ")\n"
+            << "weights  " << opened.weights_source << ", " << opened.quantization << '\n';
+  for (const auto& tier : opened.model->tiers()) std::cout << "tier     " << tier << '\n';
+  std::cout << "kv cache " << cache.capacity_tokens() << " tokens per layer, " << cache.num_blocks
+            << (cache.num_blocks == 1 ? " block" : " blocks") << " of " << cache.block_size << ", " << cache.layers << " layers\n";
+  if (cache.recurrent.layers > 0) {  // the DeltaNet layers' per-sequence state (docs/layers.md, "The hybrid layer")
+    std::cout << "state    " << cache.recurrent.bytes << " bytes per sequence in each of " << cache.recurrent.layers
+              << " recurrent layers, " << cache.recurrent.max_sequences << " slot(s)\n";
+  }
+}
+
 void generate(CliContext& ctx, const GenerateCliOptions& o) {
   if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "--max-new-tokens must be at least 1");
   if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "--prefill-chunk must be at least 1");
@@ -224,20 +241,7 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
     std::cout << out.dump(2) << '\n';
     return;
   }
-  const DecoderConfig& c = opened.model->config();
-  std::cout << "model    " << c.source << ": " << c.num_layers << " layers, hidden " << c.attention.hidden_size << ", "
-            << c.attention.q_heads << " q / " << c.attention.kv_heads << " kv heads of " << c.attention.head_dim << ", vocab "
-            << c.vocab_size << " (model_type " << c.attention.model_type << ")\n"
-            << "backend  " << b.name() << " (" << b.target() << ", " << b.device_name() << ")\n"
-            << "weights  " << opened.weights_source << ", " << opened.quantization << '\n';
-  for (const auto& tier : opened.model->tiers()) std::cout << "tier     " << tier << '\n';
-  std::cout << "kv cache " << r.cache.capacity_tokens() << " tokens per layer, " << r.cache.num_blocks
-            << (r.cache.num_blocks == 1 ? " block" : " blocks") << " of " << r.cache.block_size << ", " << r.cache.layers
-            << " layers\n";
-  if (r.cache.recurrent.layers > 0) {  // the DeltaNet layers' per-sequence state (docs/layers.md, "The hybrid layer")
-    std::cout << "state    " << r.cache.recurrent.bytes << " bytes per sequence in each of " << r.cache.recurrent.layers
-              << " recurrent layers, " << r.cache.recurrent.max_sequences << " slot(s)\n";
-  }
+  print_model(b, opened, r.cache);
   std::cout << "\naudit: the lookups made building the model\n"
             << render_audit_table(opened.audit) << '\n';
   if (!o.sampling.greedy()) std::cout << "sampling " << o.sampling.describe() << '\n';

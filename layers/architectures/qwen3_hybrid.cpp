@@ -37,6 +37,12 @@ void default_rope_object(const Object& root, std::string_view key) {
   if (rope->has("partial_rotary_factor")) rotary_fraction(*rope, "partial_rotary_factor");
 }
 
+// Released Qwen3.5 configs name the DeltaNet state's dtype; metrale keeps it in f32.
+void state_in_f32(const Object& root, std::string_view key) {
+  if (const auto dtype = root.string(key); dtype && *dtype != "float32")
+    root.unsupported(key, *root.find(key), "\"float32\" (the DeltaNet's state is kept in f32)");
+}
+
 void output_gate_on(const Object& root, std::string_view key) {
   if (!root.boolean(key).value_or(true)) root.unsupported(key, *root.find(key), "true (the attention's output gate)");
 }
@@ -58,7 +64,8 @@ std::vector<HonouredKey> hybrid_keys() {
           {"rope_scaling", "rope_type default", default_rope_object},
           {"attention_bias", "false", key_checks::must_be_false},
           {"attn_output_gate", "true", output_gate_on},
-          {"mtp_use_dedicated_embeddings", "any (the MTP head is not run)", nullptr}};
+          {"mtp_use_dedicated_embeddings", "any (the MTP head is not run)", nullptr},
+          {"mamba_ssm_dtype", "float32 (the DeltaNet's state dtype)", state_in_f32}};
 }
 
 // transformers' Qwen3_5MoeSparseMoeBlock has a MoE FFN on every layer; keys that would make some

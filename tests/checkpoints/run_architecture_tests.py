@@ -112,6 +112,12 @@ def refusal_cases(root):
     yield ("qwen3 given MoE keys", relabelled(root, "qwen3-experts", t.Qwen3Config(**small), num_experts=8,
                                              num_experts_per_tok=2, moe_intermediate_size=128),
            ["layer 0", "moe", "qwen3 does not have"])
+    yield ("qwen3_5_text DeltaNet state in bf16", relabelled(root, "ssm-dtype", t.Qwen3_5TextConfig(**small),
+                                                            mamba_ssm_dtype="bfloat16"), ["mamba_ssm_dtype", "bfloat16"])
+    yield ("qwen3_5_text attn_output_gate false", relabelled(root, "no-gate", t.Qwen3_5TextConfig(**small),
+                                                             attn_output_gate=False), ["attn_output_gate", "false"])
+    yield ("qwen3_next partial rotary 1.5", relabelled(root, "partial-next", t.Qwen3NextConfig(**small), partial_rotary_factor=1.5),
+           ["partial_rotary_factor", "1.5"])
     yield ("deepseek_v3 (attention not implemented)", relabelled(root, "deepseek", t.Qwen3Config(**small), model_type="deepseek_v3"),
            ["deepseek_v3", "multi-head latent attention"])
 

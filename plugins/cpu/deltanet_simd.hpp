@@ -151,18 +151,32 @@ struct DeltaChunkedSimd {
     for (uint32_t i = 0; i < n; i += kL) Ops::store(out + i, Ops::mul(Ops::load(out + i), factor));
   }
 
+  // A token's q, k and v lie in three places of a long row (12 KB in Qwen3.5-0.8B), a page or
+  // more from the previous token's: no hardware prefetcher follows, and the first load of each
+  // took a sixth of the body's time. They are asked for kAhead tokens ahead.
+  static constexpr uint32_t kAhead = 4;
+  static void prefetch_token(const uint16_t* x, size_t q_at, size_t k_at, size_t v_at, const DeltaCall& c) {
+    for (uint32_t e = 0; e < c.k_dim; e += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + q_at + e), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(x + k_at + e), _MM_HINT_T0);
+    }
+    for (uint32_t e = 0; e < c.v_dim; e += 32) _mm_prefetch(reinterpret_cast<const char*>(x + v_at + e), _MM_HINT_T0);
+  }
+
   // Tokens [row0, row0 + n) of value head h: q, k, Kt, v, G, beta; Kt's columns past n zero.
   static void load(Chunk& ch, const DeltaCall& c, uint32_t row0, uint32_t h) {
     const float qscale = 1.0f / std::sqrt(static_cast<float>(c.k_dim));
     const size_t kh = c.key_head(h);
+    const size_t width = c.qkv_width(), vat = 2 * size_t{c.k_heads} * c.k_dim + size_t{h} * c.v_dim;
     float g = 0.0f;
     for (uint32_t i = 0; i < ch.n; ++i) {
-      const uint16_t* x = c.qkv + size_t{row0 + i} * c.qkv_width();
+      const uint16_t* x = c.qkv + size_t{row0 + i} * width;
+      if (i + kAhead < ch.n) prefetch_token(x + kAhead * width, kh * c.k_dim, (c.k_heads + kh) * c.k_dim, vat, c);
       float* ki = ch.k + size_t{i} * ch.kd;
       l2_normalised(x + kh * c.k_dim, c.k_dim, qscale, ch.q + size_t{i} * ch.kd);
       l2_normalised(x + (c.k_heads + kh) * c.k_dim, c.k_dim, 1.0f, ki);
       for (uint32_t r = 0; r < ch.kd; ++r) ch.kt[size_t{r} * kC + i] = ki[r];
-      const uint16_t* vr = x + 2 * size_t{c.k_heads} * c.k_dim + size_t{h} * c.v_dim;
+      const uint16_t* vr = x + vat;
       for (uint32_t j = 0; j < c.v_dim; j += kL) Ops::store(ch.v + size_t{i} * ch.vd + j, Ops::load_bf16(vr + j));
       g += delta_gate(c, row0 + i, h);
       ch.gsum[i] = g;

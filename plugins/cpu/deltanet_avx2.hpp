@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 // The deltanet module's bodies on the AVX2 tier (and the AVX-512 tiers' for dims that are
-// multiples of 8 but not of 16): delta_rule_chunked in ymm registers (deltanet_simd.hpp over 8 f32
-// lanes; the baseline's scalar body for other dims). Internal linkage on purpose (see
+// multiples of 8 but not of 16): delta_rule_chunked and delta_rule_recurrent in ymm registers
+// (deltanet_simd.hpp over 8 f32 lanes; the baseline's scalar bodies for other dims). Internal linkage on purpose (see
 // numeric.hpp): included by the SIMD tiers' TUs, compiled with their flags.
 #pragma once
 
@@ -49,7 +49,17 @@ struct DeltanetAvx2 {
     else
       baseline::delta_rule_chunked(args, bx, by, scratch);
   }
-  static void set(SimdBodies& b) { b[Simd::delta_rule_chunked] = &delta_rule_chunked; }
+  static void delta_rule_recurrent(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
+    const DeltaCall c = delta_call(args);
+    if (DeltaChunkedSimd<DeltaOpsAvx2>::fits(c))
+      DeltaRecurrentSimd<DeltaOpsAvx2>::run(c, bx, by, scratch);
+    else
+      baseline::delta_rule_recurrent(args, bx, by, scratch);
+  }
+  static void set(SimdBodies& b) {
+    b[Simd::delta_rule_chunked] = &delta_rule_chunked;
+    b[Simd::delta_rule_recurrent] = &delta_rule_recurrent;
+  }
 };
 
 }  // namespace

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The deltanet module's bodies on the AVX-512 tiers: delta_rule_chunked in zmm registers
-// (deltanet_simd.hpp over 16 f32 lanes; AVX2's 8 lanes where k_dim or v_dim is a multiple of 8
-// only; the baseline's scalar body for other dims). Internal linkage on purpose (see numeric.hpp):
-// included by each AVX-512 tier's TU, compiled with its flags.
+// The deltanet module's bodies on the AVX-512 tiers: delta_rule_chunked and delta_rule_recurrent
+// in zmm registers (deltanet_simd.hpp over 16 f32 lanes; AVX2's 8 lanes where k_dim or v_dim is a
+// multiple of 8 only; the baseline's scalar bodies for other dims). Internal linkage on purpose
+// (see numeric.hpp): included by each AVX-512 tier's TU, compiled with its flags.
 #pragma once
 
 #include <immintrin.h>
@@ -50,7 +50,17 @@ struct DeltanetAvx512 {
     else
       DeltanetAvx2::delta_rule_chunked(args, bx, by, scratch);
   }
-  static void set(SimdBodies& b) { b[Simd::delta_rule_chunked] = &delta_rule_chunked; }
+  static void delta_rule_recurrent(const KernelArgs& args, uint32_t bx, uint32_t by, unsigned char* scratch) {
+    const DeltaCall c = delta_call(args);
+    if (DeltaChunkedSimd<DeltaOpsAvx512>::fits(c))
+      DeltaRecurrentSimd<DeltaOpsAvx512>::run(c, bx, by, scratch);
+    else
+      DeltanetAvx2::delta_rule_recurrent(args, bx, by, scratch);
+  }
+  static void set(SimdBodies& b) {
+    b[Simd::delta_rule_chunked] = &delta_rule_chunked;
+    b[Simd::delta_rule_recurrent] = &delta_rule_recurrent;
+  }
 };
 
 }  // namespace

@@ -282,5 +282,81 @@ struct DeltaChunkedSimd {
   }
 };
 
+// deltanet/delta_rule_recurrent in vector registers: per token, S in strips of kVecs vectors of
+// columns, each strip read once from memory for both S^T k and S^T q (old S), then
+//   u = beta (v - e^g S^T k),  o = e^g S^T q + (k.q) u  (= S_new^T q),  S <- e^g S + k (x) u
+// written back from the strip still in L1 (kd rows x 64 columns: 32 KB at k_dim 128): S goes
+// through memory once each way, where the baseline's two sweeps read and write it twice. The sums
+// are the baseline's reassociated (o from S^T q before the update, not after). One thread per
+// (run, head), a fixed order: the same bits at any thread count.
+template <class Ops>
+struct DeltaRecurrentSimd {
+  using vf = typename Ops::vf;
+  static constexpr uint32_t kL = Ops::kLanes;
+  using Chunked = DeltaChunkedSimd<Ops>;
+
+  struct Token {
+    const float* q;
+    const float* k;
+    const float* v;
+    float decay, beta, kq;
+    uint32_t kd, vd;
+  };
+
+  template <uint32_t V>
+  static void strip(const Token& t, float* s, uint32_t c0, uint16_t* out) {
+    vf sk[V], sq[V];
+    for (uint32_t v = 0; v < V; ++v) sk[v] = Ops::zero(), sq[v] = Ops::zero();
+    for (uint32_t r = 0; r < t.kd; ++r) {
+      const vf kr = Ops::set1(t.k[r]), qr = Ops::set1(t.q[r]);
+      const float* row = s + size_t{r} * t.vd + c0;
+      for (uint32_t v = 0; v < V; ++v) {
+        const vf x = Ops::load(row + v * kL);
+        sk[v] = Ops::fma(x, kr, sk[v]);
+        sq[v] = Ops::fma(x, qr, sq[v]);
+      }
+    }
+    const vf decay = Ops::set1(t.decay), beta = Ops::set1(t.beta), kq = Ops::set1(t.kq);
+    vf u[V];
+    for (uint32_t v = 0; v < V; ++v) {
+      u[v] = Ops::mul(beta, Ops::fnmadd(decay, sk[v], Ops::load(t.v + c0 + v * kL)));
+      Ops::store_bf16(out + c0 + v * kL, Ops::fma(kq, u[v], Ops::mul(decay, sq[v])));
+    }
+    for (uint32_t r = 0; r < t.kd; ++r) {
+      const vf kr = Ops::set1(t.k[r]);
+      float* row = s + size_t{r} * t.vd + c0;
+      for (uint32_t v = 0; v < V; ++v) Ops::store(row + v * kL, Ops::fma(kr, u[v], Ops::mul(decay, Ops::load(row + v * kL))));
+    }
+  }
+
+  // Block (bx, by): run bx, value head by, token by token. Scratch: q, k [k_dim], v [v_dim] f32.
+  static void run(const DeltaCall& c, uint32_t bx, uint32_t by, unsigned char* scratch) {
+    const FlushSubnormals flush;
+    const Run run = run_at(c.runs, bx);
+    const uint32_t kd = c.k_dim, vd = c.v_dim;
+    float* s = c.matrix(run.slot, by);
+    float* q = scratch_at<float>(scratch, 0);
+    float* k = q + kd;
+    float* v = k + kd;
+    const size_t kh = c.key_head(by);
+    for (uint32_t i = 0; i < run.rows; ++i) {
+      const uint32_t row = run.first + i;
+      const uint16_t* x = c.qkv + size_t{row} * c.qkv_width();
+      Chunked::l2_normalised(x + kh * kd, kd, 1.0f / std::sqrt(static_cast<float>(kd)), q);
+      Chunked::l2_normalised(x + (c.k_heads + kh) * kd, kd, 1.0f, k);
+      const uint16_t* vr = x + 2 * size_t{c.k_heads} * kd + size_t{by} * vd;
+      vf kq = Ops::zero();
+      for (uint32_t r = 0; r < kd; r += kL) kq = Ops::fma(Ops::load(k + r), Ops::load(q + r), kq);
+      for (uint32_t j = 0; j < vd; j += kL) Ops::store(v + j, Ops::load_bf16(vr + j));
+      const Token t{q, k, v, std::exp(delta_gate(c, row, by)), delta_beta(c, row, by), Ops::hsum(kq), kd, vd};
+      uint16_t* out = c.out + (size_t{row} * c.v_heads + by) * vd;
+      constexpr uint32_t kV = Ops::kVecs;
+      uint32_t c0 = 0;
+      for (; c0 + kV * kL <= vd; c0 += kV * kL) strip<kV>(t, s, c0, out);
+      for (; c0 < vd; c0 += kL) strip<1>(t, s, c0, out);
+    }
+  }
+};
+
 }  // namespace
 }  // namespace metrale::cpu

@@ -182,7 +182,8 @@ const KernelSpec kSpecs[] = {
     {METRALE_CPU_KERNEL(deltanet, delta_rule_chunked), check_delta_rule, baseline::delta_rule_chunked,
      static_cast<int>(Simd::delta_rule_chunked),
      "(n_runs, v_heads)"},
-    {METRALE_CPU_KERNEL(deltanet, delta_rule_recurrent), check_delta_rule, baseline::delta_rule_recurrent, -1,
+    {METRALE_CPU_KERNEL(deltanet, delta_rule_recurrent), check_delta_rule, baseline::delta_rule_recurrent,
+     static_cast<int>(Simd::delta_rule_recurrent),
      "(n_runs, v_heads)"},
     {METRALE_CPU_KERNEL(deltanet, gated_norm), check_gated_norm, baseline::gated_norm, -1, "(rows, 1)"},
 };

@@ -179,9 +179,11 @@ metrale_status check_gated_norm(const KernelArgs& a, const MemoryView& mem, Bloc
 
 const KernelSpec kSpecs[] = {
     {METRALE_CPU_KERNEL(deltanet, conv_silu), check_conv_silu, baseline::conv_silu, -1, "(n_runs, 1)"},
-    {METRALE_CPU_KERNEL(deltanet, delta_rule_chunked), check_delta_rule, baseline::delta_rule_chunked, -1,
+    {METRALE_CPU_KERNEL(deltanet, delta_rule_chunked), check_delta_rule, baseline::delta_rule_chunked,
+     static_cast<int>(Simd::delta_rule_chunked),
      "(n_runs, v_heads)"},
-    {METRALE_CPU_KERNEL(deltanet, delta_rule_recurrent), check_delta_rule, baseline::delta_rule_recurrent, -1,
+    {METRALE_CPU_KERNEL(deltanet, delta_rule_recurrent), check_delta_rule, baseline::delta_rule_recurrent,
+     static_cast<int>(Simd::delta_rule_recurrent),
      "(n_runs, v_heads)"},
     {METRALE_CPU_KERNEL(deltanet, gated_norm), check_gated_norm, baseline::gated_norm, -1, "(rows, 1)"},
 };

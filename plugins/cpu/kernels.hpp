@@ -70,6 +70,7 @@ enum class Simd : uint8_t {
   quantize_int8, quantize_int8_bf16, quantize_fp8, quantize_fp8_bf16, quantize_fp8_group128, quantize_fp8_group128_bf16,
   attn_decode, attn_prefill,
   qk_norm_rope,
+  delta_rule_chunked, delta_rule_recurrent,
   count
 };
 inline constexpr bool int8_dot_slot(Simd slot) { return slot >= Simd::w4a8_gemv && slot <= Simd::w8a8_repack; }

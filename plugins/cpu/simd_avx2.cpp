@@ -19,6 +19,7 @@
 #include "act_avx2.hpp"
 #include "attn_avx2.hpp"
 #include "avx2_lanes.hpp"
+#include "deltanet_avx2.hpp"
 #include "panel_kernels.hpp"
 #include "quant_avx2.hpp"
 
@@ -249,6 +250,7 @@ SimdBodies bodies() {
   ActAvx2::set(b);
   QuantAvx2::set(b);
   AttnAvx2::set(b);
+  DeltanetAvx2::set(b);
   return b;
 }
 

@@ -21,6 +21,7 @@
 #include "attn_avx2.hpp"
 #include "attn_avx512.hpp"
 #include "decoder_avx512.hpp"
+#include "deltanet_avx512.hpp"
 #include "avx512_panel_ops.hpp"
 #include "panel_kernels.hpp"
 #include "quant_avx512.hpp"
@@ -156,6 +157,7 @@ SimdBodies bodies() {
   AttnAvx512::set(b);
   b[Simd::attn_prefill] = &AttnAvx2::attn_prefill;  // 8 lanes, rather than the baseline's scalar loops
   DecoderAvx512::set(b);
+  DeltanetAvx512::set(b);
   return b;
 }
 

@@ -11,6 +11,7 @@
 #include "act_avx512.hpp"
 #include "attn_avx512bf16.hpp"
 #include "decoder_avx512.hpp"
+#include "deltanet_avx512.hpp"
 #include "bf16_isa.hpp"
 #include "quant_avx512.hpp"
 
@@ -27,6 +28,7 @@ SimdBodies bodies() {
   QuantAvx512::set(b);
   AttnAvx512Bf16::set(b);
   DecoderAvx512::set(b);
+  DeltanetAvx512::set(b);
   return b;
 }
 

@@ -3,9 +3,9 @@
 // double references of deltanet_reference.hpp: conv_silu over several runs with distinct slots
 // (a run shorter than kernel_size - 1 continuing its window, the window written back, a sequence
 // split over launches equal to one launch), delta_rule_recurrent and delta_rule_chunked (runs of
-// 1, 5, 64, 65 and 130 tokens, k_dim = v_dim 32 and 128, GQA 2 -> 4 heads, nonzero initial
+// 1, 5, 64, 65 and 130 tokens, k_dim = v_dim 24, 32 and 128, GQA 2 -> 4 heads, nonzero initial
 // states), the chunked form against the recurrent one over 4096 tokens within the contract's
-// budget, and rows and slots no run names left untouched. The launch checks: test_deltanet_checks.cpp.
+// budget, the same bits on 1 thread as on 2, and rows and slots no run names left untouched. The launch checks: test_deltanet_checks.cpp.
 #include "support.hpp"
 
 #include "deltanet_reference.hpp"
@@ -185,8 +185,8 @@ TEST_CASE("deltanet/conv_silu: a sequence over several launches (runs of 7, 1, 1
   }
 }
 
-TEST_CASE("deltanet/delta_rule_recurrent and _chunked against the double reference: runs of 1..130 tokens, k_dim 32 and 128") {
-  for (const uint32_t dim : {32u, 128u}) {
+TEST_CASE("deltanet/delta_rule_recurrent and _chunked against the double reference: runs of 1..130 tokens, k_dim 24 (the AVX-512 tiers on 8 lanes), 32 and 128") {
+  for (const uint32_t dim : {24u, 32u, 128u}) {
     CAPTURE(dim);
     const DeltaProblem p = delta_problem({1, 5, 64, 65, 130}, {3, 0, 6, 2, 5}, 2, 4, dim, 8, 40 + dim);
     const DeltaResult want = delta_reference(p);
@@ -216,4 +216,19 @@ TEST_CASE("deltanet/delta_rule_chunked equals delta_rule_recurrent over 4096 tok
     // The two differ at all (the chunked form is not the recurrent code), far inside the budget.
     CHECK(chunked.states != recurrent.states);
   }
+}
+
+TEST_CASE("deltanet/delta_rule_recurrent and _chunked: the same bits on 1 thread as on 2, on every tier") {
+  // Each (run, head) block is one thread's work in a fixed order (the SIMD bodies' GEMM tiles
+  // included), so neither the thread count nor the order blocks are dealt in may change a bit.
+  const DeltaProblem p = delta_problem({1, 5, 64, 65, 130}, {3, 0, 6, 2, 5}, 2, 4, 128, 8, 168);
+  for (const std::string kernel : {"delta_rule_recurrent", "delta_rule_chunked"})
+    for (const std::string& tier : supported_tiers()) {
+      CAPTURE(kernel);
+      CAPTURE(tier);
+      Backend one(Options{{"target", tier}, {"threads", "1"}});
+      const DeltaOutput a = run_delta(one, kernel.c_str(), p), b = run_delta(tier_backend(tier), kernel.c_str(), p);
+      CHECK(a.out == b.out);
+      CHECK(std::memcmp(a.states.data(), b.states.data(), a.states.size() * 4) == 0);
+    }
 }

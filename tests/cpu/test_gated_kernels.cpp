@@ -19,9 +19,9 @@ namespace {
 
 namespace mirror = decoder_mirror;
 
-void require_ok(Backend& b, metrale_status status) { REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error()); }
+void require_gated_ok(Backend& b, metrale_status status) { REQUIRE_MESSAGE(status == METRALE_STATUS_OK, b.last_error()); }
 
-constexpr float kEps = 1e-6f;
+constexpr float kGatedEps = 1e-6f;
 
 // Weights as the zero-centred norm stores them: offsets from 1 in (-0.75, 0.75).
 std::vector<uint16_t> offsets(size_t count, uint64_t stream) {
@@ -41,19 +41,19 @@ TEST_CASE("norm/rms_norm_zero_centred: y = bf16(x * s * (1 + w)), no rounding be
   constexpr uint32_t kM = 7, kH = 1000;  // H no multiple of 16: the partial sums' tail
   const auto x = mirror::eighths(size_t{kM} * kH, 21);
   const auto w = offsets(kH, 22);
-  const auto want = mirror::rms_norm_zero_centred(x, w, kM, kH, kEps);
-  CHECK(want != mirror::rms_norm(x, w, kM, kH, kEps));  // the two norms differ on these rows
+  const auto want = mirror::rms_norm_zero_centred(x, w, kM, kH, kGatedEps);
+  CHECK(want != mirror::rms_norm(x, w, kM, kH, kGatedEps));  // the two norms differ on these rows
   for (const std::string& tier : supported_tiers()) {
     CAPTURE(tier);
     Backend& b = tier_backend(tier);
     const uint64_t dx = b.upload(x), dw = b.upload(w), dy = b.alloc(x.size() * 2);
     Args args;
-    args.ptr(dx).ptr(dw).ptr(dy).u32(kM).u32(kH).f32(kEps);
-    require_ok(b, b.launch(b.kernel("norm", "rms_norm_zero_centred"), {kM, 1}, args));
+    args.ptr(dx).ptr(dw).ptr(dy).u32(kM).u32(kH).f32(kGatedEps);
+    require_gated_ok(b, b.launch(b.kernel("norm", "rms_norm_zero_centred"), {kM, 1}, args));
     CHECK(b.download<uint16_t>(dy, x.size()) == want);
     Args in_place;
-    in_place.ptr(dx).ptr(dw).ptr(dx).u32(kM).u32(kH).f32(kEps);
-    require_ok(b, b.launch(b.kernel("norm", "rms_norm_zero_centred"), {kM, 1}, in_place));
+    in_place.ptr(dx).ptr(dw).ptr(dx).u32(kM).u32(kH).f32(kGatedEps);
+    require_gated_ok(b, b.launch(b.kernel("norm", "rms_norm_zero_centred"), {kM, 1}, in_place));
     CHECK(b.download<uint16_t>(dx, x.size()) == want);
     for (uint64_t a : {dx, dw, dy}) b.free(a);
   }
@@ -69,11 +69,11 @@ TEST_CASE("attn/output_gate: out = bf16(x * bf16(sigmoid(gate))), rounded at bot
     const uint64_t dx = b.upload(x), dg = b.upload(gate), dout = b.alloc(x.size() * 2);
     Args args;
     args.ptr(dx).ptr(dg).ptr(dout).u32(kM).u32(kN);
-    require_ok(b, b.launch(b.kernel("attn", "output_gate"), {kM, 1}, args));
+    require_gated_ok(b, b.launch(b.kernel("attn", "output_gate"), {kM, 1}, args));
     CHECK(b.download<uint16_t>(dout, x.size()) == want);
     Args in_place;
     in_place.ptr(dx).ptr(dg).ptr(dx).u32(kM).u32(kN);
-    require_ok(b, b.launch(b.kernel("attn", "output_gate"), {kM, 1}, in_place));
+    require_gated_ok(b, b.launch(b.kernel("attn", "output_gate"), {kM, 1}, in_place));
     CHECK(b.download<uint16_t>(dx, x.size()) == want);
     for (uint64_t a : {dx, dg, dout}) b.free(a);
   }
@@ -84,18 +84,18 @@ TEST_CASE("deltanet/gated_norm: y = bf16(w * bf16(x * s) * silu(z)) per head row
   const auto x = mirror::eighths(size_t{kRows} * kDim, 25), z = mirror::spread(size_t{kRows} * kDim, 26);
   std::vector<float> w;
   for (uint16_t v : mirror::norm_weights(kDim, 27)) w.push_back(mirror::bf16_value(v) + 0x1p-12f);  // no bf16
-  const auto want = mirror::gated_norm(x, z, w, kRows, kDim, kEps);
+  const auto want = mirror::gated_norm(x, z, w, kRows, kDim, kGatedEps);
   for (const std::string& tier : supported_tiers()) {
     CAPTURE(tier);
     Backend& b = tier_backend(tier);
     const uint64_t dx = b.upload(x), dz = b.upload(z), dw = b.upload(w), dy = b.alloc(x.size() * 2);
     Args args;
-    args.ptr(dx).ptr(dz).ptr(dw).ptr(dy).u32(kRows).u32(kDim).f32(kEps);
-    require_ok(b, b.launch(b.kernel("deltanet", "gated_norm"), {kRows, 1}, args));
+    args.ptr(dx).ptr(dz).ptr(dw).ptr(dy).u32(kRows).u32(kDim).f32(kGatedEps);
+    require_gated_ok(b, b.launch(b.kernel("deltanet", "gated_norm"), {kRows, 1}, args));
     CHECK(b.download<uint16_t>(dy, x.size()) == want);
     Args in_place;
-    in_place.ptr(dx).ptr(dz).ptr(dw).ptr(dx).u32(kRows).u32(kDim).f32(kEps);
-    require_ok(b, b.launch(b.kernel("deltanet", "gated_norm"), {kRows, 1}, in_place));
+    in_place.ptr(dx).ptr(dz).ptr(dw).ptr(dx).u32(kRows).u32(kDim).f32(kGatedEps);
+    require_gated_ok(b, b.launch(b.kernel("deltanet", "gated_norm"), {kRows, 1}, in_place));
     CHECK(b.download<uint16_t>(dx, x.size()) == want);
     for (uint64_t a : {dx, dz, dw, dy}) b.free(a);
   }
@@ -109,12 +109,12 @@ TEST_CASE("the launch checks of rms_norm_zero_centred, output_gate and gated_nor
     args.ptr(x).ptr(w).ptr(y).u32(2).u32(256).f32(eps);
     return b.launch(b.kernel("norm", "rms_norm_zero_centred"), {2, 1}, args);
   };
-  CHECK(norm(big, big + 4096, big, kEps) == METRALE_STATUS_OK);
-  CHECK(norm(big, small, big, kEps) == METRALE_STATUS_INVALID_ARGUMENT);
+  CHECK(norm(big, big + 4096, big, kGatedEps) == METRALE_STATUS_OK);
+  CHECK(norm(big, small, big, kGatedEps) == METRALE_STATUS_INVALID_ARGUMENT);
   CHECK(says(b, "argument 'weight'"));
-  CHECK(norm(big, big + 4096, big + 2, kEps) == METRALE_STATUS_INVALID_ARGUMENT);  // y over x, shifted
+  CHECK(norm(big, big + 4096, big + 2, kGatedEps) == METRALE_STATUS_INVALID_ARGUMENT);  // y over x, shifted
   CHECK(says(b, "overlaps x"));
-  CHECK(norm(big, big + 4096, big + 4000, kEps) == METRALE_STATUS_INVALID_ARGUMENT);  // y over the weight
+  CHECK(norm(big, big + 4096, big + 4000, kGatedEps) == METRALE_STATUS_INVALID_ARGUMENT);  // y over the weight
   CHECK(says(b, "overlaps 'weight'"));
   CHECK(norm(big, big + 4096, big, -1.0f) == METRALE_STATUS_INVALID_ARGUMENT);
   const auto gate = [&](uint64_t x, uint64_t g, uint64_t out, uint32_t m) {
@@ -129,7 +129,7 @@ TEST_CASE("the launch checks of rms_norm_zero_centred, output_gate and gated_nor
   CHECK(says(b, "overlaps 'gate'"));
   const auto gated = [&](uint64_t x, uint64_t z, uint64_t w, uint64_t y) {
     Args args;
-    args.ptr(x).ptr(z).ptr(w).ptr(y).u32(3).u32(64).f32(kEps);
+    args.ptr(x).ptr(z).ptr(w).ptr(y).u32(3).u32(64).f32(kGatedEps);
     return b.launch(b.kernel("deltanet", "gated_norm"), {3, 1}, args);
   };
   CHECK(gated(big, big + 4096, big + 8192, big) == METRALE_STATUS_OK);

@@ -42,6 +42,8 @@ struct GenerateCliOptions {
   uint32_t token_budget = 0;
   std::string arrival_steps;
   SamplingParams sampling;
+  std::string speculate = "none";
+  uint32_t draft_tokens = 4;
   std::string backend;
   bool json = false;
   bool quiet = false;
@@ -160,6 +162,8 @@ GenerateOptions generate_options(const GenerateCliOptions& o) {
   g.prefill_chunk = o.prefill_chunk;
   g.token_budget = o.token_budget;
   g.sampling = o.sampling;
+  g.speculation.method = parse_speculation_method(o.speculate);
+  g.speculation.draft_tokens = o.draft_tokens;
   if (!o.arrival_steps.empty()) {
     for (int64_t step : parse_list(o.arrival_steps, "--arrival-steps", "a step", INT64_MAX)) {
       g.arrival_steps.push_back(static_cast<uint64_t>(step));
@@ -187,9 +191,76 @@ void print_model(Backend& b, const OpenedModel& opened, const StatePoolShape& ca
   }
 }
 
+double rate(double count, double seconds) { return seconds > 0 ? count / seconds : 0; }
+
+// Speculation's counts: verifications, drafts proposed and accepted, their ratios.
+nlohmann::json speculation_json(const SpeculationParams& s, const EngineStats& st) {
+  return {{"method", speculation_method_name(s.method)},
+          {"draft_tokens", s.draft_tokens},
+          {"ngram", {s.ngram_max, s.ngram_min}},
+          {"verifications", st.verifications},
+          {"drafted_tokens", st.drafted_tokens},
+          {"accepted_tokens", st.accepted_tokens},
+          {"acceptance_rate", rate(double(st.accepted_tokens), double(st.drafted_tokens))},
+          {"mean_accepted_length", rate(double(st.accepted_tokens), double(st.verifications))},
+          {"replayed_tokens", st.replayed_tokens},
+          {"decode_rows", st.decode_rows}};
+}
+
+std::string speculation_line(const SpeculationParams& s, const EngineStats& st) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "speculate %s: %llu verifications, %llu of %llu drafts accepted (rate %.3f), mean accepted length %.2f "
+                "drafts per verification; %llu decode rows for %llu tokens\n",
+                s.describe().c_str(), static_cast<unsigned long long>(st.verifications),
+                static_cast<unsigned long long>(st.accepted_tokens), static_cast<unsigned long long>(st.drafted_tokens),
+                rate(double(st.accepted_tokens), double(st.drafted_tokens)),
+                rate(double(st.accepted_tokens), double(st.verifications)), static_cast<unsigned long long>(st.decode_rows),
+                static_cast<unsigned long long>(st.decode_tokens));
+  return line;
+}
+
+nlohmann::json result_json(Backend& b, const OpenedModel& opened, const GenerateCliOptions& o,
+                           const std::vector<std::vector<int32_t>>& prompts, const GenerateResult& r) {
+  nlohmann::json seqs = nlohmann::json::array();
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    seqs.push_back({{"prompt", prompts[p]}, {"generated", r.generated[p]}, {"admitted_step", r.admitted_step[p]},
+                    {"finished_step", r.finished_step[p]}, {"drafts", r.drafts[p]}});
+  }
+  const GenerateOptions g = generate_options(o);
+  return {{"backend", b.name()},
+          {"target", b.target()},
+          {"weights", {{"source", opened.weights_source}, {"quantization", opened.quantization},
+                       {"bytes", opened.model->weight_bytes()}}},
+          {"tiers", opened.model->tiers()},
+          {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
+                        {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
+          {"recurrent_state", {{"layers", r.cache.recurrent.layers}, {"bytes_per_sequence", r.cache.recurrent.bytes},
+                               {"slots", r.cache.recurrent.max_sequences}}},
+          {"memory", memory_json(opened.load)},
+          {"sampling", o.sampling.describe()},
+          {"speculation", speculation_json(g.speculation, r.stats)},
+          {"steps", r.stats.steps},
+          {"ids_chosen_on_backend", r.stats.ids_chosen_on_backend},
+          {"sequences", seqs},
+          {"prefill_tokens", r.stats.prefill_tokens},
+          {"prefill_seconds", r.stats.prefill_seconds},
+          {"prefill_tokens_per_s", rate(double(r.stats.prefill_tokens), r.stats.prefill_seconds)},
+          {"decode_tokens", r.stats.decode_tokens},
+          {"decode_seconds", r.stats.decode_seconds},
+          {"decode_tokens_per_s", rate(double(r.stats.decode_tokens), r.stats.decode_seconds)},
+          {"output", o.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.output)},
+          {"audit", nlohmann::json::parse(render_audit_json(opened.audit))}};
+}
+
 void generate(CliContext& ctx, const GenerateCliOptions& o) {
   if (o.max_new_tokens == 0) throw Error(Status::invalid_argument, "--max-new-tokens must be at least 1");
   if (o.prefill_chunk == 0) throw Error(Status::invalid_argument, "--prefill-chunk must be at least 1");
+  if (parse_speculation_method(o.speculate) != SpeculationMethod::none && !o.sampling.greedy()) {
+    // The acceptance rule for sampled tokens (accept with min(1, p/q), resample the residual) is not built.
+    throw Refusal("--speculate " + o.speculate + " with --temperature " + std::to_string(o.sampling.temperature) +
+                  ": speculative decoding is greedy only here (the sampling acceptance rule is not built)");
+  }
   const std::vector<std::vector<int32_t>> prompts = read_prompts(o);
   StderrProgress progress(!o.quiet);
   auto backend = ctx.registry().select(o.backend.empty() ? std::nullopt : std::optional(o.backend));
@@ -208,43 +279,17 @@ void generate(CliContext& ctx, const GenerateCliOptions& o) {
   progress.finish("generate");
   const uint32_t vocab = opened.model->config().vocab_size;
   if (!o.output.empty()) write_output(o.output, r, vocab, o.max_new_tokens);
-  const double prefill_tps = r.stats.prefill_seconds > 0 ? r.stats.prefill_tokens / r.stats.prefill_seconds : 0;
-  const double decode_tps = r.stats.decode_seconds > 0 ? r.stats.decode_tokens / r.stats.decode_seconds : 0;
+  const double prefill_tps = rate(double(r.stats.prefill_tokens), r.stats.prefill_seconds);
+  const double decode_tps = rate(double(r.stats.decode_tokens), r.stats.decode_seconds);
   if (o.json || ctx.json) {
-    nlohmann::json seqs = nlohmann::json::array();
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      seqs.push_back({{"prompt", prompts[p]}, {"generated", r.generated[p]}, {"admitted_step", r.admitted_step[p]},
-                      {"finished_step", r.finished_step[p]}});
-    }
-    const nlohmann::json out{{"backend", b.name()},
-                             {"target", b.target()},
-                             {"weights", {{"source", opened.weights_source}, {"quantization", opened.quantization},
-                                          {"bytes", opened.model->weight_bytes()}}},
-                             {"tiers", opened.model->tiers()},
-                             {"kv_cache", {{"tokens", r.cache.capacity_tokens()}, {"block_size", r.cache.block_size},
-                                           {"blocks", r.cache.num_blocks}, {"layers", r.cache.layers}}},
-                             {"recurrent_state", {{"layers", r.cache.recurrent.layers}, {"bytes_per_sequence", r.cache.recurrent.bytes},
-                                                  {"slots", r.cache.recurrent.max_sequences}}},
-                             {"memory", memory_json(opened.load)},
-                             {"sampling", o.sampling.describe()},
-                             {"steps", r.stats.steps},
-                             {"ids_chosen_on_backend", r.stats.ids_chosen_on_backend},
-                             {"sequences", seqs},
-                             {"prefill_tokens", r.stats.prefill_tokens},
-                             {"prefill_seconds", r.stats.prefill_seconds},
-                             {"prefill_tokens_per_s", prefill_tps},
-                             {"decode_tokens", r.stats.decode_tokens},
-                             {"decode_seconds", r.stats.decode_seconds},
-                             {"decode_tokens_per_s", decode_tps},
-                             {"output", o.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.output)},
-                             {"audit", nlohmann::json::parse(render_audit_json(opened.audit))}};
-    std::cout << out.dump(2) << '\n';
+    std::cout << result_json(b, opened, o, prompts, r).dump(2) << '\n';
     return;
   }
   print_model(b, opened, r.cache);
   std::cout << "\naudit: the lookups made building the model\n"
             << render_audit_table(opened.audit) << '\n';
   if (!o.sampling.greedy()) std::cout << "sampling " << o.sampling.describe() << '\n';
+  if (g.speculation.enabled()) std::cout << speculation_line(g.speculation, r.stats);
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::cout << "sequence " << p << ": prompt " << prompts[p].size() << " tokens, generated " << id_list(r.generated[p]) << '\n';
   }
@@ -291,6 +336,12 @@ void register_generate(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--top-p", o->sampling.top_p, "Sample among the most likely tokens whose probabilities reach p")
       ->capture_default_str();
   cmd->add_option("--sample-seed", o->sampling.seed, "Seed of the sampling draws (each request's n-th draw is fixed by it)")
+      ->capture_default_str();
+  cmd->add_option("--speculate", o->speculate,
+                  "Speculative decoding, greedy only: ngram (prompt lookup: drafts that followed the last 3..1 tokens "
+                  "earlier in the sequence, verified in one step; the ids are plain decoding's) or none")
+      ->capture_default_str();
+  cmd->add_option("--draft-tokens", o->draft_tokens, "With --speculate: draft tokens per verification, at most (1..64)")
       ->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend (default: METRALE_BACKEND or the highest priority)");
   cmd->add_flag("--per-expert", o->per_expert, "MoE: skip the grouped-expert kernel and launch per expert");

@@ -221,18 +221,18 @@ void AttentionLayer::attend(const SequenceBatch& kv, uint64_t stream) {
   const AttentionConfig& c = config_;
   const StatePoolShape& s = kv.pool().shape();
   const DevicePtr kc = kv.pool().k_cache(layer_), vc = kv.pool().v_cache(layer_);
-  if (kv.is_decode()) {
-    const uint32_t seqs = kv.rows(), partitions = kv.partitions();
+  // The decode rows (a decode step's, or decode-shaped runs': one query per row) in one launch.
+  if (const uint32_t seqs = kv.decode_rows(); seqs > 0) {
+    const uint32_t partitions = kv.partitions();
     partials_.ensure(b, size_t{seqs} * c.q_heads * partitions * (c.head_dim + 2) * sizeof(float));
     b.launch(kernels_.decode, launch_shape({partitions, seqs * c.kv_heads, 1}, kBlock, stream), q_out_.ptr(), kc, vc,
              kv.block_tables(), kv.context_lens(), partials_.ptr(), seqs, c.q_heads, c.kv_heads, c.head_dim, s.block_size,
              kv.max_blocks(), s.num_blocks, c.scale());
     b.launch(kernels_.decode_combine, launch_shape({c.q_heads, seqs, 1}, kBlock, stream), partials_.ptr(), kv.context_lens(),
              attn_out_.ptr(), seqs, c.q_heads, c.head_dim, partitions);
-    return;
   }
   const size_t row_bytes = size_t{c.q_width()} * kBf16;
-  for (const SequenceBatch::Run& run : kv.runs()) {
+  for (const SequenceBatch::Run& run : kv.runs().subspan(kv.decode_runs())) {
     const size_t offset = size_t{run.first_row} * row_bytes;
     b.launch(kernels_.prefill, launch_shape({ceil_div(run.rows, kPrefillRows), c.kv_heads, 1}, kBlock, stream),
              q_out_.at(offset), kc, vc, run.block_table, attn_out_.at(offset), run.rows, run.past, c.q_heads, c.kv_heads,

@@ -134,10 +134,16 @@ void DeltaNetLayer::forward_into(const SequenceBatch& batch, DevicePtr x, Device
   const auto stride = static_cast<uint32_t>(c.state_floats());
   b.launch(kernels_.conv, launch_shape({runs, 1, 1}, kBlock, stream), mixed_.ptr(), conv_.ptr(), slots, batch.recurrent_runs(),
            qkv_out_.ptr(), runs, c.conv_channels(), c.conv_kernel, stride);
-  const KernelHandle rule = batch.is_decode() ? kernels_.decode : kernels_.prefill;
-  b.launch(rule, launch_shape({runs, c.v_heads, 1}, kBlock, stream), qkv_out_.ptr(), a_out_.ptr(), b_out_.ptr(), a_log_.ptr(),
-           dt_bias_.ptr(), slots.offset(c.conv_state_floats() * sizeof(float)), batch.recurrent_runs(), core_.ptr(), runs, c.k_heads,
-           c.v_heads, c.k_dim, c.v_dim, stride);
+  // The decode runs (leading) token by token, as successive decode steps; the others chunked.
+  const DevicePtr matrices = slots.offset(c.conv_state_floats() * sizeof(float));
+  const auto rule = [&](KernelHandle kernel, uint32_t first, uint32_t count) {
+    if (count == 0) return;
+    b.launch(kernel, launch_shape({count, c.v_heads, 1}, kBlock, stream), qkv_out_.ptr(), a_out_.ptr(), b_out_.ptr(),
+             a_log_.ptr(), dt_bias_.ptr(), matrices, batch.recurrent_runs().offset(size_t{first} * 3 * sizeof(int32_t)),
+             core_.ptr(), count, c.k_heads, c.v_heads, c.k_dim, c.v_dim, stride);
+  };
+  rule(kernels_.decode, 0, batch.decode_runs());
+  rule(kernels_.prefill, batch.decode_runs(), runs - batch.decode_runs());
   const uint32_t rows = m * c.v_heads;
   b.launch(kernels_.gated_norm, launch_shape({rows, 1, 1}, kBlock, stream), core_.ptr(), z_out_.ptr(), norm_.ptr(), core_.ptr(),
            rows, c.v_dim, c.rms_norm_eps);

@@ -55,6 +55,11 @@ uint32_t Engine::submit(EngineRequest r) {
   }
   if (r.max_new_tokens == 0) throw Error(Status::invalid_argument, name + ": max_new_tokens must be at least 1");
   r.sampling.validate();
+  r.speculation.validate();
+  if (r.speculation.enabled() && !r.sampling.greedy()) {
+    throw Error(Status::invalid_argument, name + ": speculation (" + r.speculation.describe() + ") with sampling (" +
+                                              r.sampling.describe() + "): only greedy requests speculate");
+  }
   const StatePoolShape& shape = pool_->shape();
   const uint64_t blocks = request_blocks(r.prompt.size(), r.max_new_tokens, shape.block_size);
   if (blocks > shape.num_blocks) {
@@ -82,26 +87,54 @@ void Engine::admit() {
     Running run;
     run.id = id;
     run.sequence = pool_->add_sequence(static_cast<uint32_t>(tokens));
-    running_.push_back(run);
+    run.tokens = r.prompt;
+    run.drafter = make_drafter(r.speculation);
+    running_.push_back(std::move(run));
     completions_[id].admitted_step = step_;
     waiting_.pop_front();
   }
 }
 
-Engine::StepRows Engine::schedule() {
-  // The step's rows: every decode, then prefill chunks in the budget left.
-  StepRows out;
-  auto& [runs, ids, positions, wanted, decode_rows, prefill_rows] = out;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    const Running& r = running_[i];
+uint64_t Engine::schedule_decodes(StepRows& out) {
+  // Every decode's tokens not yet fed first (one, or more after a rollback), then drafts.
+  uint64_t budget = options_.token_budget;
+  for (const Running& r : running_) {
     if (r.prefilled < requests_[r.id].prompt.size()) continue;
-    wanted.push_back({i, static_cast<uint32_t>(ids.size()), true, false});
-    runs.push_back({r.sequence, 1});
-    ids.push_back(r.next);
-    positions.push_back(static_cast<int32_t>(pool_->length(r.sequence)));
-    ++decode_rows;
+    const uint64_t fed = r.tokens.size() - pool_->length(r.sequence);
+    budget = budget > fed ? budget - fed : 0;
   }
-  uint64_t budget = options_.token_budget > decode_rows ? options_.token_budget - decode_rows : 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Running& r = running_[i];
+    const EngineRequest& q = requests_[r.id];
+    r.drafts.clear();
+    if (r.prefilled < q.prompt.size()) continue;
+    const uint32_t length = pool_->length(r.sequence);
+    // k drafts and the next token: at most the tokens still to come (so the reservation holds).
+    const uint64_t left = q.max_new_tokens - completions_[r.id].generated.size() - 1;
+    const auto k = static_cast<uint32_t>(std::min<uint64_t>({q.speculation.draft_tokens, left, budget}));
+    if (r.drafter && k > 0) r.drafts = r.drafter->propose(r.tokens, k);
+    if (!r.drafts.empty()) pool_->checkpoint(r.sequence);  // what a recurrent state's rollback returns to
+    budget -= r.drafts.size();
+    const auto feed = static_cast<uint32_t>(r.tokens.size() - length);
+    const auto rows = static_cast<uint32_t>(feed + r.drafts.size());
+    for (uint32_t j = 0; j < rows; ++j) {
+      // The last token's row chooses (it checks draft 0), and each draft's row the next.
+      if (j + 1 >= feed) out.wanted.push_back({i, static_cast<uint32_t>(out.ids.size()), true, false, j + 1 - feed});
+      out.ids.push_back(j < feed ? r.tokens[length + j] : r.drafts[j - feed]);
+      out.positions.push_back(static_cast<int32_t>(length + j));
+    }
+    out.runs.push_back({r.sequence, rows, true});
+    out.decode_rows += rows;
+    stats_.replayed_tokens += feed - 1;
+  }
+  return budget;
+}
+
+Engine::StepRows Engine::schedule() {
+  // The step's rows: every decode (decode-shaped), then prefill chunks in the budget left.
+  StepRows out;
+  uint64_t budget = schedule_decodes(out);
+  auto& [runs, ids, positions, wanted, decode_rows, prefill_rows] = out;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Running& r = running_[i];
     const EngineRequest& q = requests_[r.id];
@@ -149,7 +182,7 @@ bool Engine::step() {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   (rows.prefill_rows > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += seconds;
   stats_.prefill_tokens += rows.prefill_rows;
-  stats_.decode_tokens += rows.decode_rows;
+  stats_.decode_rows += rows.decode_rows;
   ++stats_.steps;
   ++step_;
   if (progress) progress(generated_, expected_);
@@ -204,28 +237,54 @@ std::vector<int32_t> Engine::backend_ids(DevicePtr hidden, uint32_t hidden_rows,
 void Engine::choose_tokens(std::span<const WantedRow> wanted, std::span<const float> logits, std::span<const int32_t> ids) {
   const uint32_t vocab = model_->config().vocab_size;
   const bool on_host = ids.empty();
-  std::vector<size_t> retired;
+  // Per running sequence: the tokens its decode rows chose that it keeps, and whether its run is
+  // still accepting (a draft equal to the token chosen before it keeps the next row's choice).
+  std::vector<uint32_t> emitted(running_.size(), 0);
+  std::vector<bool> open(running_.size(), true);
   for (size_t w = 0; w < wanted.size(); ++w) {
-    Running& r = running_[wanted[w].running];
+    const size_t i = wanted[w].running;
+    Running& r = running_[i];
     const EngineRequest& q = requests_[r.id];
     Completion& c = completions_[r.id];
     const std::span<const float> row = on_host ? logits.subspan(w * vocab, vocab) : std::span<const float>{};
     if (wanted[w].prompt && q.keep_prompt_logits) c.prompt_logits.insert(c.prompt_logits.end(), row.begin(), row.end());
-    if (!wanted[w].chooses) continue;
+    if (!wanted[w].chooses || !open[i] || c.generated.size() == q.max_new_tokens) continue;
     const int32_t token = on_host ? sample_token(row, q.sampling, c.generated.size()) : ids[w];
     c.generated.push_back(token);
+    r.tokens.push_back(token);
     if (q.keep_logits) c.logits.insert(c.logits.end(), row.begin(), row.end());
     ++generated_;
-    r.next = token;
-    if (c.generated.size() == q.max_new_tokens) {
-      c.finished = true;
-      c.finished_step = step_;
-      pool_->release(r.sequence);
-      retired.push_back(wanted[w].running);
-    }
+    if (!wanted[w].prompt) ++stats_.decode_tokens, ++emitted[i];
+    const uint32_t j = wanted[w].draft;  // the token chosen at row j; draft j is accepted when equal
+    open[i] = j < r.drafts.size() && r.drafts[j] == token;
+  }
+  std::vector<size_t> retired;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Running& r = running_[i];
+    Completion& c = completions_[r.id];
+    if (!r.drafts.empty()) finish_verification(r, emitted[i]);
+    if (c.finished || c.generated.size() < requests_[r.id].max_new_tokens) continue;
+    c.finished = true;
+    c.finished_step = step_;
+    pool_->release(r.sequence);
+    retired.push_back(i);
   }
   std::sort(retired.begin(), retired.end(), std::greater<>());
   for (size_t i : retired) running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Engine::finish_verification(Running& r, uint32_t emitted) {
+  // `emitted` tokens kept: emitted - 1 drafts accepted and the token after them. The fed tokens
+  // past the kept ones (the rejected drafts) are forgotten: KV exactly; a recurrent state returns
+  // to its checkpoint, and the kept tokens after it are fed again at the next step.
+  const auto drafts = static_cast<uint32_t>(r.drafts.size());
+  const uint32_t accepted = emitted - 1;
+  completions_[r.id].drafts.push_back(r.drafts);
+  ++stats_.verifications;
+  stats_.drafted_tokens += drafts;
+  stats_.accepted_tokens += accepted;
+  if (accepted < drafts) pool_->rollback(r.sequence, drafts - accepted);
+  r.drafts.clear();
 }
 
 void Engine::run() {

@@ -8,18 +8,23 @@
 // Greedy tokens are chosen on the backend by sample/argmax (a try lookup, audited) when every row
 // choosing one in a step is greedy and keeps no logits: only the ids are copied back. Otherwise
 // engine/sampling.hpp chooses them on the host from the logits of those rows, copied for them only.
+// A request with speculation (engine/speculation.hpp) feeds its last token and its drafter's
+// proposals as one decode-shaped run, keeps the drafts its own argmax agrees with plus the next
+// token, and rolls its state back past the rest: the ids are those of plain greedy decoding.
 // One owner, not thread-safe. The backend, the model and the pool must outlive the engine.
 #pragma once
 
 #include "core/device_buffer.hpp"
 #include "decoder/model.hpp"
 #include "engine/sampling.hpp"
+#include "engine/speculation.hpp"
 #include "state/sequence_batch.hpp"
 #include "state/state_pool.hpp"
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
@@ -34,6 +39,7 @@ struct EngineRequest {
   uint64_t arrival_step = 0;       // not admitted before this step
   bool keep_logits = false;        // keep the logits each new token was chosen from
   bool keep_prompt_logits = false; // keep the logits of every prompt position
+  SpeculationParams speculation;   // none by default; greedy requests only
 };
 
 struct EngineOptions {
@@ -46,17 +52,25 @@ struct Completion {
   std::vector<int32_t> generated;
   std::vector<float> logits;         // with keep_logits: bf16 logits as f32 [new token][vocab]
   std::vector<float> prompt_logits;  // with keep_prompt_logits: [prompt position][vocab]
+  // With speculation: one entry per verification (a decode step with drafts), in order, each the
+  // ids proposed at that step.
+  std::vector<std::vector<int32_t>> drafts;
   uint64_t admitted_step = 0, finished_step = 0;
   bool finished = false;
 };
 
 struct EngineStats {
   uint64_t steps = 0;
-  uint64_t prefill_tokens = 0, decode_tokens = 0;
+  uint64_t prefill_tokens = 0;
+  uint64_t decode_tokens = 0;  // tokens chosen by decode rows (with speculation, fewer than the rows)
+  uint64_t decode_rows = 0;    // rows fed for decodes: each one's last token, drafts, tokens fed again
   // A step's time counts as prefill when it has prompt rows, as decode otherwise.
   double prefill_seconds = 0, decode_seconds = 0;
   uint64_t logit_rows_copied = 0;      // rows of logits copied to the host
   uint64_t ids_chosen_on_backend = 0;  // tokens chosen by sample/argmax (only the ids copied)
+  // Speculation: decode steps with drafts, drafts proposed, drafts accepted, tokens fed again
+  // after a recurrent state's rollback.
+  uint64_t verifications = 0, drafted_tokens = 0, accepted_tokens = 0, replayed_tokens = 0;
 };
 
 class Engine {
@@ -64,7 +78,8 @@ class Engine {
   Engine(Backend& backend, DecoderModel& model, StatePool& pool, const EngineOptions& options = {});
 
   // Queues a request; its id (0, 1, ... in submission order). Error(invalid_argument) for an empty
-  // prompt, an id outside the vocabulary, 0 new tokens or bad sampling parameters;
+  // prompt, an id outside the vocabulary, 0 new tokens, bad sampling or speculation parameters,
+  // or speculation with sampling;
   // Error(out_of_memory) for a request the pool could not hold even alone (naming the tokens,
   // the blocks and block_size, and the pool's blocks). Nothing runs here.
   uint32_t submit(EngineRequest request);
@@ -89,8 +104,10 @@ class Engine {
   struct Running {
     uint32_t id = 0;
     uint32_t sequence = 0;
-    uint32_t prefilled = 0;  // prompt tokens fed so far
-    int32_t next = -1;       // the token the next decode row feeds
+    uint32_t prefilled = 0;       // prompt tokens fed so far
+    std::vector<int32_t> tokens;  // prompt and generated tokens; those past the pool's length are fed next
+    std::shared_ptr<Drafter> drafter;  // null: no speculation
+    std::vector<int32_t> drafts;  // this step's
   };
   // One row of the step's batch that chooses a token or keeps prompt logits.
   struct WantedRow {
@@ -98,6 +115,7 @@ class Engine {
     uint32_t row = 0;      // row of the batch
     bool chooses = false;  // a decode row or a prompt's last row
     bool prompt = false;   // a prompt position (its logits kept)
+    uint32_t draft = 0;    // a decode row's place among its run's choosing rows (draft j checked at row j)
   };
   // A step's batch: every running decode, then prefill chunks in the budget left.
   struct StepRows {
@@ -108,6 +126,11 @@ class Engine {
   };
   void admit();
   StepRows schedule();
+  // The decode runs: each sequence's tokens not yet fed (its last, and those to feed again after a
+  // rollback), then drafts in what is left of the budget; returns the budget left.
+  uint64_t schedule_decodes(StepRows& out);
+  // After a verification: its drafts recorded, the state rolled back past the rejected ones.
+  void finish_verification(Running& r, uint32_t emitted);
   // Whether this step's tokens can be chosen by sample/argmax: it resolved, and every wanted row
   // chooses a token for a greedy request that keeps no logits.
   bool backend_chooses(std::span<const WantedRow> wanted) const;

@@ -31,6 +31,7 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
     request.prompt = prompts[p];
     request.max_new_tokens = o.max_new_tokens;
     request.sampling = o.sampling;
+    request.speculation = o.speculation;
     request.arrival_step = o.arrival_steps.empty() ? 0 : o.arrival_steps[p];
     request.keep_logits = o.keep_logits;
     request.keep_prompt_logits = o.prompt_logits;
@@ -45,6 +46,7 @@ GenerateResult generate_tokens(Backend& backend, DecoderModel& model, const std:
     if (o.prompt_logits) r.prompt_logits.push_back(c.prompt_logits);
     r.admitted_step.push_back(c.admitted_step);
     r.finished_step.push_back(c.finished_step);
+    r.drafts.push_back(c.drafts);
   }
   r.stats = engine.stats();
   return r;

@@ -25,6 +25,7 @@ struct GenerateOptions {
   uint32_t token_budget = 0;    // rows per step (decodes first); 0: prefill_chunk plus one per prompt
   std::vector<uint64_t> arrival_steps;  // per prompt, the step it arrives at; empty: all at step 0
   SamplingParams sampling;      // every prompt's; greedy by default
+  SpeculationParams speculation;  // every prompt's; none by default (greedy only)
   bool prompt_logits = false;   // keep the logits of every prompt position
   // Keep the logits each new id was chosen from. Without them (and greedy), the backend's
   // sample/argmax chooses where it has one, and only the ids come back.
@@ -41,6 +42,8 @@ struct GenerateResult {
   // With prompt_logits: [prompt][position][vocab].
   std::vector<std::vector<float>> prompt_logits;
   std::vector<uint64_t> admitted_step, finished_step;  // per prompt
+  // Per prompt, with speculation: the ids proposed at each verification, in order.
+  std::vector<std::vector<std::vector<int32_t>>> drafts;
   EngineStats stats;  // the engine's: steps, tokens, seconds, where the ids were chosen
   StatePoolShape cache;
 };

@@ -21,17 +21,16 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
     : pool_(&pool) {
   // Everything is checked, and the blocks counted, before the first append.
   uint64_t rows = 0, blocks = 0, tokens = 0;
-  std::set<uint32_t> sequences;
-  bool one_row_each = !runs.empty();
   for (const SequenceRows& run : runs) {
     if (run.rows == 0) throw Error(Status::invalid_argument, "SequenceBatch: a run of sequence " + std::to_string(run.sequence) + " has 0 rows");
     rows += run.rows;
-    one_row_each = one_row_each && run.rows == 1 && sequences.insert(run.sequence).second;
   }
   if (rows != positions.size()) {
     throw Error(Status::invalid_argument, "SequenceBatch: " + std::to_string(positions.size()) + " positions for " +
                                               std::to_string(rows) + " rows");
   }
+  rows_ = static_cast<uint32_t>(rows);
+  count_decode_rows(runs);
   // A sequence may have several runs: count its blocks over all of them.
   std::vector<std::pair<uint32_t, uint64_t>> added;  // sequence, tokens
   for (const SequenceRows& run : runs) {
@@ -51,8 +50,6 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
                     "; " + std::to_string(pool.free_blocks()) + " of " + std::to_string(pool.shape().num_blocks) +
                     " blocks are free (the cache holds " + std::to_string(pool.shape().capacity_tokens()) + " tokens)");
   }
-  rows_ = static_cast<uint32_t>(rows);
-  decode_ = one_row_each;
   std::vector<int32_t> slots;
   slots.reserve(rows_);
   uint32_t first = 0;
@@ -67,28 +64,64 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
     runs_.push_back(r);
     first += run.rows;
   }
-  // Each run's table as it stands after the whole batch's appends (a longer table is harmless:
-  // the kernels read only the entries their context reaches).
-  std::vector<int32_t> tables;
-  std::vector<size_t> offsets;
-  for (const Run& r : runs_) {
-    offsets.push_back(tables.size());
-    const auto t = pool.block_table(r.sequence);
-    tables.insert(tables.end(), t.begin(), t.end());
-  }
-  std::vector<int32_t> lens;
-  if (decode_) {
-    std::vector<uint32_t> seqs;
-    for (const Run& r : runs_) seqs.push_back(r.sequence);
-    StatePool::DecodeTables d = pool.decode_tables(seqs);
-    max_blocks_ = d.max_blocks;
-    tables = std::move(d.block_tables);
-    lens = std::move(d.context_lens);
-    for (size_t i = 0; i < runs_.size(); ++i) offsets[i] = i * max_blocks_;
-  }
+  upload_tables(backend, pool);
   if (pool.shape().recurrent.layers > 0) upload_recurrent_runs(backend, pool);
   positions_ = device_copy(backend, std::vector<int32_t>(positions.begin(), positions.end()));
   slots_ = device_copy(backend, slots);
+}
+
+void SequenceBatch::count_decode_rows(std::span<const SequenceRows> runs) {
+  std::set<uint32_t> sequences;
+  bool one_row_each = !runs.empty();
+  for (const SequenceRows& run : runs) one_row_each = one_row_each && run.rows == 1 && sequences.insert(run.sequence).second;
+  if (one_row_each) {
+    decode_rows_ = rows_;
+    decode_runs_ = static_cast<uint32_t>(runs.size());
+    return;
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i].decode_shaped) continue;
+    if (i != decode_runs_) {
+      throw Error(Status::invalid_argument, "SequenceBatch: the decode-shaped run of sequence " + std::to_string(runs[i].sequence) +
+                                                " follows a run that is not; decode-shaped runs come first");
+    }
+    for (size_t j = 0; j < runs.size(); ++j) {
+      if (j != i && runs[j].sequence == runs[i].sequence) {
+        throw Error(Status::invalid_argument, "SequenceBatch: sequence " + std::to_string(runs[i].sequence) +
+                                                  " has a decode-shaped run and another run in one batch");
+      }
+    }
+    ++decode_runs_;
+    decode_rows_ += runs[i].rows;
+  }
+}
+
+void SequenceBatch::upload_tables(Backend& backend, const StatePool& pool) {
+  // Each run's table as it stands after the whole batch's appends (a longer table is harmless:
+  // the kernels read only the entries their context reaches). Decode row t of a run sees the
+  // sequence's first past + t + 1 tokens, as the t-th of successive decode steps would.
+  std::vector<uint32_t> seqs;
+  std::vector<int32_t> lens;
+  for (uint32_t i = 0; i < decode_runs_; ++i) {
+    for (uint32_t t = 0; t < runs_[i].rows; ++t) {
+      seqs.push_back(runs_[i].sequence);
+      lens.push_back(static_cast<int32_t>(runs_[i].past + t + 1));
+    }
+  }
+  StatePool::DecodeTables d = pool.decode_tables(seqs);
+  max_blocks_ = d.max_blocks;
+  std::vector<int32_t> tables = std::move(d.block_tables);
+  std::vector<size_t> offsets;
+  for (uint32_t i = 0, row = 0; i < runs_.size(); ++i) {
+    if (i < decode_runs_) {
+      offsets.push_back(size_t{row} * max_blocks_);
+      row += runs_[i].rows;
+      continue;
+    }
+    offsets.push_back(tables.size());
+    const auto t = pool.block_table(runs_[i].sequence);
+    tables.insert(tables.end(), t.begin(), t.end());
+  }
   tables_ = device_copy(backend, tables);
   context_lens_ = device_copy(backend, lens);
   for (size_t i = 0; i < runs_.size(); ++i) runs_[i].block_table = tables_.at(offsets[i] * sizeof(int32_t));

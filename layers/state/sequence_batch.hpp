@@ -7,7 +7,12 @@
 //
 // A batch whose runs are one row each, of distinct sequences, is a decode step (attn_decode over
 // all of them in one launch); any other run is a prefill chunk (attn_prefill after that
-// sequence's earlier tokens), so prompts and decode steps may share a batch.
+// sequence's earlier tokens), so prompts and decode steps may share a batch. A run marked
+// decode_shaped is computed as that many successive decode steps would compute it (speculative
+// verification, docs/layers.md "Speculative decoding"): attn_decode with one query per row, row t
+// of the run attending to the sequence's first past + t + 1 tokens, and the DeltaNet's recurrent
+// rule (token by token) instead of its chunked form. Decode-shaped runs come first in a batch;
+// they and the rows of a plain decode step are the batch's decode rows.
 #pragma once
 
 #include "state/state_pool.hpp"
@@ -25,6 +30,7 @@ namespace metrale::layers {
 struct SequenceRows {
   uint32_t sequence = 0;
   uint32_t rows = 0;
+  bool decode_shaped = false;  // rows computed as successive decode steps (above)
 };
 
 class SequenceBatch {
@@ -39,7 +45,8 @@ class SequenceBatch {
   // Appends every run's rows to its sequence (StatePool::append). When the pool cannot take them
   // all, throws Error(out_of_memory) naming the tokens, the blocks they need, the blocks free and
   // block_size, before anything is appended. `positions` has one entry per row (the rows' sum
-  // over `runs`); Error(invalid_argument) otherwise, or for a run of 0 rows.
+  // over `runs`); Error(invalid_argument) otherwise, for a run of 0 rows, for a decode-shaped run
+  // after one that is not, or for a decode-shaped run's sequence in another run too.
   SequenceBatch(Backend& backend, StatePool& pool, std::span<const SequenceRows> runs, std::span<const int32_t> positions);
 
   uint32_t rows() const noexcept { return rows_; }
@@ -48,10 +55,15 @@ class SequenceBatch {
   DevicePtr positions() const noexcept { return positions_.ptr(); }        // i32 [rows]
   DevicePtr slot_mapping() const noexcept { return slots_.ptr(); }         // i32 [rows]
 
-  // Decode steps: every run one row of its own sequence.
-  bool is_decode() const noexcept { return decode_; }
-  DevicePtr block_tables() const noexcept { return tables_.ptr(); }        // i32 [runs][max_blocks]
-  DevicePtr context_lens() const noexcept { return context_lens_.ptr(); }  // i32 [runs]
+  // Decode steps: every run one row of its own sequence, or every run decode-shaped.
+  bool is_decode() const noexcept { return decode_rows_ == rows_; }
+  // The leading rows (of the leading runs) computed as decode steps: every row of a decode step,
+  // else the rows of the decode-shaped runs (0 without any).
+  uint32_t decode_rows() const noexcept { return decode_rows_; }
+  uint32_t decode_runs() const noexcept { return decode_runs_; }
+  // attn_decode's tables, one entry per decode row: its sequence's blocks and the tokens it sees.
+  DevicePtr block_tables() const noexcept { return tables_.ptr(); }        // i32 [decode rows][max_blocks]
+  DevicePtr context_lens() const noexcept { return context_lens_.ptr(); }  // i32 [decode rows]
   uint32_t max_blocks() const noexcept { return max_blocks_; }
   // attn_decode's splits of 512 tokens over the longest context.
   uint32_t partitions() const noexcept;
@@ -61,9 +73,13 @@ class SequenceBatch {
 
  private:
   void upload_recurrent_runs(Backend& backend, const StatePool& pool);
+  // Sets decode_rows_ and decode_runs_ (checking the decode-shaped runs' order and sequences).
+  void count_decode_rows(std::span<const SequenceRows> runs);
+  // The block tables: [decode rows][max_blocks] for attn_decode, then each other run's own table.
+  void upload_tables(Backend& backend, const StatePool& pool);
   StatePool* pool_;
   uint32_t rows_ = 0;
-  bool decode_ = false;
+  uint32_t decode_rows_ = 0, decode_runs_ = 0;
   uint32_t max_blocks_ = 0;
   std::vector<Run> runs_;
   DeviceBuffer positions_, slots_, tables_, context_lens_, recurrent_runs_;

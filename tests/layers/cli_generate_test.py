@@ -4,7 +4,8 @@
 generation prints ids and rates and writes its output file; a backend without the attn module
 (the skeleton) exits 1 naming the missing kernel; METRALE_QK_NORM_ROPE=1 on a backend whose
 manifest lacks rope/qk_norm_rope exits 3 naming it; a prompt longer than the KV cache exits 1
-naming the sizes; bad ids and a decreasing step schedule are clear errors; a lock written by
+naming the sizes; bad ids and a decreasing step schedule are clear errors; --speculate ngram gives
+--speculate none's ids and logits; a lock written by
 `metrale audit --block model` (or `--block decoder`) is the one generate (run --block) enforces. Numerics are the
 checkpoints suite's (tests/checkpoints/run_decoder_tests.py).
 Usage: cli_generate_test.py <metrale> <skeleton plugin dir> <cpu plugin dir>. Exit 77 without the CPU backend."""
@@ -59,6 +60,52 @@ def write_qwen3(path):
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f)
     save(os.path.join(path, "model.safetensors"), {k: Tensor("BF16", bf16_bits(round_bf16(v))) for k, v in t.items()})
+
+
+def check_speculation(work):
+    """--speculate ngram, K = 1..4, gives --speculate none's ids and logits (dense and hybrid presets, a batch of
+    prompts of different lengths, one repetitive), drafts accepted on tiny-qwen3; with sampling it is refused (exit 3)."""
+    batch = os.path.join(work, "spec-batch.safetensors")
+    phrase = [10, 200, 31, 400, 55]
+    rows = [phrase * 4, [7, 3, 900, 12, 5, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], [42] + [0] * 19]
+    save(batch, {"ids": Tensor("I32", np.array(rows, np.int32)), "lengths": Tensor("I32", np.array([20, 7, 1], np.int32))})
+    for preset in ("tiny-qwen3", "tiny-qwen3.5"):
+        runs = {}
+        for spec, k in (("none", 1), ("ngram", 1), ("ngram", 2), ("ngram", 3), ("ngram", 4)):
+            out = os.path.join(work, f"spec-{preset}-{spec}-{k}.safetensors")
+            proc = metrale("generate", "--model", preset, "--batch-file", batch, "--max-new-tokens", "16", "--speculate", spec,
+                           "--draft-tokens", str(k), "--output", out, "--prompt-logits", "--prefill-chunk", "8", "--json",
+                           "--quiet", "--backend", "cpu")
+            doc = json.loads(proc.stdout or "{}")
+            runs[(spec, k)] = (doc, load(out) if os.path.exists(out) else None)
+        plain, plain_out = runs[("none", 1)]
+        for (spec, k), (doc, got) in runs.items():
+            what = f"{preset} --speculate {spec} --draft-tokens {k}"
+            ids = [s.get("generated") for s in doc.get("sequences", [])]
+            check(ids and ids == [s.get("generated") for s in plain.get("sequences", [])], f"{what}: ids {ids}")
+            check(got is not None and plain_out is not None and all(
+                np.array_equal(got[t].data, plain_out[t].data) for t in ("ids", "logits", "prompt_logits")),
+                f"{what}: --output's ids, logits and prompt_logits are plain decoding's")
+            sp = doc.get("speculation", {})
+            drafts = [s.get("drafts") for s in doc.get("sequences", [])]
+            if spec == "none":
+                check(drafts == [[], [], []] and sp.get("verifications") == 0, f"{what}: no drafts {drafts}, {sp}")
+                continue
+            # tiny-qwen3's greedy output repeats itself, so drafts get accepted; tiny-qwen3.5's random weights do not.
+            accepted = sp.get("accepted_tokens", 0) > 0 or preset != "tiny-qwen3"
+            check(sp.get("method") == "ngram" and accepted and 0 <= sp.get("acceptance_rate", -1) <= 1,
+                  f"{what}: drafts accepted: {sp}")
+            check(sum(len(d) for d in drafts) == sp.get("verifications") and
+                  all(1 <= len(step) <= k for d in drafts for step in d), f"{what}: one entry of 1..K ids per verification")
+            check(sp.get("mean_accepted_length", -1) >= 0 and doc.get("decode_tokens_per_s", 0) > 0, f"{what}: rates {sp}")
+    text = metrale("generate", "--model", "tiny-qwen3", "--batch-file", batch, "--max-new-tokens", "16", "--speculate", "ngram",
+                   "--quiet", "--backend", "cpu").stdout
+    check("speculate ngram" in text and "drafts accepted" in text, f"generate's text reports the acceptance: {text[-600:]}")
+    proc = metrale("generate", "--model", "tiny-qwen3", "--prompt-ids", "1,2", "--speculate", "ngram", "--temperature", "0.5",
+                   "--quiet", "--backend", "cpu", expect=3)
+    check("--speculate ngram" in proc.stderr and "--temperature" in proc.stderr, f"the refusal names both: {proc.stderr[-300:]}")
+    metrale("generate", "--model", "tiny-qwen3", "--prompt-ids", "1,2", "--speculate", "mtp", "--quiet", "--backend", "cpu",
+            expect=1)
 
 
 def main():
@@ -168,6 +215,8 @@ def main():
     metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--temperature", "-1", "--quiet", "--backend", "cpu", expect=1)
     metrale("generate", "--weights", ckpt, "--prompt-ids", "1,2", "--arrival-steps", "0,1", "--quiet", "--backend", "cpu",
             expect=1)
+
+    check_speculation(work)
 
     # A prompt longer than the cache, and other bad input.
     proc = metrale("generate", "--weights", ckpt, "--prompt-ids", ",".join(["1"] * 20), "--kv-tokens", "16", "--quiet",

@@ -69,15 +69,6 @@ Rate deltanet_rate(const DeltaNetShape& s, const char* variant, const char* path
   return r;
 }
 
-void finish(Rate& r, double seconds, double bytes, double flops, const Denominators& d) {
-  r.median_s = seconds;
-  r.weight_bytes = bytes;
-  r.flops = flops;
-  r.gb_per_s = bytes / seconds / 1e9;
-  r.gflop_per_s = flops / seconds / 1e9;
-  set_ratios(r, d);
-}
-
 // The median of `repeat` passes, caches evicted before each, after a warm-up; `prepare` runs
 // before each pass, untimed.
 template <class P, class F>

@@ -322,15 +322,6 @@ Rate attention_rate(const AttentionShape& s, const char* variant, const char* pa
   return r;
 }
 
-void finish(Rate& r, double seconds, double bytes, double flops, const Denominators& d) {
-  r.median_s = seconds;
-  r.weight_bytes = bytes;
-  r.flops = flops;
-  r.gb_per_s = bytes / seconds / 1e9;
-  r.gflop_per_s = flops / seconds / 1e9;
-  set_ratios(r, d);
-}
-
 Rate decode_rate(Backend& b, const AttentionShape& s, uint32_t seqs, uint32_t context, uint32_t repeat,
                  unsigned threads, const Denominators& d, CacheEvictor& evictor) {
   FilledCache filled(b, s, seqs, context);
@@ -403,6 +394,15 @@ std::vector<Rate> measure_attention_rates(Backend& b, const AttentionRequest& re
     }
   }
   return rates;
+}
+
+void finish(Rate& r, double seconds, double bytes, double flops, const Denominators& d) {
+  r.median_s = seconds;
+  r.weight_bytes = bytes;
+  r.flops = flops;
+  r.gb_per_s = bytes / seconds / 1e9;
+  r.gflop_per_s = flops / seconds / 1e9;
+  set_ratios(r, d);
 }
 
 }  // namespace metrale::bench

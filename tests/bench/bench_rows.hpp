@@ -108,6 +108,8 @@ double tier_dot_of(const std::string& target, double bf16_dot, double fma);
 
 std::string path_of(uint32_t m);
 void set_ratios(Rate& r, const Denominators& d);
+// A row's median time, bytes and FLOPs, and the rates and ratios that follow from them.
+void finish(Rate& r, double seconds, double bytes, double flops, const Denominators& d);
 
 struct LaunchCost {
   double runtime_ns = 0;

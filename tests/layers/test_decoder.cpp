@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "backend_support.hpp"
+#include "model_feed.hpp"
 #include "compose.hpp"
 #include "engine/generate.hpp"
 #include "embed.hpp"
@@ -16,31 +17,8 @@
 
 using namespace metrale;
 using namespace metrale::layers;
-
-namespace {
-
-// Feeds `ids` to sequence `seq` of `pool` in one batch; the logits of the last, as bf16 bits.
-std::vector<uint16_t> feed(Backend& backend, DecoderModel& model, StatePool& pool, uint32_t seq, const std::vector<int32_t>& ids) {
-  const auto rows = static_cast<uint32_t>(ids.size());
-  std::vector<int32_t> positions(rows);
-  for (uint32_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(pool.length(seq) + i);
-  const SequenceRows run{seq, rows};
-  const SequenceBatch batch(backend, pool, std::span(&run, 1), positions);
-  const DevicePtr hidden = model.forward(batch, ids);
-  const uint32_t last = rows - 1;
-  std::vector<uint16_t> logits(model.config().vocab_size);
-  backend.copy_to_host(logits.data(), model.logits(hidden, rows, std::span(&last, 1)), logits.size() * 2);
-  backend.synchronize();
-  return logits;
-}
-
-std::vector<int32_t> prompt_of(uint32_t tokens) {
-  std::vector<int32_t> prompt;
-  for (uint32_t i = 0; i < tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 131 + 7) % 1024));
-  return prompt;
-}
-
-}  // namespace
+using layers_test::feed;
+using layers_test::spread_prompt;
 
 TEST_CASE("a batch of prompts decodes as each prompt alone") {
   EmbeddedModel model(layers_test::cpu_backend(), layers_test::tiny_qwen3());
@@ -101,7 +79,7 @@ TEST_CASE("rolling a sequence back by k tokens, then decoding, gives the logits 
   OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(128, 4));  // blocks of 4: the rollback ends inside a block
-  const std::vector<int32_t> prompt = prompt_of(10);
+  const std::vector<int32_t> prompt = spread_prompt(10);
 
   const uint32_t never = pool.add_sequence();
   feed(*backend, model, pool, never, prompt);
@@ -125,7 +103,7 @@ TEST_CASE("a forked sequence shares its parent's prompt and each then decodes as
   OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(128, 4));
-  const std::vector<int32_t> prompt = prompt_of(10);  // the last block half full: both write into it
+  const std::vector<int32_t> prompt = spread_prompt(10);  // the last block half full: both write into it
 
   std::vector<std::vector<uint16_t>> alone;
   for (const int32_t first : {42, 99}) {

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "backend_support.hpp"
+#include "model_feed.hpp"
 #include "compose.hpp"
 #include "embed.hpp"
 #include "state/sequence_batch.hpp"
@@ -15,6 +16,8 @@
 
 using namespace metrale;
 using namespace metrale::layers;
+using layers_test::feed;
+using layers_test::spread_prompt;
 
 namespace {
 
@@ -22,27 +25,6 @@ LayerRequest tiny_hybrid() {
   LayerRequest r;
   r.model = "tiny-qwen3.5";
   return r;
-}
-
-// Feeds `ids` to sequence `seq` of `pool` in one batch; the logits of the last, as bf16 bits.
-std::vector<uint16_t> feed(Backend& backend, DecoderModel& model, StatePool& pool, uint32_t seq, const std::vector<int32_t>& ids) {
-  const auto rows = static_cast<uint32_t>(ids.size());
-  std::vector<int32_t> positions(rows);
-  for (uint32_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(pool.length(seq) + i);
-  const SequenceRows run{seq, rows};
-  const SequenceBatch batch(backend, pool, std::span(&run, 1), positions);
-  const DevicePtr hidden = model.forward(batch, ids);
-  const uint32_t last = rows - 1;
-  std::vector<uint16_t> logits(model.config().vocab_size);
-  backend.copy_to_host(logits.data(), model.logits(hidden, rows, std::span(&last, 1)), logits.size() * 2);
-  backend.synchronize();
-  return logits;
-}
-
-std::vector<int32_t> prompt_of(uint32_t tokens) {
-  std::vector<int32_t> prompt;
-  for (uint32_t i = 0; i < tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 131 + 7) % 1024));
-  return prompt;
 }
 
 }  // namespace
@@ -67,7 +49,7 @@ TEST_CASE("hybrid: the preset has DeltaNet and attention layers, and its pool ke
 
 TEST_CASE("hybrid: a batch of prompts, chunked, decodes as each prompt alone") {
   EmbeddedModel model(layers_test::cpu_backend(), tiny_hybrid());
-  const std::vector<int32_t> a = prompt_of(70), b{900, 17}, c = prompt_of(5);
+  const std::vector<int32_t> a = spread_prompt(70), b{900, 17}, c = spread_prompt(5);
   const Generation together = model.generate({a, b, c}, 5);
   const std::vector<std::vector<int32_t>> prompts{a, b, c};
   for (size_t p = 0; p < 3; ++p) {
@@ -82,7 +64,7 @@ TEST_CASE("hybrid: rolled back to its checkpoint and fed again, a sequence decod
   OpenedModel opened = open_model(*backend, tiny_hybrid());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(256, 4, 4));
-  const std::vector<int32_t> prompt = prompt_of(10);
+  const std::vector<int32_t> prompt = spread_prompt(10);
 
   const uint32_t never = pool.add_sequence();
   feed(*backend, model, pool, never, prompt);
@@ -121,7 +103,7 @@ TEST_CASE("hybrid: a fork carries its parent's recurrent state; each then decode
   OpenedModel opened = open_model(*backend, tiny_hybrid());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(256, 4, 4));
-  const std::vector<int32_t> prompt = prompt_of(10);
+  const std::vector<int32_t> prompt = spread_prompt(10);
   std::vector<std::vector<uint16_t>> alone;
   for (const int32_t first : {42, 99}) {
     const uint32_t seq = pool.add_sequence();

@@ -24,6 +24,7 @@
 #include <metrale/registry.hpp>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -103,6 +104,7 @@ struct Options {
   size_t evict_mb = default_evict_mb(llc);  // twice the last-level cache, at least 256
   bool json = false;
   bool cpu_time = false;
+  bool bandwidth_only = false;
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -165,6 +167,9 @@ void add_options(CLI::App& app, Options& o) {
                  "default: twice the last-level cache sysfs reports, at least 256)")
       ->capture_default_str();
   app.add_flag("--json", o.json, "JSON on stdout");
+  app.add_flag("--bandwidth-only", o.bandwidth_only,
+               "Measure only the read bandwidth (the denominator of the rows) on --threads and print it: "
+               "what tools/bench-peer divides its bytes per token by");
   app.add_flag("--cpu-time", o.cpu_time,
                "Time the passes and the denominators with the process's CPU time over the threads at work instead of "
                "wall time (an oversubscribed machine stretches the latter); launch costs stay wall time");
@@ -263,6 +268,22 @@ Report measure(const Options& o) {
   return rep;
 }
 
+// --bandwidth-only: the read bandwidth of measure(), alone, on exactly the counts of --threads
+// (tools/bench-peer measures it before and after its runs and keeps the better, as measure() does).
+void print_bandwidth(const Options& o) {
+  uint64_t sink = 0;
+  std::fprintf(stderr, "measuring read bandwidth over %zu MB...\n", o.bandwidth_mb);
+  const auto points = measure_read_bandwidth(o.bandwidth_mb << 20, 5, o.threads, sink);
+  if (o.json) {
+    nlohmann::json out{{"bandwidth_mb", o.bandwidth_mb}, {"sink", sink}, {"read_bandwidth", nlohmann::json::array()}};
+    for (const auto& p : points) out["read_bandwidth"].push_back({{"threads", p.threads}, {"gb_per_s", p.gb_per_s}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  for (const auto& p : points) std::printf("read bandwidth, %u thread(s): %.2f GB/s\n", p.threads, p.gb_per_s);
+  std::printf("(sink %llu)\n", static_cast<unsigned long long>(sink));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -279,6 +300,10 @@ int main(int argc, char** argv) {
   sort_unique(o.threads);
   try {
     configure_logging();
+    if (o.bandwidth_only) {
+      print_bandwidth(o);
+      return 0;
+    }
     const Report rep = measure(o);
     if (o.json)
       print_json(rep);

@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto attention = metrale::layers::parse_attention_config(doc, "config.json");
     // What parse accepts, the attn kernels take.
-    if (attention.head_dim != 64 && attention.head_dim != 128) __builtin_trap();
+    if (attention.head_dim != 64 && attention.head_dim != 128 && attention.head_dim != 256) __builtin_trap();
+    if (attention.rope.rotary_dim == 0 || attention.rope.rotary_dim > attention.head_dim || attention.rope.rotary_dim % 2) __builtin_trap();
     if (attention.kv_heads == 0 || attention.q_heads % attention.kv_heads != 0) __builtin_trap();
   } catch (const metrale::Error&) {
   }

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-// The contracts of the hybrid models' kernels (docs/kernels.md: module deltanet,
-// norm/rms_norm_zero_centred, attn/output_gate) written once more for the CUDA tests, independently
-// of kernel_src/: the elementwise kernels in f32 with the contract's rounding points (exact where
-// the inputs make the sums exact, so a kernel must agree bit for bit), the delta rule token by
-// token in double precision (a kernel agrees within a tolerance). Used by the host-emulation
-// tests (tests/cuda) and the GPU suite (tests/gpu).
+// The contracts of the Gated DeltaNet's kernels (docs/kernels.md, module deltanet) written once
+// more for the CUDA tests, independently of kernel_src/: the causal conv with the contract's
+// rounding points, the delta rule token by token in double precision (a kernel agrees within a
+// tolerance), the runs table. The elementwise kernels' contracts (norm/rms_norm_zero_centred,
+// attn/output_gate, deltanet/gated_norm) are decoder_mirror's. Used by the host-emulation tests
+// (tests/cuda) and the GPU suite (tests/gpu).
 #pragma once
+
+#include "decoder_mirror.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,19 +18,15 @@
 
 namespace hybrid_reference {
 
-inline float bf16_value(uint16_t bits) {
-  const uint32_t wide = uint32_t{bits} << 16;
-  float f;
-  std::memcpy(&f, &wide, 4);
-  return f;
-}
-// Nearest bf16 of a finite float, ties to even.
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-inline float rounded(float f) { return bf16_value(to_bf16(f)); }
+// The bf16 helpers and the elementwise kernels' contracts are decoder_mirror's (tests/support),
+// which the CPU tests hold their kernels to as well.
+using decoder_mirror::bf16_value;
+using decoder_mirror::gated_norm;
+using decoder_mirror::output_gate;
+using decoder_mirror::rms_norm_zero_centred;
+using decoder_mirror::rounded;
+using decoder_mirror::to_bf16;
+
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
@@ -67,45 +65,6 @@ inline std::vector<int32_t> runs_table(const std::vector<Run>& runs) {
 }
 
 // ---- elementwise kernels: f32 with the contract's rounding points ----
-
-// rms_norm_zero_centred: y = bf16(x · s · (1 + w)), s = 1 / sqrt(Σ x² / h + eps), nothing rounded
-// before the weight. Exact sums of squares when x holds eighths.
-inline std::vector<uint16_t> rms_norm_zero_centred(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w,
-                                                   uint32_t m, uint32_t h, float eps) {
-  std::vector<uint16_t> y(x.size());
-  for (uint32_t r = 0; r < m; ++r) {
-    const uint16_t* row = x.data() + size_t{r} * h;
-    float squares = 0;
-    for (uint32_t j = 0; j < h; ++j) squares += bf16_value(row[j]) * bf16_value(row[j]);
-    const float s = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
-    for (uint32_t j = 0; j < h; ++j) y[size_t{r} * h + j] = to_bf16(bf16_value(row[j]) * s * (1.0f + bf16_value(w[j])));
-  }
-  return y;
-}
-
-// gated_norm: n = bf16(x · s), y = bf16(w · n · silu(z)), weight f32.
-inline std::vector<uint16_t> gated_norm(const std::vector<uint16_t>& x, const std::vector<uint16_t>& z,
-                                        const std::vector<float>& w, uint32_t rows, uint32_t dim, float eps) {
-  std::vector<uint16_t> y(x.size());
-  for (uint32_t r = 0; r < rows; ++r) {
-    const size_t at = size_t{r} * dim;
-    float squares = 0;
-    for (uint32_t j = 0; j < dim; ++j) squares += bf16_value(x[at + j]) * bf16_value(x[at + j]);
-    const float s = 1.0f / std::sqrt(squares / static_cast<float>(dim) + eps);
-    for (uint32_t j = 0; j < dim; ++j) {
-      const float n = rounded(bf16_value(x[at + j]) * s);
-      y[at + j] = to_bf16(w[j] * n * silu(bf16_value(z[at + j])));
-    }
-  }
-  return y;
-}
-
-// output_gate: bf16(x · bf16(σ(gate))).
-inline std::vector<uint16_t> output_gate(const std::vector<uint16_t>& x, const std::vector<uint16_t>& gate) {
-  std::vector<uint16_t> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(bf16_value(x[i]) * rounded(sigmoid(bf16_value(gate[i]))));
-  return out;
-}
 
 // conv_silu over the runs: outputs of the runs' rows (others left as in `out`) and each named
 // slot's window updated in `conv_states` (slot s at s · state_stride). Sums in double: exact for

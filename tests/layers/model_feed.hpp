@@ -3,6 +3,8 @@
 // sequence's tokens as one batch over a state pool the test owns, and the logits of the last.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include "decoder/model.hpp"
 #include "state/sequence_batch.hpp"
 
@@ -36,6 +38,33 @@ inline std::vector<int32_t> spread_prompt(uint32_t tokens) {
   std::vector<int32_t> prompt;
   for (uint32_t i = 0; i < tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 131 + 7) % 1024));
   return prompt;
+}
+
+// A prompt of 10 tokens decoded alone twice (then 42, 43 / 99, 100), then once and forked: the
+// parent then takes 42, 43 and the child 99, 100, interleaved; each gets the logits its run alone
+// got. The fork copies no block (the half-full last one is copied when first written) and the
+// full blocks stay shared. Whatever state the model keeps (KV, recurrent) must be carried.
+inline void check_fork_decodes_as_alone(metrale::Backend& backend, metrale::layers::DecoderModel& model,
+                                        metrale::layers::StatePool& pool) {
+  const std::vector<int32_t> prompt = spread_prompt(10);  // with blocks of 4, the last half full
+  std::vector<std::vector<uint16_t>> alone;
+  for (const int32_t first : {42, 99}) {
+    const uint32_t seq = pool.add_sequence();
+    feed(backend, model, pool, seq, prompt);
+    alone.push_back(feed(backend, model, pool, seq, {first}));
+    alone.push_back(feed(backend, model, pool, seq, {first + 1}));
+    pool.release(seq);
+  }
+  const uint32_t parent = pool.add_sequence();
+  feed(backend, model, pool, parent, prompt);
+  const uint32_t free_before = pool.free_blocks();
+  const uint32_t child = pool.fork(parent);
+  CHECK(pool.free_blocks() == free_before);
+  CHECK(feed(backend, model, pool, child, {99}) == alone[2]);
+  CHECK(feed(backend, model, pool, parent, {42}) == alone[0]);
+  CHECK(feed(backend, model, pool, child, {100}) == alone[3]);
+  CHECK(feed(backend, model, pool, parent, {43}) == alone[1]);
+  CHECK(pool.block_table(child)[0] == pool.block_table(parent)[0]);  // the full blocks stay shared
 }
 
 }  // namespace layers_test

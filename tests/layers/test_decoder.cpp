@@ -103,25 +103,5 @@ TEST_CASE("a forked sequence shares its parent's prompt and each then decodes as
   OpenedModel opened = open_model(*backend, layers_test::tiny_qwen3());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(128, 4));
-  const std::vector<int32_t> prompt = spread_prompt(10);  // the last block half full: both write into it
-
-  std::vector<std::vector<uint16_t>> alone;
-  for (const int32_t first : {42, 99}) {
-    const uint32_t seq = pool.add_sequence();
-    feed(*backend, model, pool, seq, prompt);
-    alone.push_back(feed(*backend, model, pool, seq, {first}));
-    alone.push_back(feed(*backend, model, pool, seq, {first + 1}));
-    pool.release(seq);
-  }
-
-  const uint32_t parent = pool.add_sequence();
-  feed(*backend, model, pool, parent, prompt);
-  const uint32_t free_before = pool.free_blocks();
-  const uint32_t child = pool.fork(parent);
-  CHECK(pool.free_blocks() == free_before);
-  CHECK(feed(*backend, model, pool, child, {99}) == alone[2]);
-  CHECK(feed(*backend, model, pool, parent, {42}) == alone[0]);
-  CHECK(feed(*backend, model, pool, child, {100}) == alone[3]);
-  CHECK(feed(*backend, model, pool, parent, {43}) == alone[1]);
-  CHECK(pool.block_table(child)[0] == pool.block_table(parent)[0]);  // the full blocks stay shared
+  layers_test::check_fork_decodes_as_alone(*backend, model, pool);
 }

@@ -103,20 +103,5 @@ TEST_CASE("hybrid: a fork carries its parent's recurrent state; each then decode
   OpenedModel opened = open_model(*backend, tiny_hybrid());
   DecoderModel& model = *opened.model;
   StatePool pool(*backend, model.cache_shape(256, 4, 4));
-  const std::vector<int32_t> prompt = spread_prompt(10);
-  std::vector<std::vector<uint16_t>> alone;
-  for (const int32_t first : {42, 99}) {
-    const uint32_t seq = pool.add_sequence();
-    feed(*backend, model, pool, seq, prompt);
-    alone.push_back(feed(*backend, model, pool, seq, {first}));
-    alone.push_back(feed(*backend, model, pool, seq, {first + 1}));
-    pool.release(seq);
-  }
-  const uint32_t parent = pool.add_sequence();
-  feed(*backend, model, pool, parent, prompt);
-  const uint32_t child = pool.fork(parent);
-  CHECK(feed(*backend, model, pool, child, {99}) == alone[2]);
-  CHECK(feed(*backend, model, pool, parent, {42}) == alone[0]);
-  CHECK(feed(*backend, model, pool, child, {100}) == alone[3]);
-  CHECK(feed(*backend, model, pool, parent, {43}) == alone[1]);
+  layers_test::check_fork_decodes_as_alone(*backend, model, pool);
 }

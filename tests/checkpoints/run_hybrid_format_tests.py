@@ -233,8 +233,7 @@ def main():
                     help="self-check: multiply MODULE's scales by FACTOR in the quantized files after the reference "
                          "is decoded (e.g. model.layers.1.self_attn.q_proj 2); every run of the forms quantizing it must fail")
     a = ap.parse_args()
-    probe = subprocess.run([a.metrale, "--json", "list"], capture_output=True, text=True)
-    if probe.returncode != 0 or not any(e.get("backend") == "cpu" and e.get("state") == "loaded" for e in json.loads(probe.stdout)):
+    if not hybrid.cpu_backend_loaded(a.metrale):
         print("skipped: the CPU backend is not loaded")
         return 77
     root = a.keep or tempfile.mkdtemp(prefix="metrale-hybrid-formats-")

@@ -330,14 +330,19 @@ def check_blocks(metrale, d, models, name):
     return failures + ([] if ok else [f"{name}: generate --output --prompt-logits (exit {r.returncode})"])
 
 
+def cpu_backend_loaded(metrale):
+    """Whether `metrale list` shows the CPU backend loaded (the tests run on it)."""
+    probe = subprocess.run([metrale, "--json", "list"], capture_output=True, text=True)
+    return probe.returncode == 0 and any(e.get("backend") == "cpu" and e.get("state") == "loaded" for e in json.loads(probe.stdout))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--metrale", required=True)
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--keep")
     a = ap.parse_args()
-    probe = subprocess.run([a.metrale, "--json", "list"], capture_output=True, text=True)
-    if probe.returncode != 0 or not any(e.get("backend") == "cpu" and e.get("state") == "loaded" for e in json.loads(probe.stdout)):
+    if not cpu_backend_loaded(a.metrale):
         print("skipped: the CPU backend is not loaded")
         return 77
     root = a.keep or tempfile.mkdtemp(prefix="metrale-hybrid-")

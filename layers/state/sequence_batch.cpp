@@ -35,8 +35,15 @@ SequenceBatch::SequenceBatch(Backend& backend, StatePool& pool, std::span<const 
   std::vector<std::pair<uint32_t, uint64_t>> added;  // sequence, tokens
   for (const SequenceRows& run : runs) {
     auto it = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == run.sequence; });
-    if (it == added.end()) added.emplace_back(run.sequence, run.rows);
-    else it->second += run.rows;
+    if (it == added.end()) {
+      added.emplace_back(run.sequence, run.rows);
+    } else if (pool.shape().recurrent.layers > 0) {
+      // The recurrent kernels continue one slot per run (the runs table names each slot once).
+      throw Error(Status::invalid_argument, "SequenceBatch: sequence " + std::to_string(run.sequence) +
+                                                " has two runs in one batch; its recurrent state continues one run at a time");
+    } else {
+      it->second += run.rows;
+    }
   }
   const uint64_t bs = pool.shape().block_size;
   for (const auto& [seq, count] : added) {
@@ -128,16 +135,10 @@ void SequenceBatch::upload_tables(Backend& backend, const StatePool& pool) {
 }
 
 void SequenceBatch::upload_recurrent_runs(Backend& backend, const StatePool& pool) {
-  // The deltanet kernels' runs table: (first_row, rows, recurrent slot); a slot continues one
-  // sequence, so a sequence may appear in one run of the batch only.
+  // The deltanet kernels' runs table: (first_row, rows, recurrent slot), one run per sequence
+  // (checked before the appends).
   std::vector<int32_t> recurrent;
   for (const Run& r : runs_) {
-    for (const Run& other : runs_) {
-      if (&other != &r && other.sequence == r.sequence) {
-        throw Error(Status::invalid_argument, "SequenceBatch: sequence " + std::to_string(r.sequence) +
-                                                  " has two runs in one batch; its recurrent state continues one run at a time");
-      }
-    }
     recurrent.insert(recurrent.end(), {static_cast<int32_t>(r.first_row), static_cast<int32_t>(r.rows),
                                        pool.recurrent_slot(r.sequence)});
   }

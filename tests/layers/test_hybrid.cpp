@@ -105,3 +105,14 @@ TEST_CASE("hybrid: a fork carries its parent's recurrent state; each then decode
   StatePool pool(*backend, model.cache_shape(256, 4, 4));
   layers_test::check_fork_decodes_as_alone(*backend, model, pool);
 }
+
+TEST_CASE("hybrid: a batch giving one sequence two runs is refused before anything is appended") {
+  auto backend = layers_test::cpu_backend();
+  OpenedModel opened = open_model(*backend, tiny_hybrid());
+  StatePool pool(*backend, opened.model->cache_shape(64, 4, 2));
+  const uint32_t seq = pool.add_sequence();
+  const std::vector<SequenceRows> runs{{seq, 2}, {seq, 1}};
+  const std::vector<int32_t> positions{0, 1, 2};
+  CHECK_THROWS_WITH_AS(SequenceBatch(*backend, pool, runs, positions), doctest::Contains("has two runs in one batch"), Error);
+  CHECK(pool.length(seq) == 0);
+}

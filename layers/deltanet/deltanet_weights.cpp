@@ -68,9 +68,17 @@ void DeltaNetWeights::validate(const DeltaNetConfig& c) const {
               (&family == &a ? "in_proj_a and in_proj_b" : "in_proj_qkv, in_proj_z and out_proj") + " run as one family");
     }
   }
-  if (conv.size() != size_t{c.conv_channels()} * c.conv_kernel) invalid("conv1d.weight: " + std::to_string(conv.size()) + " values");
-  if (a_log.size() != c.v_heads || dt_bias.size() != c.v_heads) invalid("A_log / dt_bias: not one value per value head");
-  if (norm.size() != c.v_dim) invalid("norm.weight: " + std::to_string(norm.size()) + " values, expected " + std::to_string(c.v_dim));
+  const auto check_size = [&](const char* tensor, size_t got, size_t want, const char* what) {
+    if (got != want) {
+      invalid(std::string(tensor) + ": " + std::to_string(got) + " values, expected " + std::to_string(want) + " (" + what +
+              ", " + c.source + ")");
+    }
+  };
+  check_size("conv1d.weight", conv.size(), size_t{c.conv_channels()} * c.conv_kernel,
+             "linear_conv_kernel_dim per channel of q, k and v");
+  check_size("A_log", a_log.size(), c.v_heads, "one per value head: linear_num_value_heads");
+  check_size("dt_bias", dt_bias.size(), c.v_heads, "one per value head: linear_num_value_heads");
+  check_size("norm.weight", norm.size(), c.v_dim, "linear_value_head_dim");
 }
 
 DeltaNetWeights read_deltanet_weights(const TensorSource& src, const std::string& prefix, const DeltaNetConfig& c,

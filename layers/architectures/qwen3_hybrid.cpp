@@ -105,70 +105,59 @@ std::vector<TensorEntry> deltanet_tensors(DeltaNetProjections projections) {
   return t;
 }
 
-const ArchitectureSpec kQwen3Next{
-    .model_type = "qwen3_next",
-    .description = "Qwen3-Next: Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, partial RoPE), "
-                   "zero-centred RMSNorm, MoE FFN with a gated shared expert",
-    .classes = {"Qwen3NextForCausalLM"},
-    .decode_refusal = {},
-    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
-    .ffns = {FfnKind::dense, FfnKind::moe},
-    .qk_norm = true,
-    .attention_bias = AttentionBias::none,
-    .keys = join(join(hybrid_keys(), moe_keys()), {{"shared_expert_intermediate_size", "a multiple of 128", nullptr}}),
-    .tensors = join(join(join(decoder_tensors(true), dense_ffn_tensors()), qwen_moe_tensors(true)),
-                    deltanet_tensors(DeltaNetProjections::grouped_per_key_head)),
-    .zero_centred_norms = true,
-    .attention_output_gate = true,
-    .default_partial_rotary_factor = 0.25,
-    .deltanet = DeltaNetProjections::grouped_per_key_head,
-    .language_model_key = {},
-    .language_model_root = {},
-    .unused_tensors = {"mtp."},
-};
+// What every hybrid language model of this file shares: both mixers, Qwen3-style q/k norm
+// without biases, zero-centred norms, the gated attention rotating a quarter of each head, an MTP
+// head's tensors skipped.
+ArchitectureSpec hybrid_spec(std::string_view model_type, std::string_view description, std::string_view cls,
+                             std::vector<FfnKind> ffns, DeltaNetProjections deltanet) {
+  ArchitectureSpec s;
+  s.model_type = model_type;
+  s.description = description;
+  s.classes = {cls};
+  s.mixers = {TokenMixer::linear_attention, TokenMixer::full_attention};
+  s.ffns = std::move(ffns);
+  s.qk_norm = true;
+  s.attention_bias = AttentionBias::none;
+  s.zero_centred_norms = true;
+  s.attention_output_gate = true;
+  s.default_partial_rotary_factor = 0.25;
+  s.deltanet = deltanet;
+  s.unused_tensors = {"mtp."};
+  return s;
+}
 
-const ArchitectureSpec kQwen35Text{
-    .model_type = "qwen3_5_text",
-    .description = "Qwen3.5 (text): Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, partial RoPE), "
-                   "zero-centred RMSNorm, SiLU-gated FFN",
-    .classes = {"Qwen3_5ForCausalLM"},
-    .decode_refusal = {},
-    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
-    .ffns = {FfnKind::dense},
-    .qk_norm = true,
-    .attention_bias = AttentionBias::none,
-    .keys = hybrid_keys(),
-    .tensors = join(join(decoder_tensors(true), dense_ffn_tensors()), deltanet_tensors(DeltaNetProjections::separate)),
-    .zero_centred_norms = true,
-    .attention_output_gate = true,
-    .default_partial_rotary_factor = 0.25,
-    .deltanet = DeltaNetProjections::separate,
-    .language_model_key = {},
-    .language_model_root = {},
-    .unused_tensors = {"mtp."},
-};
+const ArchitectureSpec kQwen3Next = [] {
+  ArchitectureSpec s = hybrid_spec("qwen3_next",
+                                   "Qwen3-Next: Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, partial "
+                                   "RoPE), zero-centred RMSNorm, MoE FFN with a gated shared expert",
+                                   "Qwen3NextForCausalLM", {FfnKind::dense, FfnKind::moe},
+                                   DeltaNetProjections::grouped_per_key_head);
+  s.keys = join(join(hybrid_keys(), moe_keys()), {{"shared_expert_intermediate_size", "a multiple of 128", nullptr}});
+  s.tensors = join(join(join(decoder_tensors(true), dense_ffn_tensors()), qwen_moe_tensors(true)),
+                   deltanet_tensors(DeltaNetProjections::grouped_per_key_head));
+  return s;
+}();
 
-const ArchitectureSpec kQwen35MoeText{
-    .model_type = "qwen3_5_moe_text",
-    .description = "Qwen3.5-MoE (text): Qwen3.5's mixers, a MoE FFN on every layer (softmax top-k, always "
-                   "renormalised) with a gated shared expert; experts fused or per expert",
-    .classes = {"Qwen3_5MoeForCausalLM"},
-    .decode_refusal = {},
-    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
-    .ffns = {FfnKind::moe},
-    .qk_norm = true,
-    .attention_bias = AttentionBias::none,
-    .keys = join(hybrid_keys(), qwen35_moe_keys()),
-    .tensors = join(join(decoder_tensors(true), qwen_moe_tensors(true)), deltanet_tensors(DeltaNetProjections::separate)),
-    .zero_centred_norms = true,
-    .attention_output_gate = true,
-    .default_partial_rotary_factor = 0.25,
-    .deltanet = DeltaNetProjections::separate,
-    .language_model_key = {},
-    .language_model_root = {},
-    .unused_tensors = {"mtp."},
-    .topk_norm = TopkNorm::always,
-};
+const ArchitectureSpec kQwen35Text = [] {
+  ArchitectureSpec s = hybrid_spec("qwen3_5_text",
+                                   "Qwen3.5 (text): Gated DeltaNet (3 of 4 layers) + gated attention (heads of 256, "
+                                   "partial RoPE), zero-centred RMSNorm, SiLU-gated FFN",
+                                   "Qwen3_5ForCausalLM", {FfnKind::dense}, DeltaNetProjections::separate);
+  s.keys = hybrid_keys();
+  s.tensors = join(join(decoder_tensors(true), dense_ffn_tensors()), deltanet_tensors(DeltaNetProjections::separate));
+  return s;
+}();
+
+const ArchitectureSpec kQwen35MoeText = [] {
+  ArchitectureSpec s = hybrid_spec("qwen3_5_moe_text",
+                                   "Qwen3.5-MoE (text): Qwen3.5's mixers, a MoE FFN on every layer (softmax top-k, "
+                                   "always renormalised) with a gated shared expert; experts fused or per expert",
+                                   "Qwen3_5MoeForCausalLM", {FfnKind::moe}, DeltaNetProjections::separate);
+  s.keys = join(hybrid_keys(), qwen35_moe_keys());
+  s.tensors = join(join(decoder_tensors(true), qwen_moe_tensors(true)), deltanet_tensors(DeltaNetProjections::separate));
+  s.topk_norm = TopkNorm::always;
+  return s;
+}();
 
 // `text` says which language model the wrapper's text_config holds.
 std::vector<HonouredKey> wrapper_keys(std::string_view text) {
@@ -181,47 +170,32 @@ std::vector<HonouredKey> wrapper_keys(std::string_view text) {
           {"tie_word_embeddings", "true or false (the wrapper's flag decides, as in transformers)", nullptr}};
 }
 
-const ArchitectureSpec kQwen35{
-    .model_type = "qwen3_5",
-    .description = "Qwen3.5 (Qwen3_5ForConditionalGeneration): its text model (qwen3_5_text); the vision tower is skipped",
-    .classes = {"Qwen3_5ForConditionalGeneration"},
-    .decode_refusal = {},
-    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
-    .ffns = {FfnKind::dense},
-    .qk_norm = true,
-    .attention_bias = AttentionBias::none,
-    .keys = wrapper_keys("the language model's config (qwen3_5_text)"),
-    .tensors = {},
-    .zero_centred_norms = true,
-    .attention_output_gate = true,
-    .default_partial_rotary_factor = 0.25,
-    .deltanet = DeltaNetProjections::separate,
-    .language_model_key = "text_config",
-    .language_model_root = "model.language_model.",
-    .unused_tensors = {"model.visual.", "mtp."},
-};
+// A ConditionalGeneration wrapper of `text`: its language model's structure (for the listing),
+// its own keys, the language model's tensors under model.language_model., the vision tower skipped.
+ArchitectureSpec wrapper_of(const ArchitectureSpec& text, std::string_view model_type, std::string_view description,
+                            std::string_view cls, std::string_view text_config) {
+  ArchitectureSpec s = text;
+  s.model_type = model_type;
+  s.description = description;
+  s.classes = {cls};
+  s.keys = wrapper_keys(text_config);
+  s.tensors = {};
+  s.language_model_key = "text_config";
+  s.language_model_root = "model.language_model.";
+  s.unused_tensors = {"model.visual.", "mtp."};
+  return s;
+}
 
-const ArchitectureSpec kQwen35Moe{
-    .model_type = "qwen3_5_moe",
-    .description = "Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration): its text model (qwen3_5_moe_text); the vision "
-                   "tower is skipped",
-    .classes = {"Qwen3_5MoeForConditionalGeneration"},
-    .decode_refusal = {},
-    .mixers = {TokenMixer::linear_attention, TokenMixer::full_attention},
-    .ffns = {FfnKind::moe},
-    .qk_norm = true,
-    .attention_bias = AttentionBias::none,
-    .keys = wrapper_keys("the language model's config (qwen3_5_moe_text)"),
-    .tensors = {},
-    .zero_centred_norms = true,
-    .attention_output_gate = true,
-    .default_partial_rotary_factor = 0.25,
-    .deltanet = DeltaNetProjections::separate,
-    .language_model_key = "text_config",
-    .language_model_root = "model.language_model.",
-    .unused_tensors = {"model.visual.", "mtp."},
-    .topk_norm = TopkNorm::always,
-};
+const ArchitectureSpec kQwen35 =
+    wrapper_of(kQwen35Text, "qwen3_5",
+               "Qwen3.5 (Qwen3_5ForConditionalGeneration): its text model (qwen3_5_text); the vision tower is skipped",
+               "Qwen3_5ForConditionalGeneration", "the language model's config (qwen3_5_text)");
+
+const ArchitectureSpec kQwen35Moe =
+    wrapper_of(kQwen35MoeText, "qwen3_5_moe",
+               "Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration): its text model (qwen3_5_moe_text); the vision tower "
+               "is skipped",
+               "Qwen3_5MoeForConditionalGeneration", "the language model's config (qwen3_5_moe_text)");
 
 }  // namespace
 

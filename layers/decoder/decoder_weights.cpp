@@ -46,7 +46,8 @@ DecoderConfig parse_decoder_config(const nlohmann::json& wrapped, const std::str
   c.ffn = architecture_model_config(wrapped, source);  // with what the spec fixes (Qwen3.5-MoE's top-k norm)
   c.ffn.mlp_bias = c.architecture.mlp_bias;  // the spec decides (a key it does not honour is refused)
   c.attention = parse_attention_config(doc, source);
-  if (c.architecture.spec->deltanet != DeltaNetProjections::none) c.deltanet = parse_deltanet_config(doc, source);
+  if (c.architecture.spec->deltanet != DeltaNetProjections::none)
+    c.deltanet = parse_deltanet_config(doc, source, c.architecture.spec->deltanet);
   c.vocab_size = positive(root, "vocab_size");
   c.num_layers = positive(root, "num_hidden_layers");
   // Each layer's FFN must be one the spec has: a dense architecture given MoE keys (which its

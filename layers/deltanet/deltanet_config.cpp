@@ -19,12 +19,11 @@ uint32_t within(const Object& root, const char* key, uint32_t fallback, uint32_t
 
 }  // namespace
 
-DeltaNetConfig parse_deltanet_config(const nlohmann::json& doc, const std::string& source) {
+DeltaNetConfig parse_deltanet_config(const nlohmann::json& doc, const std::string& source, DeltaNetProjections projections) {
   const Object root(doc, source, "", "a JSON object (the model config)");
-  const ResolvedArchitecture arch = resolve_architecture(doc, source, ArchitectureUse::decoder, /*warn=*/false);
   DeltaNetConfig c;
   c.source = source;
-  c.projections = arch.spec->deltanet;
+  c.projections = projections;
   c.hidden_size = root.u32("hidden_size").value_or(0);
   c.k_heads = within(root, "linear_num_key_heads", 16, 1, 1024);
   c.v_heads = within(root, "linear_num_value_heads", 32, 1, 1024);

@@ -35,9 +35,10 @@ struct DeltaNetConfig {
 };
 
 // Reads the linear_* keys (transformers' defaults where absent: 16 key heads, 32 value heads of 128,
-// a convolution of 4); the layout from the architecture's spec. Error(invalid_argument) naming the
+// a convolution of 4); `projections` is the layout the resolved architecture's spec says (the
+// caller resolved it once). Error(invalid_argument) naming the
 // key for a value the kernels do not take (docs/kernels.md, module deltanet): heads of 16..256,
 // value heads a multiple of key heads, a convolution of 2..8.
-DeltaNetConfig parse_deltanet_config(const nlohmann::json& doc, const std::string& source);
+DeltaNetConfig parse_deltanet_config(const nlohmann::json& doc, const std::string& source, DeltaNetProjections projections);
 
 }  // namespace metrale::layers

@@ -149,9 +149,7 @@ struct UnusedTensors {
   uint64_t count = 0;
 };
 std::vector<UnusedTensors> check_tensor_names(const ResolvedArchitecture& architecture, const TensorSource& src);
-// A tensor name as the spec's table names it ("model.language_model.x" -> "model.x"), and whether
-// it is one the architecture skips.
-std::string spec_tensor_name(const ResolvedArchitecture& architecture, std::string_view name);
+// Whether `name` is a tensor the architecture skips (a vision tower's, an MTP head's).
 bool unused_tensor(const ResolvedArchitecture& architecture, std::string_view name);
 
 // The registry as `metrale list --architectures --json` prints it.

@@ -402,13 +402,14 @@ bool entry_names(const TensorEntry& e, const ResolvedArchitecture& r, std::strin
 
 }  // namespace
 
+namespace {
+
+// A tensor name as the spec's table names it: a wrapper's "model.language_model.x" is "model.x".
 std::string spec_tensor_name(const ResolvedArchitecture& r, std::string_view name) {
   if (r.wrapper && name.starts_with(r.wrapper->language_model_root))
     return "model." + std::string(name.substr(r.wrapper->language_model_root.size()));
   return std::string(name);
 }
-
-namespace {
 
 const std::string_view* unused_prefix(const ResolvedArchitecture& r, std::string_view name) {
   for (const ArchitectureSpec* s : {r.wrapper, r.spec}) {

@@ -238,10 +238,7 @@ uint32_t StatePool::block_refs(int32_t block) const {
 
 DevicePtr StatePool::recurrent_state(uint32_t layer, uint32_t seq) const {
   const Sequence& s = sequence(seq);
-  if (layer >= shape_.recurrent.layers)
-    throw Error(Status::invalid_argument, "StatePool: no recurrent layer " + std::to_string(layer) + " (the pool has " +
-                                              std::to_string(shape_.recurrent.layers) + ")");
-  return recurrent_[layer].at(static_cast<size_t>(s.slot) * shape_.recurrent.bytes);
+  return recurrent_slots(layer).offset(static_cast<uint64_t>(s.slot) * shape_.recurrent.bytes);
 }
 
 DevicePtr StatePool::recurrent_slots(uint32_t layer) const {
